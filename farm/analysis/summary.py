@@ -1,0 +1,106 @@
+"""Per-variant figures of a sweep: acceptance, greedy agreement, accuracy, speed."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from farm.records import StoredCell, SweepRecord, VariantResult
+
+__all__ = ["VariantSummary", "summarize_sweep"]
+
+
+class VariantSummary(BaseModel):
+    """One row of the sweep matrix: a cell's variant with its figures."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cell_id: str
+    engine: str
+    model: str
+    graph_mode: str
+    effective_graph_mode: str | None
+    mtp_depth: int
+    sliding_window: str
+    thinking: str | None
+    workload: str | None
+    status: str
+    error: str | None = None
+    requests: int = 0
+    failed_requests: int = 0
+    acceptance_rate: float | None = None
+    mean_acceptance_length: float | None = None
+    per_position: tuple[float, ...] = ()
+    greedy_same: int | None = None
+    greedy_compared: int | None = None
+    accuracy: float | None = None
+    output_tokens_per_s: float | None = None
+
+
+def _baseline_key(stored: StoredCell, variant: VariantResult) -> tuple[str, ...]:
+    c = stored.cell
+    return (c.engine, c.model, c.planned_graph_mode, c.sliding_window, variant.thinking,
+            variant.workload)
+
+
+def summarize_sweep(sweep: SweepRecord) -> tuple[VariantSummary, ...]:
+    """Summarise every variant of ``sweep``.
+
+    Greedy agreement compares each request's output with the same prompt's output
+    of the speculation-off cell (MTP depth 0) that shares engine, model, effective
+    graph mode, sliding window, thinking and workload: under greedy decoding,
+    speculation must not change the output (DESIGN.md section 5).
+    """
+    baselines: dict[tuple[str, ...], dict[str, str]] = {}
+    for stored in sweep.cells:
+        if stored.cell.mtp_depth == 0 and stored.result is not None:
+            for v in stored.result.variants:
+                baselines[_baseline_key(stored, v)] = {
+                    r.prompt_id: r.output_text for r in v.requests if r.error is None
+                }
+    rows: list[VariantSummary] = []
+    for stored in sweep.cells:
+        cell, result = stored.cell, stored.result
+        common = {
+            "cell_id": cell.cell_id,
+            "engine": cell.engine,
+            "model": cell.model,
+            "graph_mode": cell.graph_mode,
+            "effective_graph_mode": result.effective.graph_mode
+            if result and result.effective else None,
+            "mtp_depth": cell.mtp_depth,
+            "sliding_window": cell.sliding_window,
+        }
+        if result is None or not result.variants:
+            rows.append(VariantSummary(
+                **common, thinking=None, workload=None,
+                status=result.status if result else "planned",
+                error=result.error if result else None,
+            ))
+            continue
+        for v in result.variants:
+            ok = [r for r in v.requests if r.error is None]
+            scored = [r for r in ok if r.correct is not None]
+            same = compared = None
+            base = baselines.get(_baseline_key(stored, v))
+            if base is not None and cell.mtp_depth > 0:
+                pairs = [(r.output_text, base[r.prompt_id]) for r in ok if r.prompt_id in base]
+                compared = len(pairs)
+                same = sum(a == b for a, b in pairs)
+            tokens = sum(r.completion_tokens for r in ok)
+            rows.append(VariantSummary(
+                **common,
+                thinking=v.thinking,
+                workload=v.workload,
+                status=result.status,
+                error=result.error,
+                requests=len(v.requests),
+                failed_requests=len(v.requests) - len(ok),
+                acceptance_rate=v.counters.acceptance_rate,
+                mean_acceptance_length=v.counters.mean_acceptance_length,
+                per_position=v.counters.per_position_rate,
+                greedy_same=same,
+                greedy_compared=compared,
+                accuracy=sum(bool(r.correct) for r in scored) / len(scored) if scored else None,
+                output_tokens_per_s=tokens / v.elapsed_s if v.elapsed_s > 0 else None,
+            ))
+    return tuple(rows)

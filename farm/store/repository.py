@@ -1,0 +1,472 @@
+"""Repository functions: typed records in, typed records out, rows stay inside.
+
+Every function takes an explicit ``Session``. Functions that write commit their own
+unit of work, so the driver can call them between cells and a crash loses at most
+the cell in flight; when they fail they roll the session back (discarding anything
+else pending in it) and write nothing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, Literal, get_args
+
+import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlmodel import Session, col, select
+
+from farm import __version__
+from farm.errors import StoreError
+from farm.plan import ExcludedCell, Plan, ServerCell
+from farm.records import (
+    BuildInfo,
+    CellResult,
+    EffectiveConfig,
+    RequestRecord,
+    SpecCounters,
+    StoredCell,
+    SweepRecord,
+    VariantResult,
+)
+from farm.store.tables import (
+    BuildRow,
+    CellRow,
+    ExcludedCellRow,
+    MetricRow,
+    RequestRow,
+    SweepBuildRow,
+    SweepRow,
+    VariantRunRow,
+)
+
+__all__ = [
+    "SweepStatus",
+    "SweepSummary",
+    "completed_cell_ids",
+    "create_sweep",
+    "finish_sweep",
+    "latest_sweep_id",
+    "list_sweeps",
+    "load_sweep",
+    "record_build",
+    "save_cell_result",
+]
+
+SweepStatus = Literal["running", "ok", "failed", "interrupted"]
+_DONE_STATUSES = ("ok", "failed", "build_failed")
+
+
+class SweepSummary(BaseModel):
+    """One line of ``farm report``'s sweep list: a sweep and how its cells ended."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: int
+    job: str
+    started_at: datetime
+    finished_at: datetime | None
+    status: str
+    cells_ok: int = 0
+    cells_failed: int = 0
+    cells_build_failed: int = 0
+    cells_planned: int = 0
+
+    @property
+    def cells_total(self) -> int:
+        return self.cells_ok + self.cells_failed + self.cells_build_failed + self.cells_planned
+
+
+def create_sweep(session: Session, plan: Plan, job_yaml: str, host: str) -> int:
+    """Insert a running sweep with its planned and excluded cells; return the sweep id."""
+    with _unit_of_work(session):
+        sweep = SweepRow(
+            job=plan.job,
+            job_yaml=job_yaml,
+            started_at=datetime.now(UTC),
+            status="running",
+            host=host,
+            farm_version=__version__,
+        )
+        session.add(sweep)
+        session.flush()
+        sweep_id = _id(sweep.id)
+        session.add_all(_cell_row(sweep_id, i, cell) for i, cell in enumerate(plan.cells))
+        session.add_all(
+            ExcludedCellRow(
+                sweep_id=sweep_id,
+                ordinal=i,
+                axes=ex.model_dump(mode="json")["axes"],
+                reason=ex.reason,
+            )
+            for i, ex in enumerate(plan.excluded)
+        )
+    return sweep_id
+
+
+def _cell_row(sweep_id: int, ordinal: int, cell: ServerCell) -> CellRow:
+    return CellRow(
+        sweep_id=sweep_id,
+        ordinal=ordinal,
+        cell_id=cell.cell_id,
+        engine=cell.engine,
+        family=cell.family,
+        model=cell.model,
+        graph_mode=cell.graph_mode,
+        planned_graph_mode=cell.planned_graph_mode,
+        mtp_depth=cell.mtp_depth,
+        sliding_window=cell.sliding_window,
+        remaps=list(cell.remaps),
+        variants=[v.model_dump(mode="json") for v in cell.variants],
+        fingerprint=cell.fingerprint,
+        status="planned",
+    )
+
+
+def record_build(session: Session, sweep_id: int, build: BuildInfo) -> None:
+    """Insert or update ``build`` (unique by build id) and link it to the sweep.
+
+    Raises StoreError when there is no such sweep.
+    """
+    values = build.model_dump(mode="json")
+    dialect = _dialect(session)
+    # Upsert so concurrent sweeps that share a build cannot race on its primary key.
+    if dialect == "postgresql":
+        insert: Any = postgresql.insert
+    elif dialect == "sqlite":
+        insert = sqlite.insert
+    else:  # pragma: no cover - normalize_url admits only these two
+        raise StoreError(f"record_build: unsupported database dialect {dialect!r}")
+    with _unit_of_work(session):
+        _require_sweep(session, sweep_id)
+        upsert = insert(BuildRow).values(values)
+        session.exec(
+            upsert.on_conflict_do_update(
+                index_elements=["build_id"],
+                set_={k: upsert.excluded[k] for k in values if k != "build_id"},
+            )
+        )
+        link = insert(SweepBuildRow).values(sweep_id=sweep_id, build_id=build.build_id)
+        session.exec(link.on_conflict_do_nothing())
+
+
+def save_cell_result(session: Session, sweep_id: int, result: CellResult) -> None:
+    """Store the outcome of a planned cell, replacing any earlier outcome of it.
+
+    Raises StoreError when the sweep has no planned cell ``result.cell_id`` or a
+    timestamp has no time zone; nothing is written then.
+    """
+    started_at = _utc(result.started_at, "started_at", result.cell_id)
+    finished_at = _utc(result.finished_at, "finished_at", result.cell_id)
+    with _unit_of_work(session):
+        row = session.exec(
+            select(CellRow).where(CellRow.sweep_id == sweep_id, CellRow.cell_id == result.cell_id)
+        ).one_or_none()
+        if row is None:
+            _require_sweep(session, sweep_id)
+            raise StoreError(
+                f"sweep {sweep_id} has no planned cell {result.cell_id!r}; results are saved "
+                "only for cells created by create_sweep"
+            )
+        cell_row_id = _id(row.id)
+        _delete_variant_runs(session, cell_row_id)
+
+        effective = result.effective
+        row.status = result.status
+        row.effective = effective.model_dump(mode="json") if effective else None
+        row.effective_graph_mode = effective.graph_mode if effective else None
+        row.argv = list(result.argv)
+        row.node = result.node
+        row.started_at = started_at
+        row.finished_at = finished_at
+        row.startup_s = result.startup_s
+        row.generation_s = result.generation_s
+        row.error = result.error
+        row.log_tail = result.log_tail
+        row.log_path = result.log_path
+        session.add(row)
+        _insert_variants(session, cell_row_id, result.variants)
+
+
+def _insert_variants(
+    session: Session, cell_row_id: int, variants: tuple[VariantResult, ...]
+) -> None:
+    runs = [
+        VariantRunRow(
+            cell_row_id=cell_row_id,
+            ordinal=i,
+            thinking=v.thinking,
+            workload=v.workload,
+            concurrency=v.concurrency,
+            elapsed_s=v.elapsed_s,
+        )
+        for i, v in enumerate(variants)
+    ]
+    session.add_all(runs)
+    session.flush()
+    metrics: list[dict[str, Any]] = []
+    requests: list[dict[str, Any]] = []
+    for run, variant in zip(runs, variants, strict=True):
+        run_id = _id(run.id)
+        metrics.extend(
+            {"variant_run_id": run_id, "name": name, "position": pos, "value": value}
+            for name, pos, value in _counter_rows(variant.counters)
+        )
+        requests.extend({"variant_run_id": run_id, **r.model_dump()} for r in variant.requests)
+    # Bulk inserts: a variant carries hundreds of requests and per-position counters.
+    if metrics:
+        session.exec(sa.insert(MetricRow), params=metrics)
+    if requests:
+        session.exec(sa.insert(RequestRow), params=requests)
+
+
+def _delete_variant_runs(session: Session, cell_row_id: int) -> None:
+    # Explicit child deletes instead of relying on ON DELETE CASCADE, which SQLite
+    # honours only when the connection enabled foreign keys.
+    runs = select(VariantRunRow.id).where(VariantRunRow.cell_row_id == cell_row_id)
+    session.exec(sa.delete(MetricRow).where(col(MetricRow.variant_run_id).in_(runs)))
+    session.exec(sa.delete(RequestRow).where(col(RequestRow.variant_run_id).in_(runs)))
+    session.exec(sa.delete(VariantRunRow).where(col(VariantRunRow.cell_row_id) == cell_row_id))
+
+
+def _counter_rows(counters: SpecCounters) -> Iterable[tuple[str, int | None, int]]:
+    """Long format: ``(name, None, value)`` per scalar counter, one row per position."""
+    for name, value in counters:
+        if isinstance(value, tuple):
+            yield from ((name, pos, v) for pos, v in enumerate(value))
+        else:
+            yield name, None, value
+
+
+def _counters(rows: Iterable[MetricRow]) -> SpecCounters:
+    scalars: dict[str, int] = {}
+    positions: dict[str, dict[int, int]] = defaultdict(dict)
+    for m in rows:
+        if m.position is None:
+            scalars[m.name] = m.value
+        else:
+            positions[m.name][m.position] = m.value
+    vectors = {
+        name: tuple(by_pos.get(i, 0) for i in range(max(by_pos) + 1))
+        for name, by_pos in positions.items()
+    }
+    known = SpecCounters.model_fields
+    # Counters a newer farm wrote and this one does not know are left out.
+    return SpecCounters.model_validate(
+        {k: v for k, v in {**scalars, **vectors}.items() if k in known}
+    )
+
+
+def finish_sweep(session: Session, sweep_id: int, status: SweepStatus) -> None:
+    """Mark the sweep ``ok``, ``failed`` or ``interrupted`` and stamp its end time.
+
+    Raises StoreError when there is no such sweep, ValueError for another status.
+    """
+    if status not in get_args(SweepStatus) or status == "running":
+        raise ValueError(f"finish_sweep: status must be ok, failed or interrupted, not {status!r}")
+    with _unit_of_work(session):
+        sweep = _require_sweep(session, sweep_id)
+        sweep.status = status
+        sweep.finished_at = datetime.now(UTC)
+        session.add(sweep)
+
+
+def latest_sweep_id(session: Session) -> int | None:
+    """Id of the most recently created sweep, or None for an empty store."""
+    return session.exec(select(sa.func.max(SweepRow.id))).one()
+
+
+def list_sweeps(session: Session, limit: int = 20) -> list[SweepSummary]:
+    """The ``limit`` most recent sweeps, newest first, with cell counts by status."""
+    sweeps = session.exec(select(SweepRow).order_by(col(SweepRow.id).desc()).limit(limit)).all()
+    ids = [_id(s.id) for s in sweeps]
+    counts: dict[int, dict[str, int]] = defaultdict(dict)
+    if ids:
+        rows = session.exec(
+            select(CellRow.sweep_id, CellRow.status, sa.func.count())
+            .where(col(CellRow.sweep_id).in_(ids))
+            .group_by(col(CellRow.sweep_id), col(CellRow.status))
+        ).all()
+        for sweep_id, status, n in rows:
+            counts[sweep_id][status] = n
+    return [
+        SweepSummary(
+            id=_id(s.id),
+            job=s.job,
+            started_at=s.started_at,
+            finished_at=s.finished_at,
+            status=s.status,
+            cells_ok=counts[_id(s.id)].get("ok", 0),
+            cells_failed=counts[_id(s.id)].get("failed", 0),
+            cells_build_failed=counts[_id(s.id)].get("build_failed", 0),
+            cells_planned=counts[_id(s.id)].get("planned", 0),
+        )
+        for s in sweeps
+    ]
+
+
+def completed_cell_ids(session: Session, sweep_id: int) -> set[str]:
+    """Cell ids of the sweep that have an outcome (ok, failed, build_failed): skip on resume."""
+    _require_sweep(session, sweep_id)
+    return set(
+        session.exec(
+            select(CellRow.cell_id).where(
+                CellRow.sweep_id == sweep_id, col(CellRow.status).in_(_DONE_STATUSES)
+            )
+        ).all()
+    )
+
+
+def load_sweep(session: Session, sweep_id: int) -> SweepRecord:
+    """Read a whole sweep back: planned cells with their results, exclusions, builds.
+
+    Raises StoreError when there is no such sweep.
+    """
+    sweep = _require_sweep(session, sweep_id)
+    cells = session.exec(
+        select(CellRow).where(CellRow.sweep_id == sweep_id).order_by(col(CellRow.ordinal))
+    ).all()
+    runs_by_cell: dict[int, list[VariantRunRow]] = defaultdict(list)
+    for run in session.exec(
+        select(VariantRunRow)
+        .join(CellRow)
+        .where(CellRow.sweep_id == sweep_id)
+        .order_by(col(VariantRunRow.cell_row_id), col(VariantRunRow.ordinal))
+    ):
+        runs_by_cell[run.cell_row_id].append(run)
+    metrics_by_run: dict[int, list[MetricRow]] = defaultdict(list)
+    for metric in session.exec(
+        select(MetricRow).join(VariantRunRow).join(CellRow).where(CellRow.sweep_id == sweep_id)
+    ):
+        metrics_by_run[metric.variant_run_id].append(metric)
+    requests_by_run: dict[int, list[RequestRecord]] = defaultdict(list)
+    for req in session.exec(
+        select(RequestRow)
+        .join(VariantRunRow)
+        .join(CellRow)
+        .where(CellRow.sweep_id == sweep_id)
+        .order_by(col(RequestRow.prompt_id), col(RequestRow.id))
+    ):
+        requests_by_run[req.variant_run_id].append(_request(req))
+
+    stored: list[StoredCell] = []
+    for row in cells:
+        variants = tuple(
+            VariantResult.model_validate(
+                {
+                    "thinking": run.thinking,
+                    "workload": run.workload,
+                    "counters": _counters(metrics_by_run[_id(run.id)]),
+                    "requests": tuple(requests_by_run[_id(run.id)]),
+                    "elapsed_s": run.elapsed_s,
+                    "concurrency": run.concurrency,
+                }
+            )
+            for run in runs_by_cell[_id(row.id)]
+        )
+        stored.append(StoredCell(cell=_server_cell(row), result=_cell_result(row, variants)))
+
+    excluded = session.exec(
+        select(ExcludedCellRow)
+        .where(ExcludedCellRow.sweep_id == sweep_id)
+        .order_by(col(ExcludedCellRow.ordinal))
+    ).all()
+    builds = session.exec(
+        select(BuildRow)
+        .join(SweepBuildRow)
+        .where(SweepBuildRow.sweep_id == sweep_id)
+        .order_by(col(BuildRow.build_id))
+    ).all()
+    return SweepRecord(
+        sweep_id=sweep_id,
+        job=sweep.job,
+        started_at=sweep.started_at,
+        finished_at=sweep.finished_at,
+        status=sweep.status,
+        cells=tuple(stored),
+        excluded=tuple(ExcludedCell(axes=e.axes, reason=e.reason) for e in excluded),
+        builds=tuple(BuildInfo.model_validate(b.model_dump()) for b in builds),
+    )
+
+
+def _server_cell(row: CellRow) -> ServerCell:
+    return ServerCell.model_validate(
+        {
+            "engine": row.engine,
+            "family": row.family,
+            "model": row.model,
+            "graph_mode": row.graph_mode,
+            "planned_graph_mode": row.planned_graph_mode,
+            "mtp_depth": row.mtp_depth,
+            "sliding_window": row.sliding_window,
+            "remaps": tuple(row.remaps),
+            "variants": tuple(row.variants),
+            "fingerprint": row.fingerprint,
+        }
+    )
+
+
+def _cell_result(row: CellRow, variants: tuple[VariantResult, ...]) -> CellResult | None:
+    if row.status == "planned":
+        return None
+    return CellResult.model_validate(
+        {
+            "cell_id": row.cell_id,
+            "status": row.status,
+            "started_at": row.started_at,
+            "finished_at": row.finished_at,
+            "node": row.node,
+            "argv": tuple(row.argv),
+            "effective": EffectiveConfig.model_validate(row.effective) if row.effective else None,
+            "variants": variants,
+            "startup_s": row.startup_s,
+            "generation_s": row.generation_s,
+            "error": row.error,
+            "log_tail": row.log_tail,
+            "log_path": row.log_path,
+        }
+    )
+
+
+def _request(row: RequestRow) -> RequestRecord:
+    return RequestRecord.model_validate(row.model_dump(exclude={"id", "variant_run_id"}))
+
+
+@contextmanager
+def _unit_of_work(session: Session) -> Iterator[None]:
+    """Commit what the block wrote, or roll it back so the session stays usable."""
+    try:
+        yield
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+
+
+def _require_sweep(session: Session, sweep_id: int) -> SweepRow:
+    sweep = session.get(SweepRow, sweep_id)
+    if sweep is None:
+        raise StoreError(f"no sweep {sweep_id}; `farm report` lists sweeps")
+    return sweep
+
+
+def _dialect(session: Session) -> str:
+    return session.get_bind().dialect.name
+
+
+def _utc(value: datetime, field: str, cell_id: str) -> datetime:
+    if value.tzinfo is None:
+        raise StoreError(
+            f"cell {cell_id}: {field}={value.isoformat()} has no time zone; the runner "
+            "must record timestamps as datetime.now(UTC)"
+        )
+    return value.astimezone(UTC)
+
+
+def _id(value: int | None) -> int:
+    # Primary keys are None only before the first flush; every caller flushes first.
+    assert value is not None, "row has no primary key yet"
+    return value

@@ -1,0 +1,215 @@
+"""ORM tables of the farm store (SQLModel). Rows never leave ``farm.store``.
+
+One row per sweep, build, planned cell, excluded cell, variant run, counter and
+request: counters are stored in long format (one row per counter and draft position)
+so any statistic can be recomputed with plain SQL, on SQLite and PostgreSQL alike.
+The schema itself is created by the Alembic revisions in ``migrations/``; these
+classes must match them.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import registry
+from sqlmodel import Field, SQLModel
+
+__all__ = [
+    "CELL_STATUSES",
+    "SWEEP_STATUSES",
+    "BuildRow",
+    "CellRow",
+    "ExcludedCellRow",
+    "MetricRow",
+    "RequestRow",
+    "SweepBuildRow",
+    "SweepRow",
+    "UTCDateTime",
+    "VariantRunRow",
+    "metadata",
+]
+
+SWEEP_STATUSES = ("running", "ok", "failed", "interrupted")
+CELL_STATUSES = ("planned", "ok", "failed", "build_failed")
+
+# Named constraints let later Alembic batch migrations on SQLite drop or alter them.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class UTCDateTime(sa.TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on every backend.
+
+    PostgreSQL stores ``timestamptz``; SQLite has no time zones, so values are stored
+    as naive UTC and given ``tzinfo=UTC`` back on read. Naive input is refused: the
+    store cannot know which zone it meant.
+    """
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value.isoformat()} given to the store; use UTC")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+def _status_check(column: str, values: tuple[str, ...]) -> sa.CheckConstraint:
+    allowed = ", ".join(f"'{v}'" for v in values)
+    return sa.CheckConstraint(f"{column} IN ({allowed})", name=column)
+
+
+class _Table(SQLModel, registry=registry(metadata=metadata)):
+    """Base of the store's tables: its own metadata, so no other SQLModel leaks in."""
+
+
+class SweepRow(_Table, table=True):
+    __tablename__ = "sweep"
+    __table_args__ = (_status_check("status", SWEEP_STATUSES),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job: str = Field(index=True)
+    job_yaml: str = Field(sa_type=sa.Text)
+    started_at: datetime = Field(sa_type=UTCDateTime)
+    finished_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    status: str
+    host: str
+    farm_version: str
+
+
+class BuildRow(_Table, table=True):
+    """An engine environment; content-addressed, so shared by every sweep that uses it."""
+
+    __tablename__ = "build"
+
+    build_id: str = Field(primary_key=True)
+    engine: str
+    family: str
+    package: str
+    version: str
+    pins: list[str] = Field(sa_type=sa.JSON)
+    patches: list[str] = Field(sa_type=sa.JSON)
+    python: str
+    env_dir: str
+    node: str | None = None
+
+
+class SweepBuildRow(_Table, table=True):
+    __tablename__ = "sweep_build"
+
+    sweep_id: int = Field(foreign_key="sweep.id", primary_key=True, ondelete="CASCADE")
+    build_id: str = Field(
+        foreign_key="build.build_id", primary_key=True, index=True, ondelete="CASCADE"
+    )
+
+
+class CellRow(_Table, table=True):
+    """A planned server-level cell, updated in place with its outcome."""
+
+    __tablename__ = "cell"
+    __table_args__ = (
+        sa.UniqueConstraint("sweep_id", "cell_id"),
+        _status_check("status", CELL_STATUSES),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    sweep_id: int = Field(foreign_key="sweep.id", ondelete="CASCADE")
+    # Position in the plan, so a sweep reads back in the order it was planned.
+    ordinal: int
+    cell_id: str
+    engine: str
+    family: str
+    model: str
+    graph_mode: str
+    planned_graph_mode: str
+    mtp_depth: int
+    sliding_window: str
+    remaps: list[str] = Field(sa_type=sa.JSON)
+    variants: list[dict[str, str]] = Field(sa_type=sa.JSON)
+    fingerprint: str = Field(index=True)
+    status: str
+    effective: dict[str, Any] | None = Field(default=None, sa_type=sa.JSON)
+    # Copied out of ``effective`` because reports group by it.
+    effective_graph_mode: str | None = None
+    argv: list[str] = Field(default_factory=list, sa_type=sa.JSON)
+    node: str | None = None
+    started_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    finished_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    startup_s: float | None = None
+    generation_s: float | None = None
+    error: str | None = Field(default=None, sa_type=sa.Text)
+    log_tail: str | None = Field(default=None, sa_type=sa.Text)
+    log_path: str | None = None
+
+
+class ExcludedCellRow(_Table, table=True):
+    __tablename__ = "excluded_cell"
+
+    id: int | None = Field(default=None, primary_key=True)
+    sweep_id: int = Field(foreign_key="sweep.id", index=True, ondelete="CASCADE")
+    ordinal: int
+    axes: dict[str, Any] = Field(sa_type=sa.JSON)
+    reason: str = Field(sa_type=sa.Text)
+
+
+class VariantRunRow(_Table, table=True):
+    """One request-level variant (thinking x workload) run against a cell's server."""
+
+    __tablename__ = "variant_run"
+
+    id: int | None = Field(default=None, primary_key=True)
+    cell_row_id: int = Field(foreign_key="cell.id", index=True, ondelete="CASCADE")
+    ordinal: int
+    thinking: str
+    workload: str
+    concurrency: int
+    elapsed_s: float
+
+
+class MetricRow(_Table, table=True):
+    """One speculative-decoding counter of a variant run; ``position`` for per-position ones."""
+
+    __tablename__ = "metric"
+    __table_args__ = (sa.UniqueConstraint("variant_run_id", "name", "position"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    # Indexed through the unique constraint, whose first column it is.
+    variant_run_id: int = Field(foreign_key="variant_run.id", ondelete="CASCADE")
+    name: str
+    position: int | None = None
+    value: int = Field(sa_type=sa.BigInteger)
+
+
+class RequestRow(_Table, table=True):
+    __tablename__ = "request_record"
+
+    id: int | None = Field(default=None, primary_key=True)
+    variant_run_id: int = Field(foreign_key="variant_run.id", index=True, ondelete="CASCADE")
+    prompt_id: str
+    output_text: str = Field(sa_type=sa.Text)
+    completion_tokens: int
+    finish_reason: str | None = None
+    latency_s: float
+    correct: bool | None = None
+    error: str | None = Field(default=None, sa_type=sa.Text)
+    # Per-request speculative counters, when the engine reports them per request.
+    counters: dict[str, Any] | None = Field(default=None, sa_type=sa.JSON)

@@ -1,0 +1,171 @@
+"""Drive one sweep: plan -> builds -> cells on Ray -> store, result by result.
+
+Each result is written the moment its cell finishes, so a sweep stopped at any
+point keeps everything it measured. A result the store refuses is spooled to a
+JSON file instead of being lost.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy.exc import SQLAlchemyError
+
+from farm import store
+from farm.builds import ensure_build
+from farm.engines import job_capabilities
+from farm.errors import BuildError, FarmError, StoreError
+from farm.orchestrate import RayPool
+from farm.plan import Plan, ServerCell, expand_matrix, select
+from farm.records import BuildInfo, CellResult
+from farm.runner import CellTask
+from farm.spec import JobSpec
+from farm.workload.prompts import LoadedWorkload, load_prompts
+
+__all__ = ["SweepOptions", "SweepEvents", "SweepOutcome", "farm_home", "plan_job", "run_sweep"]
+
+
+def farm_home() -> Path:
+    """Where the farm keeps its database, engine builds and logs (FARM_HOME)."""
+    home = Path(os.environ.get("FARM_HOME", "~/.mtp-farm")).expanduser()
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+class SweepOptions(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    db_url: str
+    ray_address: str | None = None
+    only: dict[str, str] = {}
+    home: Path
+
+
+class SweepOutcome(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sweep_id: int
+    ok: tuple[str, ...]
+    failed: tuple[str, ...]
+    spooled: tuple[str, ...] = ()
+
+
+class SweepEvents:
+    """Callbacks through which a front end (the CLI) shows progress. No-ops here."""
+
+    def planned(self, plan: Plan, sweep_id: int) -> None: ...
+    def build_line(self, engine: str, line: str) -> None: ...
+    def build_done(self, engine: str, build: BuildInfo | None, error: str | None) -> None: ...
+    def cells_started(self, count: int) -> None: ...
+    def cell_done(self, cell: ServerCell, result: CellResult) -> None: ...
+
+
+def plan_job(job: JobSpec, only: dict[str, str] | None = None) -> Plan:
+    """The job's plan, restricted to the ``only`` slice."""
+    plan = expand_matrix(job, job_capabilities(job))
+    return select(plan, only) if only else plan
+
+
+def run_sweep(job: JobSpec, job_text: str, options: SweepOptions,
+              events: SweepEvents | None = None) -> SweepOutcome:
+    """Run every cell of ``job`` and store the results; see the module docstring."""
+    events = events or SweepEvents()
+    plan = plan_job(job, options.only)
+    engine = store.open_store(options.db_url)
+    with store.Session(engine) as session:
+        sweep_id = store.create_sweep(session, plan, job_text, platform.node())
+    events.planned(plan, sweep_id)
+    log_dir = options.home / "logs" / f"sweep-{sweep_id}"
+    outcome: dict[str, list[str]] = {"ok": [], "failed": [], "spooled": []}
+
+    def land(cell: ServerCell, result: CellResult) -> None:
+        try:
+            with store.Session(engine) as session:
+                store.save_cell_result(session, sweep_id, result)
+        except (StoreError, SQLAlchemyError) as exc:
+            spool = options.home / "spool" / f"sweep-{sweep_id}" / f"{result.cell_id}.json"
+            spool.parent.mkdir(parents=True, exist_ok=True)
+            spool.write_text(result.model_dump_json())
+            outcome["spooled"].append(f"{result.cell_id} -> {spool} ({type(exc).__name__})")
+        outcome["ok" if result.status == "ok" else "failed"].append(result.cell_id)
+        events.cell_done(cell, result)
+
+    builds = _build_engines(job, plan, options.home, engine, sweep_id, events)
+    workloads = tuple(
+        LoadedWorkload(spec=w, prompts=load_prompts(job.resolve(w.prompts), w.count))
+        for w in job.workloads
+    )
+    tasks: list[CellTask] = []
+    for cell in plan.cells:
+        build = builds[cell.engine]
+        if isinstance(build, str):
+            land(cell, _unrun(cell, "build_failed", build))
+            continue
+        model = next(m for m in job.models if m.name == cell.model)
+        tasks.append(CellTask(
+            cell=cell,
+            engine=next(e for e in job.engines if e.name == cell.engine),
+            model=model,
+            model_path=str(job.resolve(model.path)),
+            workloads=workloads,
+            build=build,
+            timeouts=job.timeouts,
+            log_dir=str(log_dir),
+        ))
+    status = "ok"
+    try:
+        if tasks:
+            with RayPool(options.ray_address) as pool:
+                reason = pool.unplaceable(job.resources)
+                if reason:
+                    for task in tasks:
+                        land(task.cell, _unrun(task.cell, "failed", reason))
+                    tasks = []
+                events.cells_started(len(tasks))
+                by_id = {t.cell.cell_id: t.cell for t in tasks}
+                for result in pool.run([(t, job.resources) for t in tasks]):
+                    land(by_id[result.cell_id], result)
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        if status != "interrupted":
+            status = "failed" if outcome["failed"] else "ok"
+        try:
+            with store.Session(engine) as session:
+                store.finish_sweep(session, sweep_id, status)  # type: ignore[arg-type]
+        except (StoreError, SQLAlchemyError):
+            pass
+    return SweepOutcome(sweep_id=sweep_id, ok=tuple(outcome["ok"]),
+                        failed=tuple(outcome["failed"]), spooled=tuple(outcome["spooled"]))
+
+
+def _build_engines(job: JobSpec, plan: Plan, home: Path, db: object, sweep_id: int,
+                   events: SweepEvents) -> dict[str, BuildInfo | str]:
+    """Each engine the plan uses, built or reused; a failed build maps to its error."""
+    builds: dict[str, BuildInfo | str] = {}
+    for name in dict.fromkeys(c.engine for c in plan.cells):
+        spec = next(e for e in job.engines if e.name == name)
+        try:
+            build = ensure_build(spec, home / "cache",
+                                 lambda line, n=name: events.build_line(n, line))
+        except (BuildError, FarmError) as exc:
+            builds[name] = str(exc)
+            events.build_done(name, None, str(exc))
+            continue
+        with store.Session(db) as session:  # type: ignore[arg-type]
+            store.record_build(session, sweep_id, build)
+        builds[name] = build
+        events.build_done(name, build, None)
+    return builds
+
+
+def _unrun(cell: ServerCell, status: str, error: str) -> CellResult:
+    now = datetime.now(UTC)
+    return CellResult(cell_id=cell.cell_id, status=status,  # type: ignore[arg-type]
+                      started_at=now, finished_at=now, error=error)

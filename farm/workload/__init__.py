@@ -1,0 +1,1 @@
+"""Workloads: prompt sets, generators and scorers for the farm's requests."""

