@@ -156,12 +156,16 @@ def expand_matrix(job: JobSpec, capabilities: dict[str, Capabilities]) -> Plan:
             job.workloads,
         )
     ]
+    server_keys = ("engine", "model", "graph_mode", "mtp_depth", "sliding_window")
     excluded: list[ExcludedCell] = []
     kept = []
+    dropped_by: dict[tuple[Any, ...], dict[str, Any]] = {}
     for combo in combos:
         rule = next((r for r in job.exclude if _matches(r, combo)), None)
         if rule is None:
             kept.append(combo)
+        else:
+            dropped_by.setdefault(tuple(combo[k] for k in server_keys), rule)
     for rule in job.include:
         _check_include(job, rule)
         base = {"thinking": axes.thinking[0], "workload": job.workloads[0].name}
@@ -169,13 +173,16 @@ def expand_matrix(job: JobSpec, capabilities: dict[str, Capabilities]) -> Plan:
         if combo not in kept:
             kept.append(combo)
 
-    server_keys = ("engine", "model", "graph_mode", "mtp_depth", "sliding_window")
     grouped: dict[tuple[Any, ...], list[Variant]] = {}
     for combo in kept:
         key = tuple(combo[k] for k in server_keys)
         variant = Variant(thinking=combo["thinking"], workload=combo["workload"])
         if variant not in grouped.setdefault(key, []):
             grouped[key].append(variant)
+    for key, rule in dropped_by.items():
+        if key not in grouped:
+            excluded.append(ExcludedCell(axes=dict(zip(server_keys, key, strict=True)),
+                                         reason=f"job exclude rule {rule}"))
 
     cells: list[ServerCell] = []
     seen_effective: dict[tuple[Any, ...], str] = {}

@@ -69,6 +69,7 @@ def test_piecewise_remapped_when_compiled_not_requested() -> None:
 def test_exclude_and_include_rules() -> None:
     plan = _plan("exclude:\n  - {sliding_window: off}\n  - {thinking: on, workload: chat}\n")
     assert {c.sliding_window for c in plan.cells} == {"on"}
+    assert sum("job exclude rule" in e.reason for e in plan.excluded) == 12
     assert all(len(c.variants) == 3 for c in plan.cells)
     include = ("include:\n  - {engine: cpu, model: tiny, graph_mode: eager, mtp_depth: 7,"
                " sliding_window: on}\n")

@@ -1,0 +1,94 @@
+"""The vLLM adapter's argv, checked by the engine's own argument parser.
+
+Every server argv the adapter builds for jobs/local.yaml (and for the graph modes
+only a graph-capturing build can run) is parsed by vLLM's OpenAI-server parser and
+turned into EngineArgs inside the real engine build, so a misspelt flag, a value
+of the wrong type or a flag of another version fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from farm.engines import adapter_for, job_capabilities
+from farm.plan import Capabilities, expand_matrix
+from farm.records import BuildInfo
+from farm.spec import JobSpec
+
+_PARSE = r"""
+import json, sys
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+try:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+except ImportError:  # older layout
+    from vllm.entrypoints.openai.cli_args import make_arg_parser
+from vllm.engine.arg_utils import AsyncEngineArgs
+parser = make_arg_parser(FlexibleArgumentParser())
+out = []
+for argv in json.load(sys.stdin):
+    args = parser.parse_args(argv)
+    ea = AsyncEngineArgs.from_cli_args(args)
+    cc = ea.compilation_config
+    out.append({
+        "enforce_eager": ea.enforce_eager,
+        "speculative_config": ea.speculative_config,
+        "cudagraph_mode": str(getattr(cc, "cudagraph_mode", None)),
+        "hf_overrides": ea.hf_overrides,
+        "max_model_len": ea.max_model_len,
+        "port": args.port,
+        "per_request_spec": getattr(ea, "per_request_spec_decode_metrics", None),
+    })
+print(json.dumps(out, default=str))
+"""
+
+
+def _parse(build: BuildInfo, argvs: list[list[str]]) -> list[dict[str, object]]:
+    done = subprocess.run([build.python, "-c", _PARSE], input=json.dumps(argvs),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_every_local_cell_argv_parses_in_vllm(local_job: JobSpec, engine_build: BuildInfo) -> None:
+    plan = expand_matrix(local_job, job_capabilities(local_job))
+    engine, model = local_job.engines[0], local_job.models[0]
+    adapter = adapter_for(engine.family)
+    launches = [adapter.launch(c, engine, model, "/m", engine_build.python, 8000 + i)
+                for i, c in enumerate(plan.cells)]
+    parsed = _parse(engine_build, [list(lx.argv[3:]) for lx in launches])
+    for cell, got in zip(plan.cells, parsed, strict=True):
+        assert got["enforce_eager"] is (cell.planned_graph_mode == "eager"), cell.cell_id
+        spec = got["speculative_config"]
+        if cell.mtp_depth == 0:
+            assert spec is None
+        else:
+            assert isinstance(spec, dict)
+            assert spec["method"] == model.speculative_method
+            assert spec["num_speculative_tokens"] == cell.mtp_depth
+            assert spec.get("enforce_eager", False) is (cell.planned_graph_mode != "eager")
+            assert got["per_request_spec"] == "summary"
+        overrides = got["hf_overrides"] or {}
+        assert (overrides.get("sliding_window", "unset") is None) is (cell.sliding_window == "off")
+        assert got["max_model_len"] == model.max_model_len
+
+
+def test_graph_capture_modes_parse_in_vllm(local_job: JobSpec, engine_build: BuildInfo) -> None:
+    # vllm-ascend shares vLLM's CLI: its graph modes must parse with this parser too.
+    ascend = local_job.engines[0].model_copy(update={"family": "vllm-ascend",
+                                                     "package": "vllm-ascend"})
+    job = local_job.model_copy(update={
+        "engines": (ascend,),
+        "axes": local_job.axes.model_copy(update={
+            "graph_mode": ("eager", "piecewise", "full_decode_only", "full"),
+            "mtp_depth": (3,)}),
+    })
+    caps: dict[str, Capabilities] = job_capabilities(job)
+    plan = expand_matrix(job, caps)
+    adapter = adapter_for("vllm-ascend")
+    launches = [adapter.launch(c, ascend, job.models[0], "/m", "python", 8000) for c in plan.cells]
+    parsed = _parse(engine_build, [list(lx.argv[3:]) for lx in launches])
+    modes = {c.planned_graph_mode: p["cudagraph_mode"] for c, p in zip(plan.cells, parsed, strict=True)}
+    assert modes["piecewise"].endswith("PIECEWISE")
+    assert modes["full_decode_only"].endswith("FULL_DECODE_ONLY")
+    assert modes["full"].endswith("FULL")
