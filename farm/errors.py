@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 __all__ = [
-    "FarmError",
-    "SpecError",
-    "PlanError",
     "BuildError",
-    "EngineError",
     "CellError",
+    "EngineError",
+    "FarmError",
+    "PlanError",
+    "SpecError",
     "StoreError",
 ]
 

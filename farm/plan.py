@@ -20,10 +20,10 @@ from farm.spec import GraphMode, JobSpec, OnOff
 
 __all__ = [
     "Capabilities",
-    "Variant",
-    "ServerCell",
     "ExcludedCell",
     "Plan",
+    "ServerCell",
+    "Variant",
     "expand_matrix",
     "select",
 ]
@@ -181,8 +181,11 @@ def expand_matrix(job: JobSpec, capabilities: dict[str, Capabilities]) -> Plan:
             grouped[key].append(variant)
     for key, rule in dropped_by.items():
         if key not in grouped:
-            excluded.append(ExcludedCell(axes=dict(zip(server_keys, key, strict=True)),
-                                         reason=f"job exclude rule {rule}"))
+            excluded.append(
+                ExcludedCell(
+                    axes=dict(zip(server_keys, key, strict=True)), reason=f"job exclude rule {rule}"
+                )
+            )
 
     cells: list[ServerCell] = []
     seen_effective: dict[tuple[Any, ...], str] = {}
@@ -193,13 +196,20 @@ def expand_matrix(job: JobSpec, capabilities: dict[str, Capabilities]) -> Plan:
             excluded.append(ExcludedCell(axes=server_axes, reason=cell_or_reason))
             continue
         cell = cell_or_reason
-        effective_key = (cell.engine, cell.model, cell.planned_graph_mode, cell.mtp_depth,
-                         cell.sliding_window)
+        effective_key = (
+            cell.engine,
+            cell.model,
+            cell.planned_graph_mode,
+            cell.mtp_depth,
+            cell.sliding_window,
+        )
         if effective_key in seen_effective:
-            excluded.append(ExcludedCell(
-                axes=server_axes,
-                reason=f"runs the same server as {seen_effective[effective_key]} on this engine",
-            ))
+            excluded.append(
+                ExcludedCell(
+                    axes=server_axes,
+                    reason=f"runs the same server as {seen_effective[effective_key]} here",
+                )
+            )
             continue
         seen_effective[effective_key] = cell.cell_id
         cells.append(cell)
@@ -231,16 +241,22 @@ def _apply_capabilities(
     requested = axes["graph_mode"]
     planned = caps.graph_modes.get(requested)
     if planned is None:
-        return caps.graph_mode_reasons.get(requested, f"{engine.name} cannot run graph mode {requested}")
+        return caps.graph_mode_reasons.get(
+            requested, f"{engine.name} cannot run graph mode {requested}"
+        )
     if planned != requested:
-        remaps.append(f"graph_mode {requested} -> {planned}: "
-                      + caps.graph_mode_reasons.get(requested, "engine's effective mode"))
+        remaps.append(
+            f"graph_mode {requested} -> {planned}: "
+            + caps.graph_mode_reasons.get(requested, "engine's effective mode")
+        )
     depth = axes["mtp_depth"]
     if depth > 0 and model.speculative_method not in caps.speculative_methods:
         return f"{engine.name} does not support speculative method {model.speculative_method}"
     if depth > 0 and planned != "eager" and caps.drafter_eager_when_compiled:
-        remaps.append("drafter runs eager (enforce_eager in speculative config): "
-                      "the compiled drafter fails to start on this engine")
+        remaps.append(
+            "drafter runs eager (enforce_eager in speculative config): "
+            "the compiled drafter fails to start on this engine"
+        )
     if axes["sliding_window"] == "off" and not caps.sliding_window_toggle:
         return f"{engine.name} cannot switch the sliding window off"
     if not model.thinking:
@@ -266,14 +282,24 @@ def _apply_capabilities(
 
 def select(plan: Plan, only: dict[str, str]) -> Plan:
     """Keep the slice of ``plan`` where every ``AXIS=VALUE`` in ``only`` holds."""
+
     def keep_cell(cell: ServerCell) -> bool:
         return all(str(cell.axes[k]) == v for k, v in only.items() if k in cell.axes)
 
     def keep_variant(v: Variant) -> bool:
-        return all(str(getattr(v, k)) == val for k, val in only.items() if k in ("thinking", "workload"))
+        return all(
+            str(getattr(v, k)) == val for k, val in only.items() if k in ("thinking", "workload")
+        )
 
-    unknown = set(only) - {"engine", "model", "graph_mode", "mtp_depth", "sliding_window",
-                           "thinking", "workload"}
+    unknown = set(only) - {
+        "engine",
+        "model",
+        "graph_mode",
+        "mtp_depth",
+        "sliding_window",
+        "thinking",
+        "workload",
+    }
     if unknown:
         raise PlanError(f"--only: unknown axis {sorted(unknown)}")
     cells = []

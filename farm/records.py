@@ -15,15 +15,15 @@ from pydantic import BaseModel, ConfigDict
 from farm.plan import ExcludedCell, ServerCell
 
 __all__ = [
-    "SpecCounters",
-    "RequestRecord",
-    "VariantResult",
-    "EffectiveConfig",
+    "BuildInfo",
     "CellResult",
     "CellStatus",
-    "BuildInfo",
+    "EffectiveConfig",
+    "RequestRecord",
+    "SpecCounters",
     "StoredCell",
     "SweepRecord",
+    "VariantResult",
 ]
 
 CellStatus = Literal["ok", "failed", "build_failed"]

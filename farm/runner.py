@@ -7,6 +7,7 @@ group on a free loopback port, HTTP to its OpenAI API and metrics, a log per cel
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -108,8 +109,6 @@ def run_cell(task: CellTask, npu_ids: tuple[int, ...] = (), node: str | None = N
     )
 
 
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -144,7 +143,9 @@ async def _run_variant(
     score = scorer_for(spec.scorer)
     limits = httpx.Limits(max_connections=spec.concurrency)
     gate = asyncio.Semaphore(spec.concurrency)
-    async with httpx.AsyncClient(base_url=base, timeout=task.timeouts.request_s, limits=limits) as client:
+    async with httpx.AsyncClient(
+        base_url=base, timeout=task.timeouts.request_s, limits=limits
+    ) as client:
 
         async def scrape() -> SpecCounters:
             response = await client.get(launch.metrics_path)
@@ -159,12 +160,14 @@ async def _run_variant(
                     response = await client.post(launch.chat_path, json=body)
                     response.raise_for_status()
                 except httpx.HTTPStatusError as exc:
-                    return _failed_request(prompt_id, t0, f"HTTP {exc.response.status_code}: "
-                                           f"{exc.response.text[:300]}")
+                    return _failed_request(
+                        prompt_id, t0, f"HTTP {exc.response.status_code}: {exc.response.text[:300]}"
+                    )
                 except httpx.TransportError as exc:
                     if proc.poll() is not None:
                         raise EngineError(
-                            f"engine exited with code {proc.returncode} during variant {variant.key}"
+                            f"engine exited with code {proc.returncode} "
+                            f"during variant {variant.key}"
                         ) from exc
                     return _failed_request(prompt_id, t0, f"{type(exc).__name__}: {exc}")
                 latency = time.monotonic() - t0
@@ -184,7 +187,10 @@ async def _run_variant(
         records = await asyncio.gather(*(one(p.id, p.prompt, p.answer) for p in workload.prompts))
         elapsed = time.monotonic() - t0
         after = await scrape()
-    print(f"[{task.cell.cell_id}] {variant.key}: {len(records)} requests in {elapsed:.1f} s", flush=True)
+    print(
+        f"[{task.cell.cell_id}] {variant.key}: {len(records)} requests in {elapsed:.1f} s",
+        flush=True,
+    )
     return VariantResult(
         thinking=variant.thinking,
         workload=variant.workload,
@@ -224,20 +230,16 @@ def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> None:
     """SIGTERM the server's process group, then SIGKILL what is left after ``grace_s``."""
     if proc.poll() is None:
         _signal_group(proc, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
     # Engine workers live in the same group and may outlive the API process.
     _signal_group(proc, signal.SIGKILL)
     proc.wait()
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _tail(path: Path) -> str:
@@ -246,5 +248,3 @@ def _tail(path: Path) -> str:
     except OSError:
         return ""
     return "\n".join(lines[-_LOG_TAIL_LINES:])
-
-

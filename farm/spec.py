@@ -11,16 +11,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from farm.errors import SpecError
 
 __all__ = [
-    "GraphMode",
-    "OnOff",
+    "AxesSpec",
     "EngineFamily",
     "EngineSpec",
+    "GraphMode",
+    "JobSpec",
     "ModelSpec",
-    "WorkloadSpec",
-    "AxesSpec",
+    "OnOff",
     "ResourceSpec",
     "TimeoutSpec",
-    "JobSpec",
+    "WorkloadSpec",
     "load_job",
     "parse_job",
 ]
@@ -107,7 +107,15 @@ class TimeoutSpec(_Spec):
 
 
 MatrixRule = dict[str, Any]
-_RULE_KEYS = {"engine", "model", "graph_mode", "mtp_depth", "sliding_window", "thinking", "workload"}
+_RULE_KEYS = {
+    "engine",
+    "model",
+    "graph_mode",
+    "mtp_depth",
+    "sliding_window",
+    "thinking",
+    "workload",
+}
 
 
 class JobSpec(_Spec):
@@ -182,8 +190,15 @@ def parse_job(text: str, source: str = "<string>", base_dir: str = ".") -> JobSp
         return JobSpec.model_validate(data)
     except ValidationError as exc:
         lines = []
-        for err in exc.errors():
-            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        errors = exc.errors()
+        for err in errors:
+            loc = tuple(
+                p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))
+            )
+            if err["type"] == "too_short" and any(
+                e is not err and e["loc"][: len(loc)] == err["loc"] for e in errors
+            ):
+                continue  # a list emptied by its own invalid items: the items say why
             key = ".".join(str(p) for p in loc) or "<root>"
             line = _line_of(root, loc)
             lines.append(f"{source}:{line}: {key}: {err['msg']}")

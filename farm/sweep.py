@@ -7,13 +7,14 @@ JSON file instead of being lost.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from farm import store
@@ -22,12 +23,12 @@ from farm.engines import job_capabilities
 from farm.errors import BuildError, FarmError, StoreError
 from farm.orchestrate import RayPool
 from farm.plan import Plan, ServerCell, expand_matrix, select
-from farm.records import BuildInfo, CellResult
+from farm.records import BuildInfo, CellResult, CellStatus
 from farm.runner import CellTask
 from farm.spec import JobSpec
 from farm.workload.prompts import LoadedWorkload, load_prompts
 
-__all__ = ["SweepOptions", "SweepEvents", "SweepOutcome", "farm_home", "plan_job", "run_sweep"]
+__all__ = ["SweepEvents", "SweepOptions", "SweepOutcome", "farm_home", "plan_job", "run_sweep"]
 
 
 def farm_home() -> Path:
@@ -71,8 +72,9 @@ def plan_job(job: JobSpec, only: dict[str, str] | None = None) -> Plan:
     return select(plan, only) if only else plan
 
 
-def run_sweep(job: JobSpec, job_text: str, options: SweepOptions,
-              events: SweepEvents | None = None) -> SweepOutcome:
+def run_sweep(
+    job: JobSpec, job_text: str, options: SweepOptions, events: SweepEvents | None = None
+) -> SweepOutcome:
     """Run every cell of ``job`` and store the results; see the module docstring."""
     events = events or SweepEvents()
     plan = plan_job(job, options.only)
@@ -107,16 +109,18 @@ def run_sweep(job: JobSpec, job_text: str, options: SweepOptions,
             land(cell, _unrun(cell, "build_failed", build))
             continue
         model = next(m for m in job.models if m.name == cell.model)
-        tasks.append(CellTask(
-            cell=cell,
-            engine=next(e for e in job.engines if e.name == cell.engine),
-            model=model,
-            model_path=str(job.resolve(model.path)),
-            workloads=workloads,
-            build=build,
-            timeouts=job.timeouts,
-            log_dir=str(log_dir),
-        ))
+        tasks.append(
+            CellTask(
+                cell=cell,
+                engine=next(e for e in job.engines if e.name == cell.engine),
+                model=model,
+                model_path=str(job.resolve(model.path)),
+                workloads=workloads,
+                build=build,
+                timeouts=job.timeouts,
+                log_dir=str(log_dir),
+            )
+        )
     status = "ok"
     try:
         if tasks:
@@ -141,31 +145,40 @@ def run_sweep(job: JobSpec, job_text: str, options: SweepOptions,
                 store.finish_sweep(session, sweep_id, status)  # type: ignore[arg-type]
         except (StoreError, SQLAlchemyError):
             pass
-    return SweepOutcome(sweep_id=sweep_id, ok=tuple(outcome["ok"]),
-                        failed=tuple(outcome["failed"]), spooled=tuple(outcome["spooled"]))
+    return SweepOutcome(
+        sweep_id=sweep_id,
+        ok=tuple(outcome["ok"]),
+        failed=tuple(outcome["failed"]),
+        spooled=tuple(outcome["spooled"]),
+    )
 
 
-def _build_engines(job: JobSpec, plan: Plan, home: Path, db: object, sweep_id: int,
-                   events: SweepEvents) -> dict[str, BuildInfo | str]:
+def _build_engines(
+    job: JobSpec, plan: Plan, home: Path, db: Engine, sweep_id: int, events: SweepEvents
+) -> dict[str, BuildInfo | str]:
     """Each engine the plan uses, built or reused; a failed build maps to its error."""
     builds: dict[str, BuildInfo | str] = {}
     for name in dict.fromkeys(c.engine for c in plan.cells):
         spec = next(e for e in job.engines if e.name == name)
         try:
-            build = ensure_build(spec, home / "cache",
-                                 lambda line, n=name: events.build_line(n, line))
+            build = ensure_build(spec, home / "cache", functools.partial(events.build_line, name))
         except (BuildError, FarmError) as exc:
             builds[name] = str(exc)
             events.build_done(name, None, str(exc))
             continue
-        with store.Session(db) as session:  # type: ignore[arg-type]
+        with store.Session(db) as session:
             store.record_build(session, sweep_id, build)
         builds[name] = build
         events.build_done(name, build, None)
     return builds
 
 
-def _unrun(cell: ServerCell, status: str, error: str) -> CellResult:
+def _unrun(cell: ServerCell, status: CellStatus, error: str) -> CellResult:
     now = datetime.now(UTC)
-    return CellResult(cell_id=cell.cell_id, status=status,  # type: ignore[arg-type]
-                      started_at=now, finished_at=now, error=error)
+    return CellResult(
+        cell_id=cell.cell_id,
+        status=status,
+        started_at=now,
+        finished_at=now,
+        error=error,
+    )

@@ -38,8 +38,14 @@ class VariantSummary(BaseModel):
 
 def _baseline_key(stored: StoredCell, variant: VariantResult) -> tuple[str, ...]:
     c = stored.cell
-    return (c.engine, c.model, c.planned_graph_mode, c.sliding_window, variant.thinking,
-            variant.workload)
+    return (
+        c.engine,
+        c.model,
+        c.planned_graph_mode,
+        c.sliding_window,
+        variant.thinking,
+        variant.workload,
+    )
 
 
 def summarize_sweep(sweep: SweepRecord) -> tuple[VariantSummary, ...]:
@@ -66,16 +72,21 @@ def summarize_sweep(sweep: SweepRecord) -> tuple[VariantSummary, ...]:
             "model": cell.model,
             "graph_mode": cell.graph_mode,
             "effective_graph_mode": result.effective.graph_mode
-            if result and result.effective else None,
+            if result and result.effective
+            else None,
             "mtp_depth": cell.mtp_depth,
             "sliding_window": cell.sliding_window,
         }
         if result is None or not result.variants:
-            rows.append(VariantSummary(
-                **common, thinking=None, workload=None,
-                status=result.status if result else "planned",
-                error=result.error if result else None,
-            ))
+            rows.append(
+                VariantSummary(
+                    **common,
+                    thinking=None,
+                    workload=None,
+                    status=result.status if result else "planned",
+                    error=result.error if result else None,
+                )
+            )
             continue
         for v in result.variants:
             ok = [r for r in v.requests if r.error is None]
@@ -87,20 +98,22 @@ def summarize_sweep(sweep: SweepRecord) -> tuple[VariantSummary, ...]:
                 compared = len(pairs)
                 same = sum(a == b for a, b in pairs)
             tokens = sum(r.completion_tokens for r in ok)
-            rows.append(VariantSummary(
-                **common,
-                thinking=v.thinking,
-                workload=v.workload,
-                status=result.status,
-                error=result.error,
-                requests=len(v.requests),
-                failed_requests=len(v.requests) - len(ok),
-                acceptance_rate=v.counters.acceptance_rate,
-                mean_acceptance_length=v.counters.mean_acceptance_length,
-                per_position=v.counters.per_position_rate,
-                greedy_same=same,
-                greedy_compared=compared,
-                accuracy=sum(bool(r.correct) for r in scored) / len(scored) if scored else None,
-                output_tokens_per_s=tokens / v.elapsed_s if v.elapsed_s > 0 else None,
-            ))
+            rows.append(
+                VariantSummary(
+                    **common,
+                    thinking=v.thinking,
+                    workload=v.workload,
+                    status=result.status,
+                    error=result.error,
+                    requests=len(v.requests),
+                    failed_requests=len(v.requests) - len(ok),
+                    acceptance_rate=v.counters.acceptance_rate,
+                    mean_acceptance_length=v.counters.mean_acceptance_length,
+                    per_position=v.counters.per_position_rate,
+                    greedy_same=same,
+                    greedy_compared=compared,
+                    accuracy=sum(bool(r.correct) for r in scored) / len(scored) if scored else None,
+                    output_tokens_per_s=tokens / v.elapsed_s if v.elapsed_s > 0 else None,
+                )
+            )
     return tuple(rows)

@@ -50,7 +50,9 @@ def ensure_build(engine: EngineSpec, cache_dir: Path, on_line: LineSink | None =
     when a step fails twice.
     """
     if engine.patches:
-        raise BuildError(f"engine {engine.name}: patch series are not supported by this farm version")
+        raise BuildError(
+            f"engine {engine.name}: patch series are not supported by this farm version"
+        )
     recipe = adapter_for(engine.family).build_recipe(engine)
     bid = build_id(engine, recipe)
     root = cache_dir / "builds"
@@ -101,7 +103,7 @@ def _run(argv: list[str], what: str, say: LineSink) -> None:
         # pip's find-links warnings repeat per package and say nothing useful.
         if not line or "is ignored: it is neither a file nor a directory" in line:
             continue
-        tail = (tail + [line])[-30:]
+        tail = ([*tail, line])[-30:]
         say(line)
     if proc.wait() != 0:
         raise BuildError(

@@ -19,14 +19,19 @@ from farm.report import render_matrix, render_plan
 from farm.spec import load_job
 from farm.sweep import SweepEvents, SweepOptions, farm_home, plan_job, run_sweep
 
-app = typer.Typer(help="mtp-farm: sweep speculative decoding across engine builds and modes.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+app = typer.Typer(
+    help="mtp-farm: sweep speculative decoding across engine builds and modes.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
 db_app = typer.Typer(help="The SQL store.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 console = Console()
 
-DbOption = Annotated[str | None, typer.Option("--db", envvar="FARM_DB_URL",
-                                              help="SQLAlchemy URL; default: SQLite in FARM_HOME")]
+DbOption = Annotated[
+    str | None,
+    typer.Option("--db", envvar="FARM_DB_URL", help="SQLAlchemy URL; default: SQLite in FARM_HOME"),
+]
 OnlyOption = Annotated[list[str] | None, typer.Option("--only", help="AXIS=VALUE; repeatable")]
 
 
@@ -47,14 +52,21 @@ def _fail(exc: FarmError) -> typer.Exit:
 
 class _ConsoleEvents(SweepEvents):
     def __init__(self) -> None:
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                 MofNCompleteColumn(), TimeElapsedColumn(), console=console)
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        )
         self.task = self.progress.add_task("cells", total=None)
         self.status = console.status("")
 
     def planned(self, plan: Plan, sweep_id: int) -> None:
-        console.print(f"sweep [bold]{sweep_id}[/bold]: {len(plan.cells)} server cells, "
-                      f"{plan.variant_count} variants, {len(plan.excluded)} excluded")
+        console.print(
+            f"sweep [bold]{sweep_id}[/bold]: {len(plan.cells)} server cells, "
+            f"{plan.variant_count} variants, {len(plan.excluded)} excluded"
+        )
         self.progress.update(self.task, total=len(plan.cells))
 
     def build_line(self, engine: str, line: str) -> None:
@@ -64,7 +76,9 @@ class _ConsoleEvents(SweepEvents):
     def build_done(self, engine: str, build: BuildInfo | None, error: str | None) -> None:
         self.status.stop()
         if build:
-            console.print(f"build {engine}: [green]ready[/green] {build.build_id} ({build.env_dir})")
+            console.print(
+                f"build {engine}: [green]ready[/green] {build.build_id} ({build.env_dir})"
+            )
         else:
             console.print(f"build {engine}: [red]failed[/red]\n{error}")
 
@@ -78,11 +92,14 @@ class _ConsoleEvents(SweepEvents):
             parts = []
             for v in result.variants:
                 al = v.counters.mean_acceptance_length
-                parts.append(f"{v.thinking}/{v.workload} AL={al:.2f}" if al else
-                             f"{v.thinking}/{v.workload}")
-            console.print(f"[green]ok[/green]     {cell.cell_id} "
-                          f"(start {result.startup_s or 0:.0f}s, gen {result.generation_s or 0:.0f}s) "
-                          + ", ".join(parts))
+                parts.append(
+                    f"{v.thinking}/{v.workload} AL={al:.2f}" if al else f"{v.thinking}/{v.workload}"
+                )
+            console.print(
+                f"[green]ok[/green]     {cell.cell_id} "
+                f"(start {result.startup_s or 0:.0f}s, gen {result.generation_s or 0:.0f}s) "
+                + ", ".join(parts)
+            )
         else:
             console.print(f"[red]{result.status}[/red] {cell.cell_id}: {result.error}")
 
@@ -102,8 +119,12 @@ def run(
             for table in render_plan(plan_job(job, _only(only))):
                 console.print(table)
             return
-        options = SweepOptions(db_url=db or store.default_db_url(), ray_address=ray_address,
-                               only=_only(only), home=farm_home())
+        options = SweepOptions(
+            db_url=db or store.default_db_url(),
+            ray_address=ray_address,
+            only=_only(only),
+            home=farm_home(),
+        )
         events = _ConsoleEvents()
         try:
             outcome = run_sweep(job, job_file.read_text(), options, events)
@@ -114,13 +135,19 @@ def run(
         raise _fail(exc) from None
     with store.Session(store.open_store(options.db_url)) as session:
         record = store.load_sweep(session, outcome.sweep_id)
-    console.print(render_matrix(f"sweep {outcome.sweep_id} ({record.job})", summarize_sweep(record)))
+    console.print(
+        render_matrix(f"sweep {outcome.sweep_id} ({record.job})", summarize_sweep(record))
+    )
     for line in outcome.spooled:
         console.print(f"[yellow]spooled[/yellow] (store refused it): {line}")
     if outcome.failed:
-        console.print(f"[red]{len(outcome.failed)} cell(s) failed:[/red] " + ", ".join(outcome.failed))
+        console.print(
+            f"[red]{len(outcome.failed)} cell(s) failed:[/red] " + ", ".join(outcome.failed)
+        )
         raise typer.Exit(1)
-    console.print(f"[green]all {len(outcome.ok)} cells ok[/green]; `farm report {outcome.sweep_id}`")
+    console.print(
+        f"[green]all {len(outcome.ok)} cells ok[/green]; `farm report {outcome.sweep_id}`"
+    )
 
 
 @app.command()
@@ -150,7 +177,8 @@ def report(
             record = store.load_sweep(session, sweep_id)
     except FarmError as exc:
         raise _fail(exc) from None
-    title = f"sweep {record.sweep_id} ({record.job}, {record.status}, started {record.started_at:%Y-%m-%d %H:%M})"
+    started = f"{record.started_at:%Y-%m-%d %H:%M}"
+    title = f"sweep {record.sweep_id} ({record.job}, {record.status}, started {started})"
     console.print(render_matrix(title, summarize_sweep(record)))
     for e in record.excluded:
         console.print(f"excluded {e.label}: {e.reason}", highlight=False)
@@ -165,8 +193,10 @@ def sweeps(db: DbOption = None, limit: int = 20) -> None:
     except FarmError as exc:
         raise _fail(exc) from None
     for s in rows:
-        console.print(f"{s.id:>5}  {s.job:<20} {s.status:<12} {s.started_at:%Y-%m-%d %H:%M}  "
-                      f"ok={s.cells_ok} failed={s.cells_failed} planned={s.cells_planned}")
+        console.print(
+            f"{s.id:>5}  {s.job:<20} {s.status:<12} {s.started_at:%Y-%m-%d %H:%M}  "
+            f"ok={s.cells_ok} failed={s.cells_failed} planned={s.cells_planned}"
+        )
 
 
 @db_app.command("upgrade")

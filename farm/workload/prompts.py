@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from farm.errors import SpecError
 from farm.spec import WorkloadSpec
 
-__all__ = ["Prompt", "LoadedWorkload", "load_prompts", "scorer_for"]
+__all__ = ["LoadedWorkload", "Prompt", "load_prompts", "scorer_for"]
 
 Scorer = Callable[[str, str], bool]
 
@@ -46,7 +46,9 @@ def load_prompts(path: Path, count: int) -> tuple[Prompt, ...]:
         try:
             prompts.append(Prompt.model_validate(json.loads(line)))
         except (json.JSONDecodeError, ValidationError) as exc:
-            raise SpecError(f"{path}:{number}: not a prompt record ({exc})".splitlines()[0]) from None
+            raise SpecError(
+                f"{path}:{number}: not a prompt record ({exc})".splitlines()[0]
+            ) from None
         if len(prompts) == count:
             break
     if len(prompts) < count:

@@ -7,19 +7,15 @@ dropped afterwards. An unreachable server fails the tests; it never skips them.
 
 from __future__ import annotations
 
-import os
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
-import psycopg
 import pytest
 import sqlalchemy as sa
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from psycopg import sql
 
 from farm.errors import StoreError
 from farm.plan import ExcludedCell, Plan, ServerCell, Variant
@@ -48,39 +44,10 @@ from farm.store import (
 )
 from farm.store.db import MIGRATIONS_DIR
 
-PG_ADMIN_URL_DEFAULT = "postgresql://postgres@127.0.0.1:5432/test"
 T0 = datetime(2026, 3, 1, 2, 30, 15, 123456, tzinfo=timezone(timedelta(hours=8)))
 
 
 # --- fixtures -------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def pg_admin_url() -> str:
-    url = os.environ.get("FARM_TEST_PG_URL", PG_ADMIN_URL_DEFAULT)
-    try:
-        with psycopg.connect(url, connect_timeout=5):
-            pass
-    except psycopg.OperationalError as exc:
-        pytest.fail(f"PostgreSQL is not reachable at {url} (set FARM_TEST_PG_URL): {exc}")
-    return url
-
-
-@pytest.fixture
-def pg_url(pg_admin_url: str) -> Iterator[str]:
-    """A fresh, empty PostgreSQL database for one test."""
-    name = f"farm_store_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = sa.make_url(pg_admin_url).set(database=name).render_as_string(hide_password=False)
-    try:
-        yield url
-    finally:
-        with psycopg.connect(pg_admin_url, autocommit=True) as admin:
-            # FORCE: a test that failed mid-way may leave a pooled connection open.
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

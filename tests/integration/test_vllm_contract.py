@@ -44,8 +44,13 @@ print(json.dumps(out, default=str))
 
 
 def _parse(build: BuildInfo, argvs: list[list[str]]) -> list[dict[str, object]]:
-    done = subprocess.run([build.python, "-c", _PARSE], input=json.dumps(argvs),
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [build.python, "-c", _PARSE],
+        input=json.dumps(argvs),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -54,8 +59,10 @@ def test_every_local_cell_argv_parses_in_vllm(local_job: JobSpec, engine_build: 
     plan = expand_matrix(local_job, job_capabilities(local_job))
     engine, model = local_job.engines[0], local_job.models[0]
     adapter = adapter_for(engine.family)
-    launches = [adapter.launch(c, engine, model, "/m", engine_build.python, 8000 + i)
-                for i, c in enumerate(plan.cells)]
+    launches = [
+        adapter.launch(c, engine, model, "/m", engine_build.python, 8000 + i)
+        for i, c in enumerate(plan.cells)
+    ]
     parsed = _parse(engine_build, [list(lx.argv[3:]) for lx in launches])
     for cell, got in zip(plan.cells, parsed, strict=True):
         assert got["enforce_eager"] is (cell.planned_graph_mode == "eager"), cell.cell_id
@@ -75,20 +82,28 @@ def test_every_local_cell_argv_parses_in_vllm(local_job: JobSpec, engine_build: 
 
 def test_graph_capture_modes_parse_in_vllm(local_job: JobSpec, engine_build: BuildInfo) -> None:
     # vllm-ascend shares vLLM's CLI: its graph modes must parse with this parser too.
-    ascend = local_job.engines[0].model_copy(update={"family": "vllm-ascend",
-                                                     "package": "vllm-ascend"})
-    job = local_job.model_copy(update={
-        "engines": (ascend,),
-        "axes": local_job.axes.model_copy(update={
-            "graph_mode": ("eager", "piecewise", "full_decode_only", "full"),
-            "mtp_depth": (3,)}),
-    })
+    ascend = local_job.engines[0].model_copy(
+        update={"family": "vllm-ascend", "package": "vllm-ascend"}
+    )
+    job = local_job.model_copy(
+        update={
+            "engines": (ascend,),
+            "axes": local_job.axes.model_copy(
+                update={
+                    "graph_mode": ("eager", "piecewise", "full_decode_only", "full"),
+                    "mtp_depth": (3,),
+                }
+            ),
+        }
+    )
     caps: dict[str, Capabilities] = job_capabilities(job)
     plan = expand_matrix(job, caps)
     adapter = adapter_for("vllm-ascend")
     launches = [adapter.launch(c, ascend, job.models[0], "/m", "python", 8000) for c in plan.cells]
     parsed = _parse(engine_build, [list(lx.argv[3:]) for lx in launches])
-    modes = {c.planned_graph_mode: p["cudagraph_mode"] for c, p in zip(plan.cells, parsed, strict=True)}
+    modes = {
+        c.planned_graph_mode: p["cudagraph_mode"] for c, p in zip(plan.cells, parsed, strict=True)
+    }
     assert modes["piecewise"].endswith("PIECEWISE")
     assert modes["full_decode_only"].endswith("FULL_DECODE_ONLY")
     assert modes["full"].endswith("FULL")

@@ -25,8 +25,12 @@ workloads:
 """
 
 CPU = Capabilities(
-    graph_modes={"eager": "eager", "compiled": "compiled", "piecewise": "compiled",
-                 "full_decode_only": None},
+    graph_modes={
+        "eager": "eager",
+        "compiled": "compiled",
+        "piecewise": "compiled",
+        "full_decode_only": None,
+    },
     graph_mode_reasons={"full_decode_only": "no graph capture", "piecewise": "no capture"},
     speculative_methods=("mtp",),
     drafter_eager_when_compiled=True,
@@ -62,8 +66,9 @@ def test_piecewise_remapped_when_compiled_not_requested() -> None:
     job = parse_job(JOB.replace("[eager, compiled, piecewise, full_decode_only]", "[piecewise]"))
     plan = expand_matrix(job, {"cpu": CPU})
     assert {c.planned_graph_mode for c in plan.cells} == {"compiled"}
-    assert all(any(r.startswith("graph_mode piecewise -> compiled") for r in c.remaps)
-               for c in plan.cells)
+    assert all(
+        any(r.startswith("graph_mode piecewise -> compiled") for r in c.remaps) for c in plan.cells
+    )
 
 
 def test_exclude_and_include_rules() -> None:
@@ -71,8 +76,10 @@ def test_exclude_and_include_rules() -> None:
     assert {c.sliding_window for c in plan.cells} == {"on"}
     assert sum("job exclude rule" in e.reason for e in plan.excluded) == 12
     assert all(len(c.variants) == 3 for c in plan.cells)
-    include = ("include:\n  - {engine: cpu, model: tiny, graph_mode: eager, mtp_depth: 7,"
-               " sliding_window: on}\n")
+    include = (
+        "include:\n  - {engine: cpu, model: tiny, graph_mode: eager, mtp_depth: 7,"
+        " sliding_window: on}\n"
+    )
     plan = _plan(include)
     extra = [c for c in plan.cells if c.mtp_depth == 7]
     assert len(extra) == 1 and [v.key for v in extra[0].variants] == ["think-on.arith"]
