@@ -7,6 +7,7 @@ group on a free loopback port, HTTP to its OpenAI API and metrics, a log per cel
 from __future__ import annotations
 
 import asyncio
+import json
 import contextlib
 import os
 import signal
@@ -15,6 +16,7 @@ import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 from pydantic import BaseModel, ConfigDict
@@ -80,7 +82,9 @@ def run_cell(task: CellTask, npu_ids: tuple[int, ...] = (), node: str | None = N
         startup_s = time.monotonic() - t0
         with httpx.Client(base_url=base, timeout=30) as client:
             models = client.get("/v1/models").json()
-        effective = adapter.effective_config(log_path.read_text(errors="replace"), models)
+        effective = adapter.effective_config(
+            task.cell, log_path.read_text(errors="replace"), models, _hf_config(task.model_path)
+        )
         t1 = time.monotonic()
         for variant in task.cell.variants:
             workload = next(w for w in task.workloads if w.spec.name == variant.workload)
@@ -90,6 +94,8 @@ def run_cell(task: CellTask, npu_ids: tuple[int, ...] = (), node: str | None = N
         generation_s = time.monotonic() - t1
     except (CellError, EngineError, httpx.HTTPError) as exc:
         error = f"{type(exc).__name__}: {exc}"
+        if not isinstance(exc, EngineError) and _exited(proc, within_s=3.0):
+            error = f"EngineError: engine exited with code {proc.returncode} ({error})"
     finally:
         _stop(proc, task.timeouts.stop_s)
     return CellResult(
@@ -107,6 +113,14 @@ def run_cell(task: CellTask, npu_ids: tuple[int, ...] = (), node: str | None = N
         log_tail=_tail(log_path) if error else None,
         log_path=str(log_path),
     )
+
+
+def _hf_config(model_path: str) -> dict[str, Any]:
+    try:
+        config: dict[str, Any] = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return config
 
 
 def _free_port() -> int:
@@ -164,7 +178,7 @@ async def _run_variant(
                         prompt_id, t0, f"HTTP {exc.response.status_code}: {exc.response.text[:300]}"
                     )
                 except httpx.TransportError as exc:
-                    if proc.poll() is not None:
+                    if _exited(proc, within_s=3.0):
                         raise EngineError(
                             f"engine exited with code {proc.returncode} "
                             f"during variant {variant.key}"
@@ -199,6 +213,16 @@ async def _run_variant(
         elapsed_s=elapsed,
         concurrency=spec.concurrency,
     )
+
+
+def _exited(proc: subprocess.Popen[bytes], within_s: float) -> bool:
+    """Whether the server has exited, waiting briefly: a killed server refuses
+    connections a moment before its exit status can be collected."""
+    try:
+        proc.wait(timeout=within_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
 
 
 def _failed_request(prompt_id: str, t0: float, error: str) -> RequestRecord:

@@ -82,7 +82,8 @@ def run_sweep(
     with store.Session(engine) as session:
         sweep_id = store.create_sweep(session, plan, job_text, platform.node())
     events.planned(plan, sweep_id)
-    log_dir = options.home / "logs" / f"sweep-{sweep_id}"
+    # Several stores may share one FARM_HOME: the time keeps their sweep ids apart.
+    log_dir = options.home / "logs" / f"sweep-{sweep_id}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     outcome: dict[str, list[str]] = {"ok": [], "failed": [], "spooled": []}
 
     def land(cell: ServerCell, result: CellResult) -> None:

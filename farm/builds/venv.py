@@ -18,6 +18,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from farm.builds.cache import MARKER, touch_build
 from farm.engines import adapter_for
 from farm.engines.base import BuildRecipe
 from farm.errors import BuildError
@@ -27,7 +28,6 @@ from farm.spec import EngineSpec
 __all__ = ["build_id", "ensure_build"]
 
 LineSink = Callable[[str], None]
-_MARKER = "build.json"
 
 
 def build_id(engine: EngineSpec, recipe: BuildRecipe) -> str:
@@ -71,7 +71,8 @@ def ensure_build(engine: EngineSpec, cache_dir: Path, on_line: LineSink | None =
         node=platform.node(),
     )
     with FileLock(str(root / f"{bid}.lock")):
-        if (env_dir / _MARKER).exists() and Path(info.python).exists():
+        if (env_dir / MARKER).exists() and Path(info.python).exists():
+            touch_build(env_dir)
             return info
         say = on_line or (lambda _line: None)
         shutil.rmtree(env_dir, ignore_errors=True)
@@ -82,7 +83,8 @@ def ensure_build(engine: EngineSpec, cache_dir: Path, on_line: LineSink | None =
         if recipe.remove:
             _run([*pip, "uninstall", "-y", *recipe.remove], "remove unusable packages", say)
         _run([info.python, "-c", recipe.import_check], "import the engine", say)
-        (env_dir / _MARKER).write_text(info.model_dump_json(indent=2))
+        (env_dir / MARKER).write_text(info.model_dump_json(indent=2))
+        touch_build(env_dir)
         return info
 
 

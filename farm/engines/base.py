@@ -92,5 +92,7 @@ class EngineAdapter(ABC):
         """Server-wide cumulative speculative counters from a metrics scrape."""
 
     @abstractmethod
-    def effective_config(self, log_text: str, models: dict[str, Any]) -> EffectiveConfig:
-        """What the engine really runs, read from its start-up log and model listing."""
+    def effective_config(
+        self, cell: ServerCell, log_text: str, models: dict[str, Any], hf_config: dict[str, Any]
+    ) -> EffectiveConfig:
+        """What the engine really runs, from its start-up log, model listing and config."""

