@@ -7,8 +7,10 @@ group on a free loopback port, HTTP to its OpenAI API and metrics, a log per cel
 from __future__ import annotations
 
 import asyncio
-import json
 import contextlib
+import ctypes
+import ctypes.util
+import json
 import os
 import signal
 import socket
@@ -31,6 +33,7 @@ from farm.workload.prompts import LoadedWorkload, scorer_for
 __all__ = ["CellTask", "run_cell"]
 
 _LOG_TAIL_LINES = 40
+_PR_SET_PDEATHSIG = 1
 
 
 class CellTask(BaseModel):
@@ -74,6 +77,7 @@ def run_cell(task: CellTask, npu_ids: tuple[int, ...] = (), node: str | None = N
             stderr=subprocess.STDOUT,
             env={**os.environ, **launch.env},
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -113,6 +117,16 @@ def run_cell(task: CellTask, npu_ids: tuple[int, ...] = (), node: str | None = N
         log_tail=_tail(log_path) if error else None,
         log_path=str(log_path),
     )
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL when the worker that started it dies (Linux).
+
+    A Ray worker killed with its node (or a driver interrupted) must not leave an
+    engine server holding the machine's cores and accelerators.
+    """
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _hf_config(model_path: str) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from farm.engines import job_capabilities
 from farm.errors import BuildError, FarmError, StoreError
 from farm.orchestrate import RayPool
 from farm.plan import Plan, ServerCell, expand_matrix, select
-from farm.records import BuildInfo, CellResult, CellStatus
+from farm.records import BuildInfo, CellResult, CellStatus, SweepRecord
 from farm.runner import CellTask
 from farm.spec import JobSpec
 from farm.workload.prompts import LoadedWorkload, load_prompts
@@ -45,6 +45,7 @@ class SweepOptions(BaseModel):
     ray_address: str | None = None
     only: dict[str, str] = {}
     home: Path
+    resume: int | None = None
 
 
 class SweepOutcome(BaseModel):
@@ -80,7 +81,16 @@ def run_sweep(
     plan = plan_job(job, options.only)
     engine = store.open_store(options.db_url)
     with store.Session(engine) as session:
-        sweep_id = store.create_sweep(session, plan, job_text, platform.node())
+        if options.resume is None:
+            sweep_id = store.create_sweep(session, plan, job_text, platform.node())
+        else:
+            sweep_id = options.resume
+            plan = _remaining(
+                plan,
+                store.load_sweep(session, sweep_id),
+                store.completed_cell_ids(session, sweep_id),
+            )
+            store.reopen_sweep(session, sweep_id)
     events.planned(plan, sweep_id)
     # Several stores may share one FARM_HOME: the time keeps their sweep ids apart.
     log_dir = options.home / "logs" / f"sweep-{sweep_id}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
@@ -172,6 +182,18 @@ def _build_engines(
         builds[name] = build
         events.build_done(name, build, None)
     return builds
+
+
+def _remaining(plan: Plan, stored: SweepRecord, done: set[str]) -> Plan:
+    """The cells of ``plan`` that sweep ``stored`` has not finished; the job must match."""
+    planned = {c.cell.cell_id for c in stored.cells}
+    unknown = sorted({c.cell_id for c in plan.cells} - planned)
+    if unknown:
+        raise FarmError(
+            f"cannot resume sweep {stored.sweep_id}: the job now has cells it did not plan "
+            f"({', '.join(unknown[:3])}...); run it as a new sweep"
+        )
+    return plan.model_copy(update={"cells": tuple(c for c in plan.cells if c.cell_id not in done)})
 
 
 def _unrun(cell: ServerCell, status: CellStatus, error: str) -> CellResult:

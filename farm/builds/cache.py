@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from farm.records import BuildInfo
 
-__all__ = ["CachedBuild", "list_builds", "prune_builds", "touch_build", "MARKER"]
+__all__ = ["MARKER", "CachedBuild", "list_builds", "prune_builds", "touch_build"]
 
 MARKER = "build.json"
 _LAST_USED = "last_used"
@@ -55,8 +55,9 @@ def list_builds(cache_dir: Path, sizes: bool = True) -> list[CachedBuild]:
             continue
         used = marker.parent / _LAST_USED
         last = used.stat().st_mtime if used.exists() else marker.stat().st_mtime
-        builds.append(CachedBuild(info=info, size_bytes=_size(marker.parent) if sizes else 0,
-                                  last_used=last))
+        builds.append(
+            CachedBuild(info=info, size_bytes=_size(marker.parent) if sizes else 0, last_used=last)
+        )
     return sorted(builds, key=lambda b: -b.last_used)
 
 

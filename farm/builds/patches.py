@@ -23,7 +23,7 @@ from typing import Literal
 
 from filelock import FileLock
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict
 
 from farm.builds.series import ENGINE_IMPORT_NAMES, Patch, Target, not_applicable_reason
@@ -155,9 +155,8 @@ def _failures(patch: Patch, output: str) -> tuple[HunkFailure, ...]:
         elif m := _MISSING.match(line):
             # The report names only the diff's input line: find the section it opens.
             at = int(m.group(1))
-            missing = max(
-                (f for f in patch.files if f.header_line <= at), key=lambda f: f.header_line
-            )
+            opened = [f for f in patch.files if f.header_line <= at]
+            missing = opened[-1] if opened else patch.files[0]
             failures.extend(
                 HunkFailure(file=missing.path, hunk=h.number, reason="file not found", text=h.text)
                 for h in missing.hunks
@@ -336,6 +335,10 @@ def fetch_release(dist: str, version: str, cache_dir: str | Path) -> Path:
     Uses ``pip download --no-deps --only-binary=:all:``; a cached wheel is not fetched
     again. Raises PatchError with pip's output when the release has no usable wheel.
     """
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise PatchError(f"{dist}: {version!r} is not a release version") from None
     wheels = Path(cache_dir)
     wheels.mkdir(parents=True, exist_ok=True)
     with FileLock(str(wheels / f"{canonicalize_name(dist)}-{version}.lock")):
@@ -351,13 +354,21 @@ def fetch_release(dist: str, version: str, cache_dir: str | Path) -> Path:
         unpacked = wheels / wheel.name.removesuffix(".whl")
         if not (unpacked / ".farm-unpacked").exists():
             shutil.rmtree(unpacked, ignore_errors=True)
-            partial = Path(tempfile.mkdtemp(prefix=".unpack-", dir=wheels))
-            partial.chmod(0o755)  # mkdtemp makes it private; the cache is shared
-            with zipfile.ZipFile(wheel) as archive:
-                archive.extractall(partial)  # extractall drops absolute and ".." parts
-            (partial / ".farm-unpacked").write_text(wheel.name + "\n")
-            os.replace(partial, unpacked)
+            _unpack(wheel, unpacked)
         return unpacked
+
+
+def _unpack(wheel: Path, dest: Path) -> None:
+    partial = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
+    try:
+        partial.chmod(0o755)  # mkdtemp makes it private; the cache is shared
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(partial)  # extractall drops absolute and ".." parts
+        (partial / ".farm-unpacked").write_text(wheel.name + "\n")
+        os.replace(partial, dest)
+    except (OSError, zipfile.BadZipFile) as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise PatchError(f"could not unpack {wheel}: {exc}") from exc
 
 
 def _find_wheel(folder: Path, dist: str, version: str) -> Path | None:

@@ -24,9 +24,14 @@ def list_() -> None:
         table.add_column(col)
     for b in list_builds(farm_home() / "cache"):
         age_h = (time.time() - b.last_used) / 3600
-        table.add_row(b.info.build_id, b.info.engine, f"{b.info.package}=={b.info.version}",
-                      ", ".join(b.info.patches) or "-", f"{b.size_bytes / 2**30:.2f} GiB",
-                      f"{age_h:.1f} h ago")
+        table.add_row(
+            b.info.build_id,
+            b.info.engine,
+            f"{b.info.package}=={b.info.version}",
+            ", ".join(b.info.patches) or "-",
+            f"{b.size_bytes / 2**30:.2f} GiB",
+            f"{age_h:.1f} h ago",
+        )
     console.print(table)
 
 

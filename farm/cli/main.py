@@ -113,6 +113,9 @@ def run(
     only: OnlyOption = None,
     ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster")] = None,
     dry_run: Annotated[bool, typer.Option(help="plan and stop")] = False,
+    resume: Annotated[
+        int | None, typer.Option(help="finish sweep N: run only its cells not yet stored")
+    ] = None,
 ) -> None:
     """Run a sweep: build engines, run every cell on Ray, store every result."""
     try:
@@ -126,6 +129,7 @@ def run(
             ray_address=ray_address,
             only=_only(only),
             home=farm_home(),
+            resume=resume,
         )
         events = _ConsoleEvents()
         try:

@@ -5,10 +5,12 @@ Register with ``app.add_typer(patches_app, name="patches")`` in :mod:`farm.cli.m
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.table import Table
@@ -70,9 +72,7 @@ class _Trees:
     def tree(self, target: Target) -> Path | None:
         if target.version is not None and target.tree == "package":
             if target.version not in self._wheels:
-                from farm.sweep import farm_home  # imported here: it pulls in the store
-
-                cache = farm_home() / "cache" / "wheels"
+                cache = _farm_home() / "cache" / "wheels"
                 dist = ENGINE_DISTRIBUTIONS[self.engine]
                 self._wheels[target.version] = fetch_release(dist, target.version, cache)
             return self._wheels[target.version]
@@ -80,6 +80,20 @@ class _Trees:
         if self.source is not None and named and (target == named or _same_commit(target, named)):
             return self.source
         return None
+
+
+def _farm_home() -> Path:
+    # The rule of farm.sweep.farm_home, which cannot be imported here cheaply: it pulls
+    # in Ray and the store, seconds of start-up for a command that needs neither.
+    return Path(os.environ.get("FARM_HOME", "~/.mtp-farm")).expanduser()
+
+
+def _is_release(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
 
 
 def _same_commit(a: Target, b: Target) -> bool:
@@ -164,6 +178,8 @@ def check(
         raise typer.BadParameter("give --version or --source, not both")
     if (version or source) and not engine:
         raise typer.BadParameter("--version and --source need --engine")
+    if version is not None and not _is_release(version):
+        raise typer.BadParameter(f"--version {version!r} is not a release version (PEP 440)")
     if engine is not None and engine not in ENGINE_DISTRIBUTIONS:
         raise typer.BadParameter(
             f"unknown engine {engine!r}; known: {sorted(ENGINE_DISTRIBUTIONS)}"

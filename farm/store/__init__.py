@@ -22,6 +22,7 @@ from farm.store.repository import (
     list_sweeps,
     load_sweep,
     record_build,
+    reopen_sweep,
     save_cell_result,
 )
 
@@ -41,6 +42,7 @@ __all__ = [
     "normalize_url",
     "open_store",
     "record_build",
+    "reopen_sweep",
     "save_cell_result",
     "upgrade",
 ]

@@ -274,6 +274,15 @@ def finish_sweep(session: Session, sweep_id: int, status: SweepStatus) -> None:
         session.add(sweep)
 
 
+def reopen_sweep(session: Session, sweep_id: int) -> None:
+    """Mark an interrupted or finished sweep ``running`` again (``farm run --resume``)."""
+    with _unit_of_work(session):
+        sweep = _require_sweep(session, sweep_id)
+        sweep.status = "running"
+        sweep.finished_at = None
+        session.add(sweep)
+
+
 def latest_sweep_id(session: Session) -> int | None:
     """Id of the most recently created sweep, or None for an empty store."""
     return session.exec(select(sa.func.max(SweepRow.id))).one()

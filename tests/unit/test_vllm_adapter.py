@@ -21,32 +21,45 @@ adapter = adapter_for("vllm")
 
 
 def _cell(graph: str, depth: int, swa: str = "on") -> ServerCell:
-    return ServerCell(engine="cpu", family="vllm", model="tiny", graph_mode=graph,  # type: ignore[arg-type]
-                      planned_graph_mode=graph, mtp_depth=depth, sliding_window=swa,  # type: ignore[arg-type]
-                      variants=(Variant(thinking="on", workload="w"),), fingerprint="f")
+    return ServerCell(
+        engine="cpu",
+        family="vllm",
+        model="tiny",
+        graph_mode=graph,  # type: ignore[arg-type]
+        planned_graph_mode=graph,
+        mtp_depth=depth,
+        sliding_window=swa,  # type: ignore[arg-type]
+        variants=(Variant(thinking="on", workload="w"),),
+        fingerprint="f",
+    )
 
 
 def test_counters_from_a_real_metrics_scrape() -> None:
     counters = adapter.read_counters((DATA / "metrics.txt").read_text())
     text = (DATA / "metrics.txt").read_text()
-    drafts = next(float(line.split()[-1]) for line in text.splitlines()
-                  if line.startswith("vllm:spec_decode_num_drafts_total{"))
+    drafts = next(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("vllm:spec_decode_num_drafts_total{")
+    )
     assert counters.drafts == int(drafts)
     assert len(counters.accepted_per_pos) == 3
     assert counters.accepted == sum(counters.accepted_per_pos)
 
 
 def test_counters_sum_engines_and_ignore_created_samples() -> None:
-    text = "\n".join([
-        "# TYPE vllm:spec_decode_num_drafts counter",
-        'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0',
-        'vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 5.0',
-        'vllm:spec_decode_num_drafts_created{engine="0",model_name="m"} 1.7e+09',
-        "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
-        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1"} 4.0',
-        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 9.0',
-        "",
-    ])
+    text = "\n".join(
+        [
+            "# TYPE vllm:spec_decode_num_drafts counter",
+            'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0',
+            'vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 5.0',
+            'vllm:spec_decode_num_drafts_created{engine="0",model_name="m"} 1.7e+09',
+            "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1"} 4.0',
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 9.0',
+            "",
+        ]
+    )
     counters = adapter.read_counters(text)
     assert counters.drafts == 15
     assert counters.accepted_per_pos == (9, 4)
@@ -68,13 +81,17 @@ def test_per_request_counters_from_the_response_body() -> None:
 def test_effective_config_from_real_start_up_lines() -> None:
     models = json.loads((DATA / "models.json").read_text())
     hf = {"sliding_window": 64}
-    eager = adapter.effective_config(_cell("eager", 0),
-                                     (DATA / "startup-eager-mtp0.log").read_text(), models, hf)
+    eager = adapter.effective_config(
+        _cell("eager", 0), (DATA / "startup-eager-mtp0.log").read_text(), models, hf
+    )
     assert eager.graph_mode == "eager" and eager.engine_version == "0.32.0"
     assert eager.sliding_window == 64
     compiled = adapter.effective_config(
-        _cell("compiled", 3, "off"), (DATA / "startup-compiled-mtp3-swa-off.log").read_text(),
-        models, hf)
+        _cell("compiled", 3, "off"),
+        (DATA / "startup-compiled-mtp3-swa-off.log").read_text(),
+        models,
+        hf,
+    )
     assert compiled.graph_mode == "compiled"
     assert (compiled.speculative_method, compiled.num_speculative_tokens) == ("mtp", 3)
     assert compiled.sliding_window is None
