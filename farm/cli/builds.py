@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from farm.builds.cache import list_builds, prune_builds
-from farm.sweep import farm_home
+from farm.paths import farm_home
 
 builds_app = typer.Typer(help="Engine builds cached under FARM_HOME/cache.", no_args_is_help=True)
 console = Console()

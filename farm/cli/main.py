@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from farm import store
 from farm.analysis import summarize_sweep
 from farm.cli.builds import builds_app
+from farm.cli.patches import patches_app
 from farm.errors import FarmError
 from farm.plan import Plan, ServerCell
 from farm.records import BuildInfo, CellResult
@@ -28,6 +29,7 @@ app = typer.Typer(
 db_app = typer.Typer(help="The SQL store.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(builds_app, name="builds")
+app.add_typer(patches_app, name="patches")
 console = Console()
 
 DbOption = Annotated[

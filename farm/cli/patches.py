@@ -5,7 +5,6 @@ Register with ``app.add_typer(patches_app, name="patches")`` in :mod:`farm.cli.m
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -27,6 +26,7 @@ from farm.builds.series import (
     not_applicable_reason,
 )
 from farm.errors import FarmError
+from farm.paths import farm_home
 
 __all__ = ["patches_app"]
 
@@ -72,7 +72,7 @@ class _Trees:
     def tree(self, target: Target) -> Path | None:
         if target.version is not None and target.tree == "package":
             if target.version not in self._wheels:
-                cache = _farm_home() / "cache" / "wheels"
+                cache = farm_home() / "cache" / "wheels"
                 dist = ENGINE_DISTRIBUTIONS[self.engine]
                 self._wheels[target.version] = fetch_release(dist, target.version, cache)
             return self._wheels[target.version]
@@ -80,12 +80,6 @@ class _Trees:
         if self.source is not None and named and (target == named or _same_commit(target, named)):
             return self.source
         return None
-
-
-def _farm_home() -> Path:
-    # The rule of farm.sweep.farm_home, which cannot be imported here cheaply: it pulls
-    # in Ray and the store, seconds of start-up for a command that needs neither.
-    return Path(os.environ.get("FARM_HOME", "~/.mtp-farm")).expanduser()
 
 
 def _is_release(text: str) -> bool:

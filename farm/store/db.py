@@ -23,6 +23,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from farm.errors import StoreError
+from farm.paths import farm_home
 
 __all__ = [
     "MIGRATIONS_DIR",
@@ -52,7 +53,7 @@ def default_db_url() -> str:
     env_url = os.environ.get("FARM_DB_URL")
     if env_url:
         return env_url
-    home = Path(os.environ.get("FARM_HOME") or "~/.mtp-farm").expanduser()
+    home = farm_home()
     home.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{home / 'farm.db'}"
 
