@@ -53,6 +53,7 @@ class EngineSpec(_Spec):
     patches: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
     extra_args: tuple[str, ...] = ()
+    pools: tuple[str, ...] = Field(default=(), description="node label pool=... it may use")
 
 
 class ModelSpec(_Spec):
@@ -93,11 +94,17 @@ class AxesSpec(_Spec):
 
 
 class ResourceSpec(_Spec):
-    """What one cell holds while it runs (Ray logical resources)."""
+    """What one cell holds while it runs (Ray logical resources) and where it may run.
+
+    ``label_selector`` pins cells to nodes by Ray node labels (for example
+    ``{"pool": "a3"}`` or ``{"ray.io/accelerator-type": "in(Ascend910B,Ascend910C)"}``).
+    """
 
     cpus: float = Field(default=1, gt=0)
     npus: int = Field(default=0, ge=0)
     memory_gb: float | None = Field(default=None, gt=0)
+    label_selector: dict[str, str] = Field(default_factory=dict)
+    node_retries: int = Field(default=2, ge=0, description="re-runs when a node dies")
 
 
 class TimeoutSpec(_Spec):

