@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from farm.records import StoredCell, SweepRecord, VariantResult
+from farm.records import BuildInfo, StoredCell, SweepRecord, VariantResult
 
-__all__ = ["VariantSummary", "summarize_sweep"]
+__all__ = ["VariantSummary", "patched_bases", "summarize_sweep"]
 
 
 class VariantSummary(BaseModel):
@@ -117,3 +117,19 @@ def summarize_sweep(sweep: SweepRecord) -> tuple[VariantSummary, ...]:
                 )
             )
     return tuple(rows)
+
+
+def patched_bases(builds: tuple[BuildInfo, ...]) -> dict[str, str]:
+    """Patched engine -> the unpatched engine of the same package, version and pins.
+
+    The within-sweep patch check compares each patched build with this base.
+    """
+    def identity(b: BuildInfo) -> tuple[object, ...]:
+        return (b.family, b.package, b.version, b.pins)
+
+    bases = {identity(b): b.engine for b in builds if not b.patches}
+    return {
+        b.engine: bases[identity(b)]
+        for b in builds
+        if b.patches and identity(b) in bases
+    }

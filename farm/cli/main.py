@@ -12,12 +12,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from farm import store
 from farm.analysis import summarize_sweep
+from farm.analysis.checks import check_sweep
+from farm.analysis.summary import patched_bases
 from farm.cli.builds import builds_app
 from farm.cli.patches import patches_app
 from farm.errors import FarmError
 from farm.plan import Plan, ServerCell
 from farm.records import BuildInfo, CellResult
+from farm.records import SweepRecord
 from farm.report import render_matrix, render_plan
+from farm.report.findings import render_findings
 from farm.spec import load_job
 from farm.sweep import SweepEvents, SweepOptions, farm_home, plan_job, run_sweep
 
@@ -108,6 +112,15 @@ class _ConsoleEvents(SweepEvents):
             console.print(f"[red]{result.status}[/red] {cell.cell_id}: {result.error}")
 
 
+def _show_sweep(record: SweepRecord, title: str) -> None:
+    console.print(render_matrix(title, summarize_sweep(record)))
+    checks = check_sweep(record, patched_bases(record.builds))
+    if checks.findings:
+        console.print(render_findings(checks))
+    else:
+        console.print(f"within-sweep checks: no finding in {len(checks.verdicts)} comparisons")
+
+
 @app.command()
 def run(
     job_file: Annotated[Path, typer.Argument(help="job spec (YAML)")],
@@ -143,9 +156,7 @@ def run(
         raise _fail(exc) from None
     with store.Session(store.open_store(options.db_url)) as session:
         record = store.load_sweep(session, outcome.sweep_id)
-    console.print(
-        render_matrix(f"sweep {outcome.sweep_id} ({record.job})", summarize_sweep(record))
-    )
+    _show_sweep(record, f"sweep {outcome.sweep_id} ({record.job})")
     for line in outcome.spooled:
         console.print(f"[yellow]spooled[/yellow] (store refused it): {line}")
     if outcome.failed:
@@ -187,7 +198,7 @@ def report(
         raise _fail(exc) from None
     started = f"{record.started_at:%Y-%m-%d %H:%M}"
     title = f"sweep {record.sweep_id} ({record.job}, {record.status}, started {started})"
-    console.print(render_matrix(title, summarize_sweep(record)))
+    _show_sweep(record, title)
     for e in record.excluded:
         console.print(f"excluded {e.label}: {e.reason}", highlight=False)
 
