@@ -26,7 +26,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from farm.analysis.checks import CheckReport
+from farm.analysis.verdicts import CheckReport, VariantRef
 
 __all__ = [
     "Attribution",
@@ -101,8 +101,10 @@ class Attribution(_Frozen):
 
     def __str__(self) -> str:
         rule = " AND ".join(str(t) for t in self.terms) or "(every cell)"
-        return (f"{rule}: covers {self.regressed_covered}/{self.regressed_total} regressed, "
-                f"{self.clean_covered}/{self.clean_total} clean")
+        return (
+            f"{rule}: covers {self.regressed_covered}/{self.regressed_total} regressed, "
+            f"{self.clean_covered}/{self.clean_total} clean"
+        )
 
 
 class BranchRow(_Frozen):
@@ -132,12 +134,21 @@ class BranchTable(_Frozen):
         head = [*self.axes, "regressed", "clean", "verdict"]
         if self.rule is not None:
             head.append("rule")
-        body = [[*(str(v) for v in r.values), str(r.regressed), str(r.clean), r.verdict,
-                 *([("match" if r.matched else "-")] if self.rule is not None else [])]
-                for r in self.rows]
+        body = [
+            [
+                *(str(v) for v in r.values),
+                str(r.regressed),
+                str(r.clean),
+                r.verdict,
+                *([("match" if r.matched else "-")] if self.rule is not None else []),
+            ]
+            for r in self.rows
+        ]
         widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-                 for row in [head, *body]]
+        lines = [
+            "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+            for row in [head, *body]
+        ]
         if self.rule is not None:
             lines.append(f"rule: {self.rule}")
         return "\n".join(lines)
@@ -186,7 +197,8 @@ def attribute(
     if regressed == 0:
         return None
     all_values = _axis_values(cells)
-    names = [a for a in (axes if axes is not None else all_values) if len(all_values.get(a, [])) > 1]
+    wanted = axes if axes is not None else list(all_values)
+    names = [a for a in wanted if len(all_values.get(a, [])) > 1]
     reg_mask = sum(1 << i for i, c in enumerate(cells) if c.regressed)
     full = (1 << len(cells)) - 1
     options: list[list[tuple[Predicate, int]]] = []
@@ -248,19 +260,30 @@ def branch_table(
     """
     values = _axis_values(cells)
     if axes is None:
-        axes = ([t.axis for t in rule.terms] if rule is not None and rule.terms
-                else [a for a, vs in values.items() if len(vs) > 1])
+        axes = (
+            [t.axis for t in rule.terms]
+            if rule is not None and rule.terms
+            else [a for a, vs in values.items() if len(vs) > 1]
+        )
     rows = []
     for combo in itertools.product(*(values.get(a, []) for a in axes)):
-        members = [c for c in cells
-                   if all(c.axes.get(a) == v for a, v in zip(axes, combo, strict=True))]
+        members = [
+            c for c in cells if all(c.axes.get(a) == v for a, v in zip(axes, combo, strict=True))
+        ]
         if not members:
             continue
         matched = all(rule.matches(c.axes) for c in members) if rule is not None else None
-        rows.append(BranchRow(values=combo, regressed=sum(c.regressed for c in members),
-                              clean=sum(not c.regressed for c in members), matched=matched))
-    return BranchTable(axes=tuple(axes), rows=tuple(rows),
-                       rule=str(rule) if rule is not None else None)
+        rows.append(
+            BranchRow(
+                values=combo,
+                regressed=sum(c.regressed for c in members),
+                clean=sum(not c.regressed for c in members),
+                matched=matched,
+            )
+        )
+    return BranchTable(
+        axes=tuple(axes), rows=tuple(rows), rule=str(rule) if rule is not None else None
+    )
 
 
 def labels_from_report(report: CheckReport) -> tuple[LabeledCell, ...]:
@@ -269,11 +292,13 @@ def labels_from_report(report: CheckReport) -> tuple[LabeledCell, ...]:
     A variant is regressed when any failed verdict names it as the candidate; variants
     that appear only as references or in passing verdicts are clean.
     """
-    cells: dict[str, LabeledCell] = {}
+    refs: dict[str, VariantRef] = {}
+    bad: set[str] = set()
     for v in report.verdicts:
-        for ref, failed in ((v.reference, False), (v.candidate, v.regressed)):
-            known = cells.get(ref.label)
-            if known is None or (failed and not known.regressed):
-                cells[ref.label] = LabeledCell(axes=ref.axes(), regressed=failed or bool(
-                    known and known.regressed), label=ref.label)
-    return tuple(cells[k] for k in sorted(cells))
+        refs.setdefault(v.reference.label, v.reference)
+        refs.setdefault(v.candidate.label, v.candidate)
+        if v.regressed:
+            bad.add(v.candidate.label)
+    return tuple(
+        LabeledCell(axes=refs[k].axes(), regressed=k in bad, label=k) for k in sorted(refs)
+    )

@@ -11,7 +11,8 @@ Perfherder likewise requires >= 2% on top of its t-test).
 - ``graph_vs_eager``: for the same engine, model, MTP depth, sliding window and
   request variant, every non-eager graph mode must match eager in AL (two-sided:
   a causality bug can raise acceptance as well as lower it) and must not diverge
-  from the greedy spec-off output more often than eager does.
+  from the greedy spec-off output more often than eager does (each side against
+  the spec-off run of its own graph mode when there is one, else eager spec-off).
 - ``patch_vs_base``: a patched build (``base_of[engine] = base engine``) must not
   lower AL or accuracy against its base, all other axes equal.
 - ``depth_invariance``: acceptance at draft position i is P(first i+1 drafts
@@ -26,10 +27,8 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.stats import (
     AcceptanceSample,
@@ -39,126 +38,26 @@ from farm.analysis.stats import (
     correctness_sample,
     divergence_sample,
 )
+from farm.analysis.verdicts import (
+    CheckConfig,
+    CheckKind,
+    CheckReport,
+    Direction,
+    Finding,
+    Metric,
+    Note,
+    VariantRef,
+    Verdict,
+    judge,
+)
 from farm.records import StoredCell, SweepRecord, VariantResult
 
 __all__ = [
-    "CheckConfig",
-    "CheckKind",
-    "CheckReport",
-    "Finding",
-    "Metric",
-    "Note",
-    "VariantRef",
-    "Verdict",
     "check_depth_invariance",
     "check_graph_modes",
     "check_patches",
     "check_sweep",
 ]
-
-CheckKind = Literal["graph_vs_eager", "patch_vs_base", "depth_invariance"]
-Metric = Literal["mean_acceptance_length", "acceptance_at_position", "accuracy",
-                 "greedy_divergence"]
-_Worse = Literal["lower", "higher", "either"]
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class CheckConfig(_Frozen):
-    """Significance level, bootstrap size, seed and minimum effects of the checks.
-
-    AL: a difference must reach max(2% of the reference AL, 0.05) - the example of
-    DESIGN.md section 5. Per position: 0.05 absolute, a little inside vllm-ascend's
-    per-position golden check (fails beyond 0.06). Accuracy: 5 points. Greedy
-    divergence: 1 point more prompts diverging than the reference.
-    """
-
-    level: float = 0.95
-    resamples: int = 2000
-    seed: int = 0
-    min_al_relative: float = 0.02
-    min_al_absolute: float = 0.05
-    min_position_diff: float = 0.05
-    min_accuracy_drop: float = 0.05
-    min_divergence_increase: float = 0.01
-
-
-class VariantRef(_Frozen):
-    """One request-level variant of a server cell, with all its axis values."""
-
-    cell_id: str
-    engine: str
-    model: str
-    graph_mode: str
-    mtp_depth: int
-    sliding_window: str
-    thinking: str
-    workload: str
-
-    @property
-    def label(self) -> str:
-        return f"{self.cell_id}[think-{self.thinking}.{self.workload}]"
-
-    def axes(self) -> dict[str, str | int]:
-        """Axis name -> value, the input shape of :mod:`farm.analysis.attribution`."""
-        return self.model_dump(exclude={"cell_id"})
-
-
-class Verdict(_Frozen):
-    """The outcome of one comparison; ``difference`` is candidate minus reference."""
-
-    check: CheckKind
-    metric: Metric
-    position: int | None = None
-    candidate: VariantRef
-    reference: VariantRef
-    candidate_value: Interval
-    reference_value: Interval
-    difference: Interval
-    paired: bool
-    pairs: int
-    min_effect: float
-    direction: _Worse
-    significant: bool
-    regressed: bool
-    baseline: str | None = None
-
-    def describe(self) -> str:
-        """One line with the cells, the figures and their intervals."""
-        metric = self.metric + (f"[{self.position}]" if self.position is not None else "")
-        pairing = f"paired over {self.pairs} prompts" if self.paired else "unpaired"
-        base = f", spec-off baseline {self.baseline}" if self.baseline else ""
-        return (
-            f"{self.check}: {metric} of {self.candidate.label} = {self.candidate_value} vs "
-            f"{self.reference.label} = {self.reference_value}; difference {self.difference} "
-            f"({pairing}{base}; minimum effect {self.min_effect:.3f})"
-        )
-
-
-class Finding(_Frozen):
-    """A failed verdict with its one-line explanation."""
-
-    verdict: Verdict
-    message: str
-
-
-class Note(_Frozen):
-    """Why a comparison was not made (failed cell, missing reference, no counters)."""
-
-    check: CheckKind | Literal["input"]
-    cells: tuple[str, ...]
-    message: str
-
-
-class CheckReport(_Frozen):
-    """Every verdict of a sweep, the failed ones as findings, and the notes."""
-
-    sweep_id: int
-    verdicts: tuple[Verdict, ...]
-    findings: tuple[Finding, ...]
-    notes: tuple[Note, ...]
 
 
 @dataclass
@@ -194,8 +93,13 @@ def _units(sweep: SweepRecord) -> tuple[list[_Unit], list[Note]]:
         if result is None or result.status != "ok":
             status = result.status if result else "not run"
             why = f": {result.error}" if result and result.error else ""
-            notes.append(Note(check="input", cells=(stored.cell.cell_id,),
-                              message=f"{stored.cell.cell_id} {status}{why}; not compared"))
+            notes.append(
+                Note(
+                    check="input",
+                    cells=(stored.cell.cell_id,),
+                    message=f"{stored.cell.cell_id} {status}{why}; not compared",
+                )
+            )
             continue
         units.extend(_Unit(ref=_ref(stored, v), variant=v) for v in result.variants)
     return units, notes
@@ -203,53 +107,96 @@ def _units(sweep: SweepRecord) -> tuple[list[_Unit], list[Note]]:
 
 def _ref(stored: StoredCell, v: VariantResult) -> VariantRef:
     c = stored.cell
-    return VariantRef(cell_id=c.cell_id, engine=c.engine, model=c.model,
-                      graph_mode=c.planned_graph_mode, mtp_depth=c.mtp_depth,
-                      sliding_window=c.sliding_window, thinking=v.thinking, workload=v.workload)
-
-
-def _judge(diff: Interval, min_effect: float, worse: _Worse) -> tuple[bool, bool]:
-    """(significant, regressed): CI excludes 0 in the bad direction and |effect| >= min."""
-    significant = diff.excludes(0.0)
-    if worse == "lower":
-        bad = diff.high < 0 and -diff.estimate >= min_effect
-    elif worse == "higher":
-        bad = diff.low > 0 and diff.estimate >= min_effect
-    else:
-        bad = abs(diff.estimate) >= min_effect
-    return significant, significant and bad
+    return VariantRef(
+        cell_id=c.cell_id,
+        engine=c.engine,
+        model=c.model,
+        graph_mode=c.planned_graph_mode,
+        mtp_depth=c.mtp_depth,
+        sliding_window=c.sliding_window,
+        thinking=v.thinking,
+        workload=v.workload,
+    )
 
 
 def _has_counters(ctx: _Context, check: CheckKind, *units: _Unit) -> bool:
     missing = [u for u in units if len(u.acceptance) == 0 or u.acceptance.drafts.sum() <= 0]
     for u in missing:
-        ctx.notes.append(Note(check=check, cells=(u.ref.cell_id,),
-                              message=f"{u.ref.label}: no per-request speculative counters; "
-                              "acceptance not compared"))
+        ctx.notes.append(
+            Note(
+                check=check,
+                cells=(u.ref.cell_id,),
+                message=f"{u.ref.label}: no per-request speculative counters; "
+                "acceptance not compared",
+            )
+        )
     return not missing
 
 
-def _add(ctx: _Context, check: CheckKind, metric: Metric, cand: _Unit, ref: _Unit,
-         cand_value: Interval, ref_value: Interval, diff: Interval, paired: bool, pairs: int,
-         min_effect: float, worse: _Worse, position: int | None = None,
-         baseline: str | None = None) -> None:
-    significant, regressed = _judge(diff, min_effect, worse)
-    ctx.verdicts.append(Verdict(
-        check=check, metric=metric, position=position, candidate=cand.ref, reference=ref.ref,
-        candidate_value=cand_value, reference_value=ref_value, difference=diff, paired=paired,
-        pairs=pairs, min_effect=min_effect, direction=worse, significant=significant,
-        regressed=regressed, baseline=baseline))
+def _add(
+    ctx: _Context,
+    check: CheckKind,
+    metric: Metric,
+    cand: _Unit,
+    ref: _Unit,
+    cand_value: Interval,
+    ref_value: Interval,
+    diff: Interval,
+    paired: bool,
+    pairs: int,
+    min_effect: float,
+    worse: Direction,
+    position: int | None = None,
+    baseline: str | None = None,
+) -> None:
+    significant, regressed = judge(diff, min_effect, worse)
+    ctx.verdicts.append(
+        Verdict(
+            check=check,
+            metric=metric,
+            position=position,
+            candidate=cand.ref,
+            reference=ref.ref,
+            candidate_value=cand_value,
+            reference_value=ref_value,
+            difference=diff,
+            paired=paired,
+            pairs=pairs,
+            min_effect=min_effect,
+            direction=worse,
+            significant=significant,
+            regressed=regressed,
+            baseline=baseline,
+        )
+    )
 
 
-def _compare_al(ctx: _Context, check: CheckKind, cand: _Unit, ref: _Unit, worse: _Worse) -> None:
+def _compare_al(ctx: _Context, check: CheckKind, cand: _Unit, ref: _Unit, worse: Direction) -> None:
     if not _has_counters(ctx, check, cand, ref):
         return
     cfg = ctx.config
-    d = compare_acceptance(ref.acceptance, cand.acceptance, rng=ctx.rng(check, ref.ref.label,
-                           cand.ref.label, "al"), resamples=cfg.resamples, level=cfg.level)
-    min_effect = max(cfg.min_al_relative * d.reference_al.estimate, cfg.min_al_absolute)
-    _add(ctx, check, "mean_acceptance_length", cand, ref, d.candidate_al, d.reference_al,
-         d.mean_acceptance_length, d.paired, d.pairs, min_effect, worse)
+    d = compare_acceptance(
+        ref.acceptance,
+        cand.acceptance,
+        rng=ctx.rng(check, ref.ref.label, cand.ref.label, "al"),
+        resamples=cfg.resamples,
+        level=cfg.level,
+    )
+    min_effect = cfg.min_al_effect(d.reference_al.estimate)
+    _add(
+        ctx,
+        check,
+        "mean_acceptance_length",
+        cand,
+        ref,
+        d.candidate_al,
+        d.reference_al,
+        d.mean_acceptance_length,
+        d.paired,
+        d.pairs,
+        min_effect,
+        worse,
+    )
 
 
 def _group(units: Iterable[_Unit], *drop: str) -> dict[tuple[str | int, ...], list[_Unit]]:
@@ -266,9 +213,15 @@ def _spec_off(ctx: _Context, u: _Unit) -> _Unit | None:
     for graph in (u.ref.graph_mode, "eager"):
         for other in ctx.units:
             r = other.ref
-            if (r.mtp_depth == 0 and r.graph_mode == graph and r.engine == u.ref.engine
-                    and r.model == u.ref.model and r.sliding_window == u.ref.sliding_window
-                    and r.thinking == u.ref.thinking and r.workload == u.ref.workload):
+            if (
+                r.mtp_depth == 0
+                and r.graph_mode == graph
+                and r.engine == u.ref.engine
+                and r.model == u.ref.model
+                and r.sliding_window == u.ref.sliding_window
+                and r.thinking == u.ref.thinking
+                and r.workload == u.ref.workload
+            ):
                 return other
     return None
 
@@ -276,20 +229,41 @@ def _spec_off(ctx: _Context, u: _Unit) -> _Unit | None:
 def _compare_divergence(ctx: _Context, cand: _Unit, ref: _Unit) -> None:
     cand_base, ref_base = _spec_off(ctx, cand), _spec_off(ctx, ref)
     if cand_base is None or ref_base is None:
-        ctx.notes.append(Note(check="graph_vs_eager", cells=(cand.ref.cell_id,),
-                              message=f"{cand.ref.label}: no spec-off run to compare greedy "
-                              "outputs with"))
+        ctx.notes.append(
+            Note(
+                check="graph_vs_eager",
+                cells=(cand.ref.cell_id,),
+                message=f"{cand.ref.label}: no spec-off run to compare greedy outputs with",
+            )
+        )
         return
     c = divergence_sample(cand.variant.requests, cand_base.variant.requests)
     r = divergence_sample(ref.variant.requests, ref_base.variant.requests)
     if not c.prompt_ids or not r.prompt_ids:
         return
     cfg = ctx.config
-    d = compare_proportions(r, c, rng=ctx.rng("div", ref.ref.label, cand.ref.label),
-                            resamples=cfg.resamples, level=cfg.level)
-    _add(ctx, "graph_vs_eager", "greedy_divergence", cand, ref, d.candidate.interval,
-         d.reference.interval, d.difference, d.paired, d.pairs, cfg.min_divergence_increase,
-         "higher", baseline=f"{cand_base.ref.cell_id} / {ref_base.ref.cell_id}")
+    d = compare_proportions(
+        r,
+        c,
+        rng=ctx.rng("div", ref.ref.label, cand.ref.label),
+        resamples=cfg.resamples,
+        level=cfg.level,
+    )
+    _add(
+        ctx,
+        "graph_vs_eager",
+        "greedy_divergence",
+        cand,
+        ref,
+        d.candidate.interval,
+        d.reference.interval,
+        d.difference,
+        d.paired,
+        d.pairs,
+        cfg.min_divergence_increase,
+        "higher",
+        baseline=f"{cand_base.ref.cell_id} / {ref_base.ref.cell_id}",
+    )
 
 
 def check_graph_modes(sweep: SweepRecord, config: CheckConfig | None = None) -> CheckReport:
@@ -306,17 +280,22 @@ def _graph_modes(ctx: _Context) -> None:
         if not others:
             continue
         if not eager:
-            ctx.notes.append(Note(check="graph_vs_eager",
-                                  cells=tuple(u.ref.cell_id for u in others),
-                                  message=f"no eager reference for {others[0].ref.label}"))
+            ctx.notes.append(
+                Note(
+                    check="graph_vs_eager",
+                    cells=tuple(u.ref.cell_id for u in others),
+                    message=f"no eager reference for {others[0].ref.label}",
+                )
+            )
             continue
         for cand in others:
             _compare_al(ctx, "graph_vs_eager", cand, eager[0], "either")
             _compare_divergence(ctx, cand, eager[0])
 
 
-def check_patches(sweep: SweepRecord, base_of: Mapping[str, str],
-                  config: CheckConfig | None = None) -> CheckReport:
+def check_patches(
+    sweep: SweepRecord, base_of: Mapping[str, str], config: CheckConfig | None = None
+) -> CheckReport:
     """Each patched engine vs its base engine (``base_of``): AL and accuracy must not drop."""
     ctx = _context(sweep, config)
     _patches(ctx, base_of)
@@ -332,19 +311,39 @@ def _patches(ctx: _Context, base_of: Mapping[str, str]) -> None:
             continue
         ref = by_key.get((base_engine, *_rest(cand)))
         if ref is None:
-            ctx.notes.append(Note(check="patch_vs_base", cells=(cand.ref.cell_id,),
-                                  message=f"{cand.ref.label}: base {base_engine} has no "
-                                  "matching run"))
+            ctx.notes.append(
+                Note(
+                    check="patch_vs_base",
+                    cells=(cand.ref.cell_id,),
+                    message=f"{cand.ref.label}: base {base_engine} has no matching run",
+                )
+            )
             continue
         if cand.ref.mtp_depth > 0:
             _compare_al(ctx, "patch_vs_base", cand, ref, "lower")
         c, r = correctness_sample(cand.variant.requests), correctness_sample(ref.variant.requests)
         if c.prompt_ids and r.prompt_ids:
-            d = compare_proportions(r, c, rng=ctx.rng("acc", ref.ref.label, cand.ref.label),
-                                    resamples=cfg.resamples, level=cfg.level)
-            _add(ctx, "patch_vs_base", "accuracy", cand, ref, d.candidate.interval,
-                 d.reference.interval, d.difference, d.paired, d.pairs, cfg.min_accuracy_drop,
-                 "lower")
+            d = compare_proportions(
+                r,
+                c,
+                rng=ctx.rng("acc", ref.ref.label, cand.ref.label),
+                resamples=cfg.resamples,
+                level=cfg.level,
+            )
+            _add(
+                ctx,
+                "patch_vs_base",
+                "accuracy",
+                cand,
+                ref,
+                d.candidate.interval,
+                d.reference.interval,
+                d.difference,
+                d.paired,
+                d.pairs,
+                cfg.min_accuracy_drop,
+                "lower",
+            )
 
 
 def _rest(u: _Unit) -> tuple[str | int, ...]:
@@ -371,14 +370,29 @@ def _depths(ctx: _Context) -> None:
                 cand, ref = by_depth[d], by_depth[ref_depth]
                 if not _has_counters(ctx, "depth_invariance", cand, ref):
                     break
-                diff = compare_acceptance(ref.acceptance, cand.acceptance,
-                                          rng=ctx.rng("depth", ref.ref.label, cand.ref.label),
-                                          resamples=cfg.resamples, level=cfg.level)
+                diff = compare_acceptance(
+                    ref.acceptance,
+                    cand.acceptance,
+                    rng=ctx.rng("depth", ref.ref.label, cand.ref.label),
+                    resamples=cfg.resamples,
+                    level=cfg.level,
+                )
                 for pos in (p for p, r in refs if r == ref_depth):
-                    _add(ctx, "depth_invariance", "acceptance_at_position", cand, ref,
-                         diff.candidate_per_position[pos], diff.reference_per_position[pos],
-                         diff.per_position[pos], diff.paired, diff.pairs,
-                         cfg.min_position_diff, "either", position=pos)
+                    _add(
+                        ctx,
+                        "depth_invariance",
+                        "acceptance_at_position",
+                        cand,
+                        ref,
+                        diff.candidate_per_position[pos],
+                        diff.reference_per_position[pos],
+                        diff.per_position[pos],
+                        diff.paired,
+                        diff.pairs,
+                        cfg.min_position_diff,
+                        "either",
+                        position=pos,
+                    )
 
 
 def _position_refs(d: int, depths: list[int]) -> list[tuple[int, int]]:
@@ -394,14 +408,18 @@ def _context(sweep: SweepRecord, config: CheckConfig | None) -> _Context:
 
 
 def _report(sweep: SweepRecord, ctx: _Context) -> CheckReport:
-    findings = tuple(Finding(verdict=v, message=v.describe()) for v in ctx.verdicts
-                     if v.regressed)
-    return CheckReport(sweep_id=sweep.sweep_id, verdicts=tuple(ctx.verdicts),
-                       findings=findings, notes=tuple(ctx.notes))
+    findings = tuple(Finding(verdict=v, message=v.describe()) for v in ctx.verdicts if v.regressed)
+    return CheckReport(
+        sweep_id=sweep.sweep_id,
+        verdicts=tuple(ctx.verdicts),
+        findings=findings,
+        notes=tuple(dict.fromkeys(ctx.notes)),  # one note per cause, first-seen order
+    )
 
 
-def check_sweep(sweep: SweepRecord, base_of: Mapping[str, str] | None = None,
-                config: CheckConfig | None = None) -> CheckReport:
+def check_sweep(
+    sweep: SweepRecord, base_of: Mapping[str, str] | None = None, config: CheckConfig | None = None
+) -> CheckReport:
     """Run all within-sweep checks; ``base_of`` maps patched engine -> base engine."""
     ctx = _context(sweep, config)
     _graph_modes(ctx)

@@ -89,14 +89,20 @@ def _simulate_arrays(
 
 
 def simulate_sample(
-    p: FloatArray, *, depth: int, rng: np.random.Generator, verify_steps: float = 40.0,
+    p: FloatArray,
+    *,
+    depth: int,
+    rng: np.random.Generator,
+    verify_steps: float = 40.0,
     prefix: str = "p",
 ) -> AcceptanceSample:
     """Like :func:`simulate_counters` but straight into an :class:`AcceptanceSample`."""
     steps, per_pos = _simulate_arrays(p, depth, verify_steps, rng)
     return AcceptanceSample(
         prompt_ids=tuple(f"{prefix}{k}" for k in range(len(p))),
-        drafts=steps, draft_tokens=steps * depth, accepted=per_pos.sum(axis=1),
+        drafts=steps,
+        draft_tokens=steps * depth,
+        accepted=per_pos.sum(axis=1),
         per_pos=per_pos,
     )
 
@@ -114,7 +120,9 @@ def simulate_counters(
     steps, per_pos = _simulate_arrays(p, depth, verify_steps, rng)
     return tuple(
         SpecCounters(
-            drafts=int(n), draft_tokens=int(n) * depth, accepted=int(row.sum()),
+            drafts=int(n),
+            draft_tokens=int(n) * depth,
+            accepted=int(row.sum()),
             accepted_per_pos=tuple(int(x) for x in row),
         )
         for n, row in zip(steps, per_pos, strict=True)
@@ -190,29 +198,51 @@ def simulate_sweep(
         for graph in graph_modes:
             for depth in depths:
                 for swa in sliding_windows:
-                    variants = tuple(Variant(thinking=t, workload="synthetic")  # type: ignore[arg-type]
-                                     for t in thinking)
+                    variants = tuple(Variant(thinking=t, workload="synthetic") for t in thinking)
                     cell = ServerCell(
-                        engine=engine, family="vllm", model="synthetic",
-                        graph_mode=graph,  # type: ignore[arg-type]
-                        planned_graph_mode=graph, mtp_depth=depth,
-                        sliding_window=swa,  # type: ignore[arg-type]
-                        variants=variants, fingerprint=f"{engine}.{graph}.{depth}.{swa}",
+                        engine=engine,
+                        family="vllm",
+                        model="synthetic",
+                        graph_mode=graph,
+                        planned_graph_mode=graph,
+                        mtp_depth=depth,
+                        sliding_window=swa,
+                        variants=variants,
+                        fingerprint=f"{engine}.{graph}.{depth}.{swa}",
                     )
                     results = []
                     for v in variants:
                         factor = effect(cell, v) if effect and depth else 1.0
                         div = divergence(cell, v) if divergence and depth else 0.0
                         requests = simulate_requests(
-                            np.clip(p * factor, 0.0, 1.0), depth=depth, rng=rng,
-                            verify_steps=verify_steps, correct=list(correct), divergence=div,
+                            np.clip(p * factor, 0.0, 1.0),
+                            depth=depth,
+                            rng=rng,
+                            verify_steps=verify_steps,
+                            correct=list(correct),
+                            divergence=div,
                         )
                         results.append(_variant(v, requests))
-                    cells.append(StoredCell(cell=cell, result=CellResult(
-                        cell_id=cell.cell_id, status="ok", started_at=_EPOCH,
-                        finished_at=_EPOCH, variants=tuple(results))))
-    return SweepRecord(sweep_id=sweep_id, job="synthetic", started_at=_EPOCH,
-                       finished_at=_EPOCH, status="ok", cells=tuple(cells))
+                    cells.append(
+                        StoredCell(
+                            cell=cell,
+                            result=CellResult(
+                                cell_id=cell.cell_id,
+                                status="ok",
+                                started_at=_EPOCH,
+                                finished_at=_EPOCH,
+                                variants=tuple(results),
+                            ),
+                        )
+                    )
+    return SweepRecord(
+        sweep_id=sweep_id,
+        job="synthetic",
+        started_at=_EPOCH,
+        finished_at=_EPOCH,
+        status="ok",
+        cells=tuple(cells),
+    )
 
 
 def _variant(v: Variant, requests: Sequence[RequestRecord]) -> VariantResult:
@@ -227,5 +257,11 @@ def _variant(v: Variant, requests: Sequence[RequestRecord]) -> VariantResult:
             for i in range(width)
         ),
     )
-    return VariantResult(thinking=v.thinking, workload=v.workload, counters=total,
-                         requests=tuple(requests), elapsed_s=1.0, concurrency=4)
+    return VariantResult(
+        thinking=v.thinking,
+        workload=v.workload,
+        counters=total,
+        requests=tuple(requests),
+        elapsed_s=1.0,
+        concurrency=4,
+    )

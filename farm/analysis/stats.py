@@ -249,11 +249,16 @@ def acceptance_stats(
     denominator is zero (no drafts: speculation off, or no requests) are ``None``.
     """
     _check(level, resamples)
-    drafts, tokens, accepted = (float(a.sum()) for a in (sample.drafts, sample.draft_tokens,
-                                                         sample.accepted))
+    drafts, tokens, accepted = (
+        float(a.sum()) for a in (sample.drafts, sample.draft_tokens, sample.accepted)
+    )
     base = AcceptanceStats(
-        requests=len(sample), drafts=int(drafts), draft_tokens=int(tokens),
-        accepted=int(accepted), acceptance_rate=None, mean_acceptance_length=None,
+        requests=len(sample),
+        drafts=int(drafts),
+        draft_tokens=int(tokens),
+        accepted=int(accepted),
+        acceptance_rate=None,
+        mean_acceptance_length=None,
         per_position=(),
     )
     if drafts <= 0:
@@ -291,7 +296,9 @@ def _columns(s: AcceptanceSample) -> FloatArray:
     return np.column_stack([s.drafts, s.draft_tokens, s.accepted, s.per_pos])
 
 
-def _al_parts(s: AcceptanceSample, w: FloatArray) -> tuple[float, FloatArray, FloatArray, FloatArray]:
+def _al_parts(
+    s: AcceptanceSample, w: FloatArray
+) -> tuple[float, FloatArray, FloatArray, FloatArray]:
     """Point AL, bootstrap AL, point per-position rates, bootstrap per-position rates."""
     drafts = float(s.drafts.sum())
     point_al = 1.0 + float(s.accepted.sum()) / drafts
@@ -315,8 +322,9 @@ def compare_acceptance(
 
     ``paired=None`` pairs on the common prompt ids when ids are unique on both sides
     and at least 90% of each side's prompts are common, else resamples each side on
-    its own. Per-position differences cover the positions both sides have. Raises
-    ``ValueError`` when either side has no drafts.
+    its own; ``paired=True`` pairs on whatever ids are common (unpaired if none or
+    ids repeat), ``paired=False`` never pairs. Per-position differences cover the
+    positions both sides have. Raises ``ValueError`` when either side has no drafts.
     """
     _check(level, resamples)
     if reference.drafts.sum() <= 0 or candidate.drafts.sum() <= 0:
@@ -371,21 +379,27 @@ def wilson_interval(successes: int, n: int, level: float = DEFAULT_LEVEL) -> Int
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return Interval(estimate=p, low=max(0.0, centre - half), high=min(1.0, centre + half),
-                    level=level)
+    return Interval(
+        estimate=p, low=max(0.0, centre - half), high=min(1.0, centre + half), level=level
+    )
 
 
 def _proportion(sample: BinarySample, level: float) -> Proportion:
     k = int(sample.outcomes.sum())
-    return Proportion(successes=k, n=len(sample.prompt_ids),
-                      interval=wilson_interval(k, len(sample.prompt_ids), level))
+    return Proportion(
+        successes=k,
+        n=len(sample.prompt_ids),
+        interval=wilson_interval(k, len(sample.prompt_ids), level),
+    )
 
 
 def correctness_sample(requests: Sequence[RequestRecord]) -> BinarySample:
     """Per-prompt correctness of the scored, successful requests."""
     scored = [r for r in requests if r.error is None and r.correct is not None]
-    return BinarySample(prompt_ids=tuple(r.prompt_id for r in scored),
-                        outcomes=np.array([bool(r.correct) for r in scored], dtype=np.float64))
+    return BinarySample(
+        prompt_ids=tuple(r.prompt_id for r in scored),
+        outcomes=np.array([bool(r.correct) for r in scored], dtype=np.float64),
+    )
 
 
 def divergence_sample(
@@ -400,10 +414,15 @@ def divergence_sample(
         base = dict(baseline)
     else:
         base = {r.prompt_id: r.output_text for r in baseline if r.error is None}
-    rows = [(r.prompt_id, r.output_text != base[r.prompt_id])
-            for r in candidate if r.error is None and r.prompt_id in base]
-    return BinarySample(prompt_ids=tuple(p for p, _ in rows),
-                        outcomes=np.array([d for _, d in rows], dtype=np.float64))
+    rows = [
+        (r.prompt_id, r.output_text != base[r.prompt_id])
+        for r in candidate
+        if r.error is None and r.prompt_id in base
+    ]
+    return BinarySample(
+        prompt_ids=tuple(p for p, _ in rows),
+        outcomes=np.array([d for _, d in rows], dtype=np.float64),
+    )
 
 
 def accuracy(requests: Sequence[RequestRecord], level: float = DEFAULT_LEVEL) -> Proportion | None:

@@ -1,0 +1,423 @@
+"""Change points in a cell's acceptance over successive sweeps (nightlies).
+
+A series is keyed by what makes results comparable across builds - engine line,
+model, server axes, thinking, workload - and never by build or sweep id (the
+Conbench ``history_fingerprint`` idea). Its points are per-sweep AL estimates.
+
+Detection is a swappable :class:`ChangePointTest`:
+
+- :class:`EDivisive` (default): hierarchical e-divisive with the energy statistic of
+  Matteson & James (2014, JASA 109:334), as used by MongoDB's
+  ``signal-processing-algorithms`` and Apache Otava; each split is accepted by a
+  permutation test. Implemented here on numpy because that package pins numpy < 2,
+  pulls in gevent and subprocess at import and shuffles with the global numpy RNG;
+  this one takes an explicit ``numpy.random.Generator``, so results are reproducible.
+- :class:`WindowedTTest`: Welch's t-test between the ``window`` points before and
+  after each index, keeping local minima of the p-value (Perfherder-style).
+
+A change point becomes an alert only if it is a *drop* of at least
+``min_relative_drop`` (default 2% of the mean before it, DESIGN.md section 5) and it
+is *confirmed*: the new level holds for ``confirm`` consecutive sweeps (default 2),
+each below the old mean, so a single bad night does not page anyone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict
+
+from farm.analysis.stats import AcceptanceSample, acceptance_stats
+from farm.records import SweepRecord
+
+__all__ = [
+    "ChangePoint",
+    "ChangePointTest",
+    "EDivisive",
+    "HistoryAnalysis",
+    "HistoryConfig",
+    "HistoryKey",
+    "HistoryPoint",
+    "WindowedTTest",
+    "analyze_histories",
+    "analyze_history",
+    "series_from_sweeps",
+    "welch_pvalue",
+]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class HistoryKey(_Frozen):
+    """What makes two sweeps' results comparable (no build, version or sweep id).
+
+    ``engine`` is the job's name for a build line (e.g. ``vllm-ascend-main``), stable
+    across nightlies while the version moves; it keeps a patched line apart from its
+    base when both belong to one family.
+    """
+
+    family: str
+    engine: str
+    model: str
+    graph_mode: str
+    mtp_depth: int
+    sliding_window: str
+    thinking: str
+    workload: str
+
+    def __str__(self) -> str:
+        return (
+            f"{self.engine}({self.family}).{self.model}.{self.graph_mode}.mtp{self.mtp_depth}"
+            f".swa-{self.sliding_window}.think-{self.thinking}.{self.workload}"
+        )
+
+
+class HistoryPoint(_Frozen):
+    """One sweep's AL for a key; ``low``/``high`` its interval when known."""
+
+    sweep_id: int
+    timestamp: datetime
+    value: float
+    low: float | None = None
+    high: float | None = None
+
+
+class ChangePoint(_Frozen):
+    """A level shift starting at point ``index`` (the first point of the new level).
+
+    ``pvalue``: Welch's t-test between the segments either side (nan when neither
+    side has two points); ``detection_pvalue``: the strategy's own p-value.
+    """
+
+    index: int
+    sweep_id: int
+    timestamp: datetime
+    before_mean: float
+    after_mean: float
+    before_n: int
+    after_n: int
+    relative_change: float
+    pvalue: float
+    detection_pvalue: float
+    confirmed: bool
+    meets_min_effect: bool
+
+    @property
+    def is_drop(self) -> bool:
+        return self.after_mean < self.before_mean
+
+    @property
+    def alert(self) -> bool:
+        """A confirmed drop of at least the minimum effect: an alert candidate."""
+        return self.is_drop and self.confirmed and self.meets_min_effect
+
+
+class HistoryAnalysis(_Frozen):
+    """Change points of one series, with the alert candidates among them."""
+
+    key: HistoryKey | None
+    points: int
+    change_points: tuple[ChangePoint, ...]
+
+    @property
+    def alerts(self) -> tuple[ChangePoint, ...]:
+        return tuple(c for c in self.change_points if c.alert)
+
+
+class HistoryConfig(_Frozen):
+    """Minimum relative AL drop and confirmation length for an alert."""
+
+    min_relative_drop: float = 0.02
+    confirm: int = 2
+    seed: int = 0
+
+
+class ChangePointTest(Protocol):
+    """Finds change points: sorted (index of first new point, p-value) pairs."""
+
+    def find(self, values: FloatArray, rng: np.random.Generator) -> list[tuple[int, float]]: ...
+
+
+def _energy(values: FloatArray, min_size: int) -> tuple[int, float]:
+    """Best split of ``values`` by the energy statistic (V-statistic form, alpha = 1).
+
+    For X = values[:t], Y = values[t:], E = 2 mean|X-Y| - mean|X-X'| - mean|Y-Y'| and
+    the statistic is t(n-t)/n * E; block sums come from a 2-D prefix sum, so all
+    splits cost O(n^2) together.
+    """
+    n = len(values)
+    if n < 2 * min_size:
+        return -1, 0.0
+    d = np.abs(values[:, None] - values[None, :])
+    p = np.zeros((n + 1, n + 1))
+    p[1:, 1:] = d.cumsum(0).cumsum(1)
+    t = np.arange(min_size, n - min_size + 1)
+    m = n - t
+    x = p[t, t]
+    y = p[n, n] - p[t, n] - p[n, t] + p[t, t]
+    xy = p[t, n] - p[t, t]
+    e = 2 * xy / (t * m) - x / t**2 - y / m**2
+    stat = t * m / n * e
+    best = int(np.argmax(stat))
+    return int(t[best]), float(stat[best])
+
+
+@dataclass(frozen=True)
+class EDivisive:
+    """Hierarchical e-divisive (Matteson & James 2014) with a permutation test.
+
+    Each round splits the segment whose best split has the largest statistic and
+    keeps it if a permutation test (values shuffled within each current segment, as
+    in MongoDB's implementation) gives p = (b + 1) / (permutations + 1) <=
+    ``max_pvalue`` (Phipson & Smyth 2010). 199 permutations resolve p down to 0.005;
+    ``max_pvalue = 0.05`` because the minimum-effect and confirmation rules, not the
+    test alone, decide alerts. ``min_size = 1`` lets a one-night dip be isolated
+    (and then discarded by the confirmation rule) instead of bending a segment mean.
+    """
+
+    max_pvalue: float = 0.05
+    permutations: int = 199
+    min_size: int = 1
+
+    def find(self, values: FloatArray, rng: np.random.Generator) -> list[tuple[int, float]]:
+        """Change point indices with their permutation p-values, sorted by index."""
+        found: list[tuple[int, float]] = []
+        while True:
+            bounds = [0, *sorted(i for i, _ in found), len(values)]
+            segments = list(itertools.pairwise(bounds))
+            best_at, best_stat = -1, 0.0
+            for a, b in segments:
+                at, stat = _energy(values[a:b], self.min_size)
+                if at > 0 and stat > best_stat:
+                    best_at, best_stat = a + at, stat
+            if best_at < 0 or best_stat <= 0:
+                break
+            exceed = 0
+            for _ in range(self.permutations):
+                shuffled = max(
+                    _energy(rng.permutation(values[a:b]), self.min_size)[1] for a, b in segments
+                )
+                exceed += shuffled >= best_stat
+            pvalue = (exceed + 1) / (self.permutations + 1)
+            if pvalue > self.max_pvalue:
+                break
+            found.append((best_at, pvalue))
+        return sorted(found)
+
+
+@dataclass(frozen=True)
+class WindowedTTest:
+    """Welch's t-test of the ``window`` points before vs after each index.
+
+    Keeps indices whose p-value is <= ``max_pvalue`` and the smallest within
+    ``window`` of each other. Needs at least two points on each side, so it sees a
+    change two sweeps late at the earliest - the same as the confirmation rule.
+    """
+
+    window: int = 5
+    max_pvalue: float = 0.01
+
+    def find(self, values: FloatArray, rng: np.random.Generator) -> list[tuple[int, float]]:
+        """Change point indices with their Welch p-values (``rng`` is unused)."""
+        del rng
+        n = len(values)
+        scored = []
+        for k in range(2, n - 1):
+            p = welch_pvalue(values[max(0, k - self.window) : k], values[k : k + self.window])
+            if p <= self.max_pvalue:
+                scored.append((p, k))
+        kept: list[tuple[int, float]] = []
+        for p, k in sorted(scored):
+            if all(abs(k - j) >= self.window for j, _ in kept):
+                kept.append((k, p))
+        return sorted(kept)
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b) by Lentz's continued fraction
+    (Numerical Recipes, 3rd ed., section 6.4); accurate to ~1e-12 here."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    front = (
+        math.exp(
+            math.lgamma(a + b)
+            - math.lgamma(a)
+            - math.lgamma(b)
+            + a * math.log(x)
+            + b * math.log1p(-x)
+        )
+        / a
+    )
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 300):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-14:
+            break
+    return front * f
+
+
+def welch_pvalue(x: FloatArray, y: FloatArray) -> float:
+    """Two-sided p-value of Welch's unequal-variance t-test (Welch 1947).
+
+    With a single point on one side, it is a prediction test of that point against
+    the other side (t = diff / (s * sqrt(1 + 1/n)), n - 1 degrees of freedom). nan
+    when neither side has two points; 0 or 1 when both sides have no spread.
+    """
+    nx, ny = len(x), len(y)
+    if nx < 2 and ny < 2:
+        return float("nan")
+    diff = float(np.mean(y) - np.mean(x))
+    if nx < 2 or ny < 2:
+        many = y if nx < 2 else x
+        se = float(np.std(many, ddof=1)) * math.sqrt(1 + 1 / len(many))
+        df = len(many) - 1.0
+    else:
+        vx, vy = float(np.var(x, ddof=1)) / nx, float(np.var(y, ddof=1)) / ny
+        se = math.sqrt(vx + vy)
+        df = (vx + vy) ** 2 / (
+            (vx**2 / (nx - 1) if vx else 0) + (vy**2 / (ny - 1) if vy else 0) or 1.0
+        )
+    if se == 0.0:
+        return 0.0 if diff != 0.0 else 1.0
+    t = abs(diff) / se
+    return _betainc(df / 2, 0.5, df / (df + t * t))
+
+
+def analyze_history(
+    points: Sequence[HistoryPoint],
+    *,
+    key: HistoryKey | None = None,
+    test: ChangePointTest | None = None,
+    config: HistoryConfig | None = None,
+    rng: np.random.Generator | None = None,
+) -> HistoryAnalysis:
+    """Change points of one key's series (points are sorted by timestamp first).
+
+    ``rng`` defaults to ``numpy.random.default_rng(config.seed)``. Returns every
+    change point found, increases included; ``HistoryAnalysis.alerts`` keeps the
+    confirmed drops of at least the minimum effect.
+    """
+    cfg = config or HistoryConfig()
+    ordered = sorted(points, key=lambda p: (p.timestamp, p.sweep_id))
+    values = np.array([p.value for p in ordered], dtype=np.float64)
+    found = (test or EDivisive()).find(values, rng or np.random.default_rng(cfg.seed))
+    bounds = [0, *(i for i, _ in found), len(values)]
+    changes = []
+    for j, (index, det_p) in enumerate(found):
+        before, after = values[bounds[j] : index], values[index : bounds[j + 2]]
+        mean_b, mean_a = float(before.mean()), float(after.mean())
+        rel = (mean_a - mean_b) / mean_b if mean_b else float("nan")
+        head = after[: cfg.confirm]
+        persists = len(head) >= cfg.confirm and bool(np.all(head < mean_b))
+        changes.append(
+            ChangePoint(
+                index=index,
+                sweep_id=ordered[index].sweep_id,
+                timestamp=ordered[index].timestamp,
+                before_mean=mean_b,
+                after_mean=mean_a,
+                before_n=len(before),
+                after_n=len(after),
+                relative_change=rel,
+                pvalue=welch_pvalue(before, after),
+                detection_pvalue=det_p,
+                confirmed=persists if mean_a < mean_b else len(head) >= cfg.confirm,
+                meets_min_effect=abs(rel) >= cfg.min_relative_drop,
+            )
+        )
+    return HistoryAnalysis(key=key, points=len(values), change_points=tuple(changes))
+
+
+def analyze_histories(
+    series: Mapping[HistoryKey, Sequence[HistoryPoint]],
+    *,
+    test: ChangePointTest | None = None,
+    config: HistoryConfig | None = None,
+) -> tuple[HistoryAnalysis, ...]:
+    """:func:`analyze_history` for every key, in key order; each key gets its own
+    generator seeded from ``config.seed`` and the key, so adding a key changes nothing
+    for the others."""
+    cfg = config or HistoryConfig()
+    out = []
+    for key in sorted(series, key=str):
+        rng = np.random.default_rng([cfg.seed, *str(key).encode()])
+        out.append(analyze_history(series[key], key=key, test=test, config=cfg, rng=rng))
+    return tuple(out)
+
+
+def series_from_sweeps(
+    sweeps: Sequence[SweepRecord], *, resamples: int = 1000, seed: int = 0
+) -> dict[HistoryKey, tuple[HistoryPoint, ...]]:
+    """Per-key AL series over ``sweeps`` (speculation-on variants of ok cells).
+
+    The point is the variant's AL from its summed counters; the interval is a
+    request-level bootstrap when per-request counters exist. Keys use the cell's
+    engine name and family, never the build or the sweep.
+    """
+    series: dict[HistoryKey, list[HistoryPoint]] = {}
+    for sweep in sweeps:
+        for stored in sweep.cells:
+            c, result = stored.cell, stored.result
+            if result is None or result.status != "ok" or c.mtp_depth == 0:
+                continue
+            for v in result.variants:
+                al = v.counters.mean_acceptance_length
+                if al is None:
+                    continue
+                key = HistoryKey(
+                    family=c.family,
+                    engine=c.engine,
+                    model=c.model,
+                    graph_mode=c.planned_graph_mode,
+                    mtp_depth=c.mtp_depth,
+                    sliding_window=c.sliding_window,
+                    thinking=v.thinking,
+                    workload=v.workload,
+                )
+                low = high = None
+                sample = AcceptanceSample.from_requests(v.requests)
+                if len(sample) and sample.drafts.sum() > 0:
+                    stats = acceptance_stats(
+                        sample,
+                        rng=np.random.default_rng([seed, sweep.sweep_id]),
+                        resamples=resamples,
+                    )
+                    if stats.mean_acceptance_length is not None:
+                        low = stats.mean_acceptance_length.low
+                        high = stats.mean_acceptance_length.high
+                series.setdefault(key, []).append(
+                    HistoryPoint(
+                        sweep_id=sweep.sweep_id,
+                        timestamp=sweep.started_at,
+                        value=al,
+                        low=low,
+                        high=high,
+                    )
+                )
+    return {k: tuple(sorted(v, key=lambda p: (p.timestamp, p.sweep_id))) for k, v in series.items()}

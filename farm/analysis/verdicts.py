@@ -1,0 +1,151 @@
+"""What the within-sweep checks return: verdicts, findings, notes, and the rule.
+
+Typed outputs of :mod:`farm.analysis.checks`, kept apart so that reports,
+notifications and :mod:`farm.analysis.attribution` can use them without the checks.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from farm.analysis.stats import Interval
+
+__all__ = [
+    "CheckConfig",
+    "CheckKind",
+    "CheckReport",
+    "Direction",
+    "Finding",
+    "Metric",
+    "Note",
+    "VariantRef",
+    "Verdict",
+    "judge",
+]
+
+CheckKind = Literal["graph_vs_eager", "patch_vs_base", "depth_invariance"]
+Metric = Literal[
+    "mean_acceptance_length", "acceptance_at_position", "accuracy", "greedy_divergence"
+]
+Direction = Literal["lower", "higher", "either"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class CheckConfig(_Frozen):
+    """Significance level, bootstrap size, seed and minimum effects of the checks.
+
+    AL: a difference must reach max(2% of the reference AL, 0.05) - the example of
+    DESIGN.md section 5. Per position: 0.05 absolute, a little inside vllm-ascend's
+    per-position golden check (fails beyond 0.06). Accuracy: 5 points. Greedy
+    divergence: 1 point more prompts diverging than the reference.
+    """
+
+    level: float = 0.95
+    resamples: int = 2000
+    seed: int = 0
+    min_al_relative: float = 0.02
+    min_al_absolute: float = 0.05
+    min_position_diff: float = 0.05
+    min_accuracy_drop: float = 0.05
+    min_divergence_increase: float = 0.01
+
+    def min_al_effect(self, reference_al: float) -> float:
+        """The AL difference that matters at this reference AL."""
+        return max(self.min_al_relative * reference_al, self.min_al_absolute)
+
+
+class VariantRef(_Frozen):
+    """One request-level variant of a server cell, with all its axis values."""
+
+    cell_id: str
+    engine: str
+    model: str
+    graph_mode: str
+    mtp_depth: int
+    sliding_window: str
+    thinking: str
+    workload: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.cell_id}[think-{self.thinking}.{self.workload}]"
+
+    def axes(self) -> dict[str, str | int]:
+        """Axis name -> value, the input shape of :mod:`farm.analysis.attribution`."""
+        return self.model_dump(exclude={"cell_id"})
+
+
+class Verdict(_Frozen):
+    """The outcome of one comparison; ``difference`` is candidate minus reference."""
+
+    check: CheckKind
+    metric: Metric
+    position: int | None = None
+    candidate: VariantRef
+    reference: VariantRef
+    candidate_value: Interval
+    reference_value: Interval
+    difference: Interval
+    paired: bool
+    pairs: int
+    min_effect: float
+    direction: Direction
+    significant: bool
+    regressed: bool
+    baseline: str | None = None
+
+    def describe(self) -> str:
+        """One line with the cells, the figures and their intervals."""
+        metric = self.metric + (f"[{self.position}]" if self.position is not None else "")
+        pairing = f"paired over {self.pairs} prompts" if self.paired else "unpaired"
+        base = f", spec-off baseline {self.baseline}" if self.baseline else ""
+        return (
+            f"{self.check}: {metric} of {self.candidate.label} = {self.candidate_value} vs "
+            f"{self.reference.label} = {self.reference_value}; difference {self.difference} "
+            f"({pairing}{base}; minimum effect {self.min_effect:.3f})"
+        )
+
+
+class Finding(_Frozen):
+    """A failed verdict with its one-line explanation."""
+
+    verdict: Verdict
+    message: str
+
+
+class Note(_Frozen):
+    """Why a comparison was not made (failed cell, missing reference, no counters)."""
+
+    check: CheckKind | Literal["input"]
+    cells: tuple[str, ...]
+    message: str
+
+
+class CheckReport(_Frozen):
+    """Every verdict of a sweep, the failed ones as findings, and the notes."""
+
+    sweep_id: int
+    verdicts: tuple[Verdict, ...]
+    findings: tuple[Finding, ...]
+    notes: tuple[Note, ...]
+
+
+def judge(diff: Interval, min_effect: float, worse: Direction) -> tuple[bool, bool]:
+    """(significant, regressed) for a candidate-minus-reference difference.
+
+    Regressed: the interval excludes 0 on the bad side (``lower``: below 0, ``higher``:
+    above 0, ``either``: any side) and the point difference reaches ``min_effect``.
+    """
+    significant = diff.excludes(0.0)
+    if worse == "lower":
+        bad = diff.high < 0 and -diff.estimate >= min_effect
+    elif worse == "higher":
+        bad = diff.low > 0 and diff.estimate >= min_effect
+    else:
+        bad = abs(diff.estimate) >= min_effect
+    return significant, significant and bad

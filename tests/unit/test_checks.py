@@ -1,0 +1,176 @@
+"""Within-sweep checks on synthetic sweeps with known regressions."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from farm.analysis.checks import check_graph_modes, check_patches, check_sweep
+from farm.analysis.simulate import CellEffect, simulate_sweep
+from farm.analysis.verdicts import CheckConfig
+from farm.plan import ServerCell, Variant
+from farm.records import CellResult, RequestRecord, StoredCell, SweepRecord, VariantResult
+
+FAST = CheckConfig(resamples=500)
+
+
+def _sweep(
+    seed: int,
+    effect: CellEffect | None = None,
+    divergence: CellEffect | None = None,
+    prompts: int = 200,
+    verify_steps: float = 40.0,
+) -> SweepRecord:
+    """Eager and full_decode_only at depths 0, 1, 3; one variant; shared prompts."""
+    return simulate_sweep(
+        rng=np.random.default_rng(seed),
+        graph_modes=("eager", "full_decode_only"),
+        depths=(0, 1, 3),
+        sliding_windows=("on",),
+        thinking=("off",),
+        prompts=prompts,
+        verify_steps=verify_steps,
+        effect=effect,
+        divergence=divergence,
+    )
+
+
+def _fdo_depth3(factor: float) -> CellEffect:
+    def effect(cell: ServerCell, v: Variant) -> float:
+        hit = cell.planned_graph_mode == "full_decode_only" and cell.mtp_depth == 3
+        return factor if hit else 1.0
+
+    return effect
+
+
+def test_no_finding_when_every_cell_is_drawn_from_one_distribution() -> None:
+    for seed in range(3):
+        sweep = _sweep(seed)
+        report = check_sweep(sweep, config=FAST)
+        assert report.verdicts and report.findings == (), [f.message for f in report.findings]
+        assert report.notes == ()
+
+
+def test_a_ten_percent_al_drop_in_one_graph_mode_is_found_and_named() -> None:
+    sweep = _sweep(1, effect=_fdo_depth3(0.92))
+    report = check_sweep(sweep, config=FAST)
+    al = [f.verdict for f in report.findings if f.verdict.metric == "mean_acceptance_length"]
+    assert len(al) == 1
+    v = al[0]
+    assert v.check == "graph_vs_eager" and v.paired and v.pairs == 200
+    assert v.candidate.graph_mode == "full_decode_only" and v.candidate.mtp_depth == 3
+    assert v.reference.graph_mode == "eager"
+    relative = v.difference.estimate / v.reference_value.estimate
+    assert -0.14 < relative < -0.07 and v.difference.high < 0
+    assert "full_decode_only.mtp3" in report.findings[0].message
+    # The same drop breaks depth invariance at position 0 against depth 1.
+    depth = [f.verdict for f in report.findings if f.verdict.check == "depth_invariance"]
+    assert [(d.position, d.reference.mtp_depth) for d in depth] == [(0, 1)]
+
+
+def test_minimum_effect_suppresses_a_tiny_significant_difference() -> None:
+    sweep = _sweep(2, effect=_fdo_depth3(0.985), prompts=800, verify_steps=400)
+    report = check_graph_modes(sweep, config=FAST)
+    [v] = [
+        v
+        for v in report.verdicts
+        if v.metric == "mean_acceptance_length" and v.candidate.mtp_depth == 3
+    ]
+    assert v.significant and not v.regressed
+    assert abs(v.difference.estimate) < v.min_effect
+    assert report.findings == ()
+
+
+def test_greedy_divergence_beyond_eager_is_a_finding() -> None:
+    def diverge(cell: ServerCell, v: Variant) -> float:
+        return 0.15 if cell.planned_graph_mode == "full_decode_only" else 0.0
+
+    sweep = _sweep(3, divergence=diverge)
+    report = check_graph_modes(sweep, config=FAST)
+    found = {(f.verdict.metric, f.verdict.candidate.mtp_depth) for f in report.findings}
+    assert found == {("greedy_divergence", 1), ("greedy_divergence", 3)}
+    v = report.findings[0].verdict
+    assert v.baseline is not None and "full_decode_only.mtp0" in v.baseline
+
+
+def test_patch_that_lowers_al_and_accuracy_is_found() -> None:
+    def patched(cell: ServerCell, v: Variant) -> float:
+        return 0.85 if cell.engine == "base+canary" else 1.0
+
+    def wrong(cell: ServerCell, v: Variant) -> float:
+        return 0.4 if cell.engine == "base+canary" else 0.0
+
+    sweep = simulate_sweep(
+        rng=np.random.default_rng(4),
+        engines=("base", "base+canary"),
+        graph_modes=("eager",),
+        depths=(0, 3),
+        sliding_windows=("on",),
+        thinking=("off",),
+        prompts=200,
+        effect=patched,
+        divergence=wrong,
+    )
+    report = check_patches(sweep, {"base+canary": "base"}, config=FAST)
+    found = {(f.verdict.metric, f.verdict.candidate.mtp_depth) for f in report.findings}
+    assert found == {("mean_acceptance_length", 3), ("accuracy", 3)}
+    assert all(f.verdict.reference.engine == "base" for f in report.findings)
+    # Without the mapping there is nothing to compare.
+    assert check_patches(sweep, {}, config=FAST).verdicts == ()
+
+
+def test_failed_and_counterless_cells_give_notes_not_findings() -> None:
+    sweep = _sweep(5)
+    cells = list(sweep.cells)
+    broken = next(
+        i
+        for i, c in enumerate(cells)
+        if c.cell.planned_graph_mode == "eager" and c.cell.mtp_depth == 3
+    )
+    failed = CellResult(
+        cell_id=cells[broken].cell.cell_id,
+        status="failed",
+        started_at=sweep.started_at,
+        finished_at=sweep.started_at,
+        error="server died",
+    )
+    cells[broken] = StoredCell(cell=cells[broken].cell, result=failed)
+    bare = next(
+        i
+        for i, c in enumerate(cells)
+        if c.cell.planned_graph_mode == "eager" and c.cell.mtp_depth == 1
+    )
+    cells[bare] = _without_request_counters(cells[bare])
+    report = check_sweep(sweep.model_copy(update={"cells": tuple(cells)}), config=FAST)
+    assert report.findings == ()
+    text = " | ".join(n.message for n in report.notes)
+    assert "failed: server died" in text
+    assert "no eager reference" in text
+    assert "no per-request speculative counters" in text
+
+
+def _without_request_counters(stored: StoredCell) -> StoredCell:
+    assert stored.result is not None
+    variants: list[VariantResult] = []
+    for v in stored.result.variants:
+        requests: tuple[RequestRecord, ...] = tuple(
+            r.model_copy(update={"counters": None}) for r in v.requests
+        )
+        variants.append(v.model_copy(update={"requests": requests}))
+    result = stored.result.model_copy(update={"variants": tuple(variants)})
+    return StoredCell(cell=stored.cell, result=result)
+
+
+def test_checks_are_reproducible() -> None:
+    sweep = _sweep(6, effect=_fdo_depth3(0.9))
+    assert check_sweep(sweep, config=FAST) == check_sweep(sweep, config=FAST)
+
+
+def test_empty_sweep() -> None:
+    empty = SweepRecord(
+        sweep_id=9,
+        job="j",
+        started_at=simulate_sweep(rng=np.random.default_rng(0), prompts=1, depths=(0,)).started_at,
+        status="ok",
+    )
+    report = check_sweep(empty)
+    assert (report.verdicts, report.findings, report.notes) == ((), (), ())
