@@ -1,5 +1,82 @@
 """Pure analysis of stored sweeps: no I/O, no ray, no SQL."""
 
-from farm.analysis.summary import VariantSummary, summarize_sweep
+from farm.analysis.attribution import (
+    Attribution,
+    BranchTable,
+    LabeledCell,
+    Predicate,
+    attribute,
+    branch_table,
+    labels_from_report,
+)
+from farm.analysis.checks import (
+    check_depth_invariance,
+    check_graph_modes,
+    check_patches,
+    check_sweep,
+)
+from farm.analysis.history import (
+    ChangePoint,
+    HistoryAnalysis,
+    HistoryConfig,
+    HistoryKey,
+    HistoryPoint,
+    analyze_histories,
+    analyze_history,
+    series_from_sweeps,
+)
+from farm.analysis.stats import (
+    AcceptanceDifference,
+    AcceptanceSample,
+    AcceptanceStats,
+    Interval,
+    acceptance_stats,
+    accuracy,
+    compare_acceptance,
+    compare_proportions,
+    greedy_divergence,
+    wilson_interval,
+)
+from farm.analysis.summary import VariantSummary, patched_bases, summarize_sweep
+from farm.analysis.verdicts import CheckConfig, CheckReport, Finding, Note, VariantRef, Verdict
 
-__all__ = ["VariantSummary", "summarize_sweep"]
+__all__ = [
+    "AcceptanceDifference",
+    "AcceptanceSample",
+    "AcceptanceStats",
+    "Attribution",
+    "BranchTable",
+    "ChangePoint",
+    "CheckConfig",
+    "CheckReport",
+    "Finding",
+    "HistoryAnalysis",
+    "HistoryConfig",
+    "HistoryKey",
+    "HistoryPoint",
+    "Interval",
+    "LabeledCell",
+    "Note",
+    "Predicate",
+    "VariantRef",
+    "VariantSummary",
+    "Verdict",
+    "acceptance_stats",
+    "accuracy",
+    "analyze_histories",
+    "analyze_history",
+    "attribute",
+    "branch_table",
+    "check_depth_invariance",
+    "check_graph_modes",
+    "check_patches",
+    "check_sweep",
+    "compare_acceptance",
+    "compare_proportions",
+    "greedy_divergence",
+    "labels_from_report",
+    "patched_bases",
+    "series_from_sweeps",
+    "summarize_sweep",
+    "wilson_interval",
+]

@@ -16,10 +16,10 @@ from farm.analysis.checks import check_sweep
 from farm.analysis.summary import patched_bases
 from farm.cli.builds import builds_app
 from farm.cli.patches import patches_app
+from farm.cli.reports import alerts_app, compare, render_report
 from farm.errors import FarmError
 from farm.plan import Plan, ServerCell
-from farm.records import BuildInfo, CellResult
-from farm.records import SweepRecord
+from farm.records import BuildInfo, CellResult, SweepRecord
 from farm.report import render_matrix, render_plan
 from farm.report.findings import render_findings
 from farm.spec import load_job
@@ -34,6 +34,8 @@ db_app = typer.Typer(help="The SQL store.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(builds_app, name="builds")
 app.add_typer(patches_app, name="patches")
+app.add_typer(alerts_app, name="alerts")
+app.command()(compare)
 console = Console()
 
 DbOption = Annotated[
@@ -186,8 +188,27 @@ def plan(
 def report(
     sweep: Annotated[str, typer.Argument(help="sweep id or 'latest'")] = "latest",
     db: DbOption = None,
+    fmt: Annotated[
+        str | None, typer.Option("--format", help="md or html: write a report file")
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="default: sweep-<id>.<format>")] = None,
 ) -> None:
-    """Show a stored sweep as a matrix: acceptance, AL, per position, greedy agreement."""
+    """Show a stored sweep as a matrix: acceptance, AL, per position, greedy agreement.
+
+    With --format md|html, write a report with the checks' verdicts, a heatmap of the
+    change in AL across the matrix, per-position bars and trends instead.
+    """
+    if fmt is not None:
+        if fmt not in ("md", "html"):
+            raise typer.BadParameter("expected md or html", param_hint="--format")
+        try:
+            written, text = render_report(sweep, db, "html" if fmt == "html" else "md")
+        except FarmError as exc:
+            raise _fail(exc) from None
+        path = out or Path(f"sweep-{written}.{fmt}")
+        path.write_text(text, encoding="utf-8")
+        console.print(f"wrote {path}")
+        return
     try:
         with store.Session(store.open_store(db or store.default_db_url())) as session:
             sweep_id = store.latest_sweep_id(session) if sweep == "latest" else int(sweep)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import ray
 
@@ -23,6 +24,8 @@ __all__ = ["fake_run_cell"]
 def fake_run_cell(task: CellTask, npu_ids: tuple[int, ...], node: str) -> CellResult:
     """Pretend to run ``task``: sleep, then describe the placement in the result's notes."""
     started = datetime.now(UTC)
+    if "FAKE_STARTED_DIR" in task.engine.env:  # lets a test act while the cell runs
+        Path(task.engine.env["FAKE_STARTED_DIR"], task.cell.cell_id).touch()
     time.sleep(float(task.engine.env.get("FAKE_CELL_SECONDS", "0")))
     labels = ray.get_runtime_context().get_node_labels()
     notes = (

@@ -11,6 +11,15 @@ and returns an engine; the repository functions take a ``Session`` on it::
 
 from sqlmodel import Session
 
+from farm.store.alerts import (
+    acknowledge,
+    get_alert,
+    list_alerts,
+    mark_notified,
+    pending_notifications,
+    raise_alerts,
+    resolve,
+)
 from farm.store.db import connect, default_db_url, mask_url, normalize_url, open_store, upgrade
 from farm.store.repository import (
     SweepStatus,
@@ -30,19 +39,26 @@ __all__ = [
     "Session",
     "SweepStatus",
     "SweepSummary",
+    "acknowledge",
     "completed_cell_ids",
     "connect",
     "create_sweep",
     "default_db_url",
     "finish_sweep",
+    "get_alert",
     "latest_sweep_id",
+    "list_alerts",
     "list_sweeps",
     "load_sweep",
+    "mark_notified",
     "mask_url",
     "normalize_url",
     "open_store",
+    "pending_notifications",
+    "raise_alerts",
     "record_build",
     "reopen_sweep",
+    "resolve",
     "save_cell_result",
     "upgrade",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import re
 from pathlib import Path
@@ -41,7 +43,7 @@ def test_problem_fields_and_answers():
 
 def test_problem_is_frozen():
     p = make_problems(1, seed=1)[0]
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         p.answer = "0"  # type: ignore[misc]
 
 
@@ -61,13 +63,7 @@ def test_exclude_and_bad_args():
 def test_render_reasoning_example():
     p = Problem(id="x", prompt="What is 57 + 968?", answer="1025")
     assert render_reasoning(p) == (
-        "057+968 c0 r\n"
-        "7+8+0=15\n"
-        "05+96 c1 r5\n"
-        "5+6+1=12\n"
-        "0+9 c1 r25\n"
-        "0+9+1=10\n"
-        "done 1025\n"
+        "057+968 c0 r\n7+8+0=15\n05+96 c1 r5\n5+6+1=12\n0+9 c1 r25\n0+9+1=10\ndone 1025\n"
     )
 
 
@@ -104,7 +100,7 @@ def test_scratchpad_lines_are_short():
     # sliding window (the tokenizer is byte-level: one character is one token).
     for p in make_problems(100, seed=9, min_digits=6, max_digits=6):
         lines = render_reasoning(p).split("\n")
-        assert max(len(a) + len(b) + 2 for a, b in zip(lines, lines[1:])) < 64
+        assert max(len(a) + len(b) + 2 for a, b in itertools.pairwise(lines)) < 64
 
 
 def test_completion_round_trip():

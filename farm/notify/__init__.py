@@ -1,0 +1,62 @@
+"""Alerts as data, and the channels that deliver them.
+
+Pure pieces: :mod:`farm.notify.alert` (typed alerts) and
+:mod:`farm.notify.candidates` (analysis results -> alert candidates). I/O pieces:
+one small client per service, each with its own error class, all on
+:func:`farm.notify.http.post_json` (timeouts, bounded retries, secrets masked).
+URLs and secrets come from the environment (:data:`ENV_VARS`).
+"""
+
+from farm.notify.alert import (
+    AlertCandidate,
+    AlertDetails,
+    AlertFigure,
+    AlertKind,
+    AlertRecord,
+    AlertState,
+    CellKey,
+    FigureInterval,
+    Severity,
+)
+from farm.notify.candidates import alert_candidates_from_history, alert_candidates_from_report
+from farm.notify.feishu import FeishuError, FeishuNotifier
+from farm.notify.github import GitHubClient, GitHubError, PullRequestRef, parse_pr_ref
+from farm.notify.http import NotifyError, RetryPolicy, mask_url, redact
+from farm.notify.registry import ENV_VARS, Notifier, notifiers_from_env, send_all
+from farm.notify.slack import SlackError, SlackNotifier
+from farm.notify.webhook import WebhookError, WebhookNotifier
+from farm.notify.wecom import WeComError, WeComNotifier
+
+__all__ = [
+    "ENV_VARS",
+    "AlertCandidate",
+    "AlertDetails",
+    "AlertFigure",
+    "AlertKind",
+    "AlertRecord",
+    "AlertState",
+    "CellKey",
+    "FeishuError",
+    "FeishuNotifier",
+    "FigureInterval",
+    "GitHubClient",
+    "GitHubError",
+    "Notifier",
+    "NotifyError",
+    "PullRequestRef",
+    "RetryPolicy",
+    "Severity",
+    "SlackError",
+    "SlackNotifier",
+    "WeComError",
+    "WeComNotifier",
+    "WebhookError",
+    "WebhookNotifier",
+    "alert_candidates_from_history",
+    "alert_candidates_from_report",
+    "mask_url",
+    "notifiers_from_env",
+    "parse_pr_ref",
+    "redact",
+    "send_all",
+]

@@ -1,0 +1,201 @@
+"""POST JSON with a timeout and bounded retries, without ever showing a secret.
+
+Shared by every notifier. Retried: connection errors, timeouts, HTTP 5xx and 429
+(rate limited; Slack and GitHub answer it with ``Retry-After``). Not retried: other
+4xx answers, which mean the request itself is wrong (bad URL, bad token, bad body)
+and would fail again.
+
+Webhook URLs carry their credential in the path or query (Slack, Feishu, WeCom), so
+a URL is shown only as ``scheme://host/***``; every text that leaves this module -
+log records, exception messages - goes through :func:`redact` first. httpx logs each
+request's full URL at INFO on the ``httpx`` logger; a filter on that logger redacts
+the secrets of a request while it is in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from farm.errors import FarmError
+
+__all__ = ["NotifyError", "RetryPolicy", "mask_url", "post_json", "redact"]
+
+log = logging.getLogger("farm.notify")
+
+_RETRY_AFTER_CAP_S = 30.0
+_BODY_EXCERPT = 300
+_MIN_SECRET_PIECE = 8
+
+
+class NotifyError(FarmError):
+    """A notification (or comment) could not be delivered; the message names the
+    service, the masked target and what to check. Never contains a secret."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Attempts, backoff and timeout of one delivery.
+
+    3 attempts with 1 s then 2 s between them ride out a restarting receiver or a
+    load balancer's brief 502 without holding a nightly run for long; 10 s per
+    request is well above a chat webhook's normal sub-second answer.
+    """
+
+    attempts: int = 3
+    backoff_s: float = 1.0
+    timeout_s: float = 10.0
+    sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt ``attempt`` (1-based): exponential."""
+        return float(self.backoff_s * 2 ** (attempt - 1))
+
+
+def mask_url(url: str) -> str:
+    """``scheme://host[:port]/***``: where a request went, without its credential."""
+    parts = urlsplit(url)
+    if not parts.scheme or not parts.netloc:
+        return "***"
+    host = parts.hostname or "***"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}/***"
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with every secret (and each credential-bearing part of a URL) masked."""
+    for secret in _expand(secrets):
+        text = text.replace(secret, "***")
+    return text
+
+
+def _expand(secrets: Sequence[str]) -> list[str]:
+    out: set[str] = set()
+    for s in secrets:
+        if not s:
+            continue
+        out.add(s)
+        parts = urlsplit(s)
+        if parts.scheme and parts.netloc:
+            # A credential may show up without the rest of its URL (a path in an
+            # error, a query string in a log). Short pieces ("/s", "x=1") are left
+            # alone: they hold no credential and would mask unrelated text.
+            pieces = [parts.path, parts.query, *parts.path.split("/")]
+            pieces += [v for _, _, v in (q.partition("=") for q in parts.query.split("&"))]
+            out.update(p for p in pieces if len(p) >= _MIN_SECRET_PIECE)
+    # Longest first, so a URL is masked whole before its parts.
+    return sorted(out, key=len, reverse=True)
+
+
+class _RedactFilter(logging.Filter):
+    def __init__(self, secrets: Sequence[str]) -> None:
+        super().__init__()
+        self.secrets = secrets
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redact(message, self.secrets)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return True
+
+
+@contextmanager
+def _redacting_httpx_logs(secrets: Sequence[str]) -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in ("httpx", "httpcore")]
+    flt = _RedactFilter(secrets)
+    for lg in loggers:
+        lg.addFilter(flt)
+    try:
+        yield
+    finally:
+        for lg in loggers:
+            lg.removeFilter(flt)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    try:
+        return min(float(value), _RETRY_AFTER_CAP_S) if value is not None else None
+    except ValueError:
+        return None
+
+
+def post_json(
+    url: str,
+    payload: Any,
+    *,
+    service: str,
+    error: type[NotifyError],
+    secrets: Sequence[str] = (),
+    headers: dict[str, str] | None = None,
+    policy: RetryPolicy | None = None,
+    client: httpx.Client | None = None,
+    check: Callable[[httpx.Response], str | None] | None = None,
+    sign: Callable[[bytes], dict[str, str]] | None = None,
+    hint: str = "",
+) -> httpx.Response:
+    """POST ``payload`` as JSON to ``url``; return the 2xx response.
+
+    ``check`` may inspect a 2xx answer and return an error text (services such as
+    Feishu and WeCom answer HTTP 200 with an error code in the body); that is not
+    retried. ``sign`` turns the exact body bytes into extra headers (an HMAC
+    signature). Raises ``error`` (a :class:`NotifyError`) naming ``service``, the masked
+    URL and ``hint`` after a 4xx, a refused 2xx, or ``policy.attempts`` failures.
+    ``url`` and ``secrets`` never appear in a log record or in the exception.
+    """
+    policy = policy or RetryPolicy()
+    secrets = [url, *secrets]
+    body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+    send_headers = {"Content-Type": "application/json; charset=utf-8", **(headers or {})}
+    if sign is not None:
+        send_headers.update(sign(body))
+    where = f"{service} POST {mask_url(url)}"
+    suffix = f"; {hint}" if hint else ""
+    own_client = client is None
+    http = client or httpx.Client(timeout=policy.timeout_s)
+    reason = "no attempt made"
+    try:
+        with _redacting_httpx_logs(secrets):
+            for attempt in range(1, policy.attempts + 1):
+                wait: float | None = None
+                try:
+                    response = http.post(url, content=body, headers=send_headers)
+                except httpx.TransportError as exc:
+                    reason = f"{type(exc).__name__}: {redact(str(exc), secrets) or 'no detail'}"
+                else:
+                    status = response.status_code
+                    excerpt = redact(response.text[:_BODY_EXCERPT], secrets).strip()
+                    if 200 <= status < 300:
+                        refused = check(response) if check else None
+                        if refused is None:
+                            return response
+                        raise error(f"{where}: refused: {redact(refused, secrets)}{suffix}")
+                    reason = f"HTTP {status}" + (f": {excerpt}" if excerpt else "")
+                    if status != 429 and 400 <= status < 500:
+                        raise error(f"{where}: {reason} (not retried){suffix}")
+                    if status == 429:
+                        wait = _retry_after(response)
+                if attempt < policy.attempts:
+                    delay = wait if wait is not None else policy.delay(attempt)
+                    log.warning(
+                        "%s: attempt %d/%d failed (%s); retrying in %.1f s",
+                        where,
+                        attempt,
+                        policy.attempts,
+                        reason,
+                        delay,
+                    )
+                    policy.sleep(delay)
+    finally:
+        if own_client:
+            http.close()
+    raise error(f"{where}: failed after {policy.attempts} attempt(s): {reason}{suffix}")

@@ -1,0 +1,80 @@
+"""Plain-text pieces of an alert message, shared by the chat notifiers.
+
+Each notifier escapes and lays these out in its own format; the words and figures
+are the same everywhere, so a Slack message and a Feishu card say the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from farm.notify.alert import AlertFigure, AlertRecord
+
+__all__ = [
+    "MAX_ALERTS_PER_MESSAGE",
+    "METRIC_NAMES",
+    "alert_lines",
+    "alert_title",
+    "figure_line",
+    "headline",
+    "metric_name",
+]
+
+# Chat messages have size limits (Slack: 50 blocks; WeCom: 4096 bytes; Feishu: 20 KB);
+# past this many alerts a message lists the first ones and says how many more.
+MAX_ALERTS_PER_MESSAGE = 10
+
+METRIC_NAMES = {
+    "mean_acceptance_length": "AL",
+    "acceptance_at_position": "acceptance at position",
+    "greedy_divergence": "greedy divergence",
+    "accuracy": "accuracy",
+}
+
+
+def metric_name(metric: str | None, position: int | None = None) -> str:
+    """Short human name of a metric: ``AL``, ``acceptance at position 1``, ..."""
+    name = METRIC_NAMES.get(metric or "", metric or "failure")
+    return f"{name} {position}" if position is not None else name
+
+
+def headline(alerts: Sequence[AlertRecord]) -> str:
+    """One line: how many alerts, how many critical, from which sweep(s)."""
+    critical = sum(a.severity == "critical" for a in alerts)
+    sweeps = sorted({a.last_sweep_id for a in alerts})
+    where = f"sweep {sweeps[0]}" if len(sweeps) == 1 else f"sweeps {sweeps[0]}-{sweeps[-1]}"
+    crit = f", {critical} critical" if critical else ""
+    plural = "s" if len(alerts) != 1 else ""
+    return f"mtp-farm: {len(alerts)} alert{plural} in {where}{crit}"
+
+
+def figure_line(f: AlertFigure) -> str:
+    """``AL 2.65 [2.53, 2.75] vs 3.05 [2.90, 3.17]: -0.40 [-0.49, -0.31] (-13.1%)``."""
+    rel = f" ({f.relative:+.1%})" if f.relative is not None else ""
+    return (
+        f"{metric_name(f.metric, f.position)} {f.candidate_value} vs {f.reference_value}: "
+        f"{f.difference}{rel}"
+    )
+
+
+def alert_title(a: AlertRecord) -> str:
+    """``#12 critical graph_vs_eager AL: <cell key>``."""
+    return f"#{a.id} {a.severity} {a.kind} {metric_name(a.metric)}: {a.details.cell}"
+
+
+def alert_lines(a: AlertRecord) -> list[str]:
+    """The body lines of one alert: figures, reference, attribution, history."""
+    lines = [figure_line(f) for f in a.details.figures]
+    if a.details.figures:
+        lines.append(f"reference: {a.details.figures[0].reference}")
+    if a.details.error:
+        lines.append(a.details.error.splitlines()[0][:300])
+    if a.details.attribution:
+        lines.append(f"explained by: {a.details.attribution}")
+    seen = (
+        f"first seen in sweep {a.first_sweep_id}, {a.occurrences} sweep(s)"
+        if a.occurrences > 1
+        else f"sweep {a.last_sweep_id}"
+    )
+    lines.append(seen)
+    return lines

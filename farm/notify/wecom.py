@@ -1,0 +1,90 @@
+"""WeCom (WeChat Work) group bot webhooks: ``{"msgtype": "markdown", ...}``.
+
+WeCom answers HTTP 200 with ``{"errcode": 0, "errmsg": "ok"}`` on success and a
+non-zero ``errcode`` otherwise; markdown content is limited to 4096 bytes of UTF-8.
+API: https://developer.work.weixin.qq.com/document/path/91770
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from farm.notify.alert import AlertRecord
+from farm.notify.http import NotifyError, RetryPolicy, post_json
+from farm.notify.message import MAX_ALERTS_PER_MESSAGE, alert_lines, alert_title, headline
+
+__all__ = ["WeComError", "WeComNotifier", "wecom_payload"]
+
+_CONTENT_MAX_BYTES = 4096
+
+
+class WeComError(NotifyError):
+    """WeCom refused the message (non-zero ``errcode``) or did not answer."""
+
+
+def _truncate_utf8(text: str, limit: int) -> str:
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    cut = data[: limit - len(b" ...")].decode(errors="ignore")
+    return cut + " ..."
+
+
+def wecom_payload(alerts: Sequence[AlertRecord]) -> dict[str, Any]:
+    """The request body for ``alerts``: WeCom markdown, cut to 4096 bytes."""
+    shown = alerts[:MAX_ALERTS_PER_MESSAGE]
+    parts = [f"## {headline(alerts)}"]
+    for a in shown:
+        colour = "warning" if a.severity == "critical" else "comment"
+        lines = "\n".join(f"> {line}" for line in alert_lines(a))
+        parts.append(f'<font color="{colour}">**{alert_title(a)}**</font>\n{lines}')
+    more = len(alerts) - len(shown)
+    parts.append((f"and {more} more; " if more else "") + "`farm alerts list` shows all")
+    content = _truncate_utf8("\n\n".join(parts), _CONTENT_MAX_BYTES)
+    return {"msgtype": "markdown", "markdown": {"content": content}}
+
+
+def _refused(response: httpx.Response) -> str | None:
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or body.get("errcode", 0) == 0:
+        return None
+    return f"errcode {body.get('errcode')}: {body.get('errmsg') or 'no message'}"
+
+
+@dataclass(frozen=True)
+class WeComNotifier:
+    """Posts to a WeCom group bot ``url`` (``FARM_NOTIFY_WECOM_URL``, with its ``key``).
+
+    API: https://developer.work.weixin.qq.com/document/path/91770
+    """
+
+    url: str = field(repr=False)
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    client: httpx.Client | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def name(self) -> str:
+        """The channel's name in logs and CLI output."""
+        return "wecom"
+
+    def send(self, alerts: Sequence[AlertRecord]) -> None:
+        """Post one message for ``alerts`` (nothing for none); raises WeComError."""
+        if not alerts:
+            return
+        post_json(
+            self.url,
+            wecom_payload(alerts),
+            service="wecom",
+            error=WeComError,
+            policy=self.policy,
+            client=self.client,
+            check=_refused,
+            hint="check FARM_NOTIFY_WECOM_URL (its key= may have been reset)",
+        )

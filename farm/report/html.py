@@ -1,0 +1,358 @@
+"""A sweep as one self-contained HTML page: inline CSS and SVG, no scripts, no links
+to anything outside the file, so it can be mailed, attached to CI or opened offline.
+Pure: returns a string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from html import escape
+
+from farm import __version__
+from farm.analysis.attribution import attribute, labels_from_report
+from farm.analysis.summary import VariantSummary
+from farm.analysis.verdicts import CheckReport, Verdict
+from farm.records import SweepRecord
+from farm.report.charts import (
+    Grid,
+    GridMode,
+    al_grid,
+    bars_svg,
+    heatmap_svg,
+    trend_points,
+    trend_svg,
+)
+from farm.report.markdown import (
+    History,
+    fmt_interval,
+    history_labels,
+    metric_label,
+    reference_label,
+    verdict_status,
+)
+
+__all__ = ["render_html"]
+
+_MAX_TRENDS = 80
+_MAX_VERDICT_ROWS = 1000
+
+_CSS = """
+:root { color-scheme: light; }
+body { font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; margin: 24px auto;
+  max-width: 1400px; padding: 0 16px; color: #1a1a1a; line-height: 1.4; }
+h1 { font-size: 1.5em; margin-bottom: 4px; } h2 { margin-top: 32px; border-bottom: 1px solid #ddd;
+  padding-bottom: 4px; } h3 { margin-bottom: 4px; }
+.meta { color: #555; } .muted { color: #777; font-size: 0.9em; }
+.cards { display: flex; gap: 12px; flex-wrap: wrap; margin: 16px 0; }
+.card { border: 1px solid #ddd; border-radius: 6px; padding: 8px 14px; min-width: 110px; }
+.card b { display: block; font-size: 1.5em; } .card.bad { border-color: #b2182b; color: #b2182b; }
+.card.good { border-color: #1b7837; color: #1b7837; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 8px 0; }
+th, td { border: 1px solid #ddd; padding: 3px 7px; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; position: sticky; top: 0; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tr.regressed td { background: #fde0dd; } tr.failed td { background: #fff1e6; }
+.ok { color: #1b7837; font-weight: 600; } .bad { color: #b2182b; font-weight: 600; }
+.rule { background: #f7f7f7; border-left: 4px solid #b2182b; padding: 6px 10px; }
+.scroll { overflow-x: auto; }
+.charts { display: flex; flex-wrap: wrap; gap: 6px; }
+.chartrow h4 { margin: 12px 0 4px; font-size: 0.95em; }
+details summary { cursor: pointer; margin: 8px 0; }
+"""
+
+
+def _e(x: object) -> str:
+    return escape(str(x))
+
+
+def _table(head: Sequence[str], rows: Sequence[tuple[str, Sequence[str]]], num: set[int]) -> str:
+    """``rows``: (tr class, already-escaped cells); columns in ``num`` right-aligned."""
+    out = ['<div class="scroll"><table><thead><tr>']
+    out += [f"<th>{_e(h)}</th>" for h in head]
+    out.append("</tr></thead><tbody>")
+    for cls, cells in rows:
+        out.append(f'<tr class="{cls}">' if cls else "<tr>")
+        out += [
+            f'<td class="num">{c}</td>' if i in num else f"<td>{c}</td>"
+            for i, c in enumerate(cells)
+        ]
+        out.append("</tr>")
+    out.append("</tbody></table></div>")
+    return "".join(out)
+
+
+def _verdict_table(verdicts: Sequence[Verdict]) -> str:
+    head = (
+        "verdict",
+        "check",
+        "metric",
+        "candidate",
+        "reference",
+        "candidate value",
+        "reference value",
+        "difference (CI)",
+        "min effect",
+        "pairing",
+    )
+    rows = []
+    for v in verdicts:
+        status = verdict_status(v)
+        css = "bad" if v.regressed else "ok"
+        rows.append(
+            (
+                "regressed" if v.regressed else "",
+                [
+                    f'<span class="{css}">{_e(status)}</span>',
+                    _e(v.check),
+                    _e(metric_label(v)),
+                    _e(v.candidate.label),
+                    _e(reference_label(v)),
+                    _e(fmt_interval(v.candidate_value)),
+                    _e(fmt_interval(v.reference_value)),
+                    _e(fmt_interval(v.difference, signed=True)),
+                    f"{v.min_effect:.3f}",
+                    _e(f"paired n={v.pairs}" if v.paired else "unpaired"),
+                ],
+            )
+        )
+    return _table(head, rows, {5, 6, 7, 8})
+
+
+def render_html(
+    sweep: SweepRecord,
+    summaries: Sequence[VariantSummary],
+    check_report: CheckReport,
+    history: History | None = None,
+    *,
+    base_engine: str | None = None,
+) -> str:
+    """The sweep report as a standalone HTML page.
+
+    Sections: summary cards; findings with the attribution rule; a heatmap of the AL
+    change across the matrix (reference: eager for a single engine; the first engine,
+    or ``base_engine``, when the sweep has several - then a graph-vs-eager heatmap
+    follows); per-position acceptance bars per variant; AL trends per cell key when
+    ``history`` is given; the matrix table; notes; every verdict.
+    """
+    engines = list(dict.fromkeys(s.cell.engine for s in sweep.cells))
+    ok = sum(1 for s in sweep.cells if s.result is not None and s.result.status == "ok")
+    failed = sum(1 for s in sweep.cells if s.result is not None and s.result.status != "ok")
+    findings = check_report.findings
+    title = f"mtp-farm sweep {sweep.sweep_id}: {sweep.job}"
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{_e(title)}</h1>",
+        f'<p class="meta">status {_e(sweep.status)} · started '
+        f"{sweep.started_at:%Y-%m-%d %H:%M} UTC"
+        + (f" · finished {sweep.finished_at:%Y-%m-%d %H:%M} UTC" if sweep.finished_at else "")
+        + "</p>",
+    ]
+    if sweep.builds:
+        items = "".join(
+            f"<li><code>{_e(b.engine)}</code>: {_e(b.package)}=={_e(b.version)}"
+            + (f" + patches {_e(', '.join(b.patches))}" if b.patches else "")
+            + f' <span class="muted">({_e(b.build_id)})</span></li>'
+            for b in sweep.builds
+        )
+        parts.append(f"<ul>{items}</ul>")
+    parts.append(_cards(len(sweep.cells), ok, failed, len(summaries), check_report))
+    parts.append(_findings(check_report))
+    mode: GridMode = "engine" if len(engines) > 1 else "graph"
+    grid = al_grid(sweep, summaries, check_report, mode=mode, base_engine=base_engine)
+    parts.append(_heatmap_section(grid, "AL change across the matrix", "hm-main"))
+    if mode == "engine":
+        graph_grid = al_grid(sweep, summaries, check_report, mode="graph")
+        if any(c.kind == "value" for row in graph_grid.cells for c in row):
+            parts.append(
+                _heatmap_section(graph_grid, "AL change: graph modes vs eager", "hm-graph")
+            )
+    parts.append(_positions(grid, summaries, check_report))
+    if history:
+        parts.append(_trends(sweep, check_report, history))
+    parts.append(_matrix(summaries))
+    parts.append(_notes(sweep, check_report))
+    if check_report.verdicts:
+        shown = check_report.verdicts[:_MAX_VERDICT_ROWS]
+        more = len(check_report.verdicts) - len(shown)
+        parts.append(
+            f"<h2>All verdicts</h2><details><summary>{len(check_report.verdicts)} comparisons"
+            f" ({len(findings)} findings)</summary>{_verdict_table(shown)}"
+            + (f"<p>... and {more} more</p>" if more else "")
+            + "</details>"
+        )
+    parts.append(f'<p class="muted">generated by mtp-farm {_e(__version__)}</p></body></html>')
+    return "\n".join(parts)
+
+
+def _cards(cells: int, ok: int, failed: int, variants: int, report: CheckReport) -> str:
+    n = len(report.findings)
+    items = [
+        ("", "server cells", f"{cells}"),
+        ("good" if ok == cells else "", "cells ok", f"{ok}"),
+        ("bad" if failed else "", "cells failed", f"{failed}"),
+        ("", "variants", f"{variants}"),
+        ("", "comparisons", f"{len(report.verdicts)}"),
+        ("bad" if n else "good", "findings", f"{n}"),
+        ("", "notes", f"{len(report.notes)}"),
+    ]
+    body = "".join(
+        f'<div class="card {cls}"><b>{_e(value)}</b>{_e(name)}</div>' for cls, name, value in items
+    )
+    return f'<div class="cards">{body}</div>'
+
+
+def _findings(report: CheckReport) -> str:
+    if not report.findings:
+        return (
+            f'<h2>Findings</h2><p class="ok">No regression found in {len(report.verdicts)} '
+            "comparisons.</p>"
+        )
+    out = ["<h2>Findings</h2>"]
+    rule = attribute(labels_from_report(report))
+    if rule is not None and rule.terms:
+        terms = " AND ".join(str(t) for t in rule.terms)
+        out.append(
+            f'<p class="rule">Explained by <b><code>{_e(terms)}</code></b>: covers '
+            f"{rule.regressed_covered}/{rule.regressed_total} regressed variants and "
+            f"{rule.clean_covered}/{rule.clean_total} clean ones.</p>"
+        )
+    out.append(_verdict_table([f.verdict for f in report.findings]))
+    return "".join(out)
+
+
+def _heatmap_section(grid: Grid, heading: str, uid: str) -> str:
+    if not grid.rows:
+        return f"<h2>{_e(heading)}</h2><p>No speculative-decoding variants in this sweep.</p>"
+    return (
+        f"<h2>{_e(heading)}</h2>"
+        f"<p>Each cell: AL of the variant minus AL of its reference ({_e(grid.reference)}); "
+        "below, the two ALs. Hover a cell for the full label, interval and findings. "
+        "Speculation-off cells (MTP 0) have no AL and are left out.</p>"
+        f'<div class="scroll">{heatmap_svg(grid, heading, uid)}</div>'
+    )
+
+
+def _positions(grid: Grid, summaries: Sequence[VariantSummary], report: CheckReport) -> str:
+    by_label = {f"{s.cell_id}[think-{s.thinking}.{s.workload}]": s for s in summaries if s.thinking}
+    flagged: dict[str, set[int]] = {}
+    for f in report.findings:
+        if f.verdict.position is not None:
+            flagged.setdefault(f.verdict.candidate.label, set()).add(f.verdict.position)
+    out = [
+        "<h2>Acceptance per draft position</h2>",
+        "<p>Bars: share of verify steps whose draft at that position was accepted; black "
+        "ticks: the reference variant; red bars: a depth-invariance finding.</p>",
+    ]
+    for row_label, row in zip(grid.rows, grid.cells, strict=True):
+        charts = []
+        for col, cell in zip(grid.cols, row, strict=True):
+            if cell.kind == "missing":
+                continue
+            title = f"{' · '.join(col)}"
+            if cell.kind == "failed":
+                charts.append(bars_svg(title, (), failed="FAILED"))
+                continue
+            s = by_label.get(cell.label)
+            ref = by_label.get(cell.reference_label or "")
+            charts.append(
+                bars_svg(
+                    title + (" (reference)" if cell.kind == "reference" else ""),
+                    s.per_position if s else (),
+                    ref.per_position if ref else (),
+                    flagged_positions=sorted(flagged.get(cell.label, ())),
+                )
+            )
+        if charts:
+            out.append(
+                f'<div class="chartrow"><h4>{_e(row_label)}</h4>'
+                f'<div class="charts">{"".join(charts)}</div></div>'
+            )
+    return "".join(out)
+
+
+def _trends(sweep: SweepRecord, report: CheckReport, history: History) -> str:
+    labels = history_labels(sweep)
+    bad = {f.verdict.candidate.label for f in report.findings}
+    keys = [k for k in history if k in labels and history[k]]
+    keys.sort(key=lambda k: (labels[k] not in bad, str(k)))
+    charts = [
+        trend_svg(
+            labels[k],
+            trend_points(history[k]),
+            current=sweep.sweep_id,
+            flagged=labels[k] in bad,
+        )
+        for k in keys[:_MAX_TRENDS]
+    ]
+    more = len(keys) - len(charts)
+    return (
+        "<h2>AL over recent sweeps</h2>"
+        "<p>One chart per cell key (engine line, model, axes, thinking, workload); "
+        "whiskers: request-level bootstrap interval; large dot: this sweep (red when it "
+        "has a finding).</p>"
+        f'<div class="charts">{"".join(charts)}</div>'
+        + (f"<p>... and {more} more cell keys</p>" if more else "")
+    )
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _matrix(rows: Sequence[VariantSummary]) -> str:
+    head = (
+        "engine",
+        "graph",
+        "effective",
+        "mtp",
+        "swa",
+        "think",
+        "workload",
+        "status",
+        "rate",
+        "AL",
+        "per position",
+        "greedy =",
+        "accuracy",
+        "tok/s",
+    )
+    body = []
+    for r in rows:
+        status = _e(r.status)
+        if r.error:
+            status += f": {_e(r.error.splitlines()[0][:120])}"
+        if r.failed_requests:
+            status += f" ({r.failed_requests} requests failed)"
+        body.append(
+            (
+                "failed" if r.status != "ok" else "",
+                [
+                    _e(r.engine),
+                    _e(r.graph_mode),
+                    _e(r.effective_graph_mode or "-"),
+                    _e(r.mtp_depth),
+                    _e(r.sliding_window),
+                    _e(r.thinking or "-"),
+                    _e(r.workload or "-"),
+                    status,
+                    _f(r.acceptance_rate),
+                    _f(r.mean_acceptance_length, 2),
+                    " ".join(f"{p:.2f}" for p in r.per_position) or "-",
+                    "-" if r.greedy_compared is None else f"{r.greedy_same}/{r.greedy_compared}",
+                    _f(r.accuracy, 2),
+                    _f(r.output_tokens_per_s, 1),
+                ],
+            )
+        )
+    return "<h2>Matrix</h2>" + _table(head, body, {8, 9, 11, 12, 13})
+
+
+def _notes(sweep: SweepRecord, report: CheckReport) -> str:
+    items = [f"<li>{_e(n.check)}: {_e(n.message)}</li>" for n in report.notes]
+    items += [f"<li>excluded {_e(e.label)}: {_e(e.reason)}</li>" for e in sweep.excluded]
+    if not items:
+        return ""
+    return f"<h2>Notes</h2><ul>{''.join(items)}</ul>"

@@ -1,0 +1,562 @@
+"""Markdown reports: a sweep with its verdicts, and two sweeps compared for a PR. Pure.
+
+GitHub-flavoured Markdown (tables, ``<details>``), ready to post as a pull-request
+comment or to read in a terminal. Figures always come with their interval: a
+difference without one cannot be judged.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from farm import __version__
+from farm.analysis.attribution import attribute, labels_from_report
+from farm.analysis.history import HistoryKey, HistoryPoint
+from farm.analysis.stats import AcceptanceSample, Interval, compare_acceptance
+from farm.analysis.summary import VariantSummary
+from farm.analysis.verdicts import CheckConfig, CheckReport, Verdict
+from farm.records import StoredCell, SweepRecord, VariantResult
+from farm.report.charts import al_grid
+
+__all__ = [
+    "CompareOutcome",
+    "ComparedVariant",
+    "History",
+    "SweepComparison",
+    "compare_sweeps",
+    "fmt_interval",
+    "history_labels",
+    "metric_label",
+    "reference_label",
+    "render_comparison",
+    "render_markdown",
+    "verdict_status",
+]
+
+History = Mapping[HistoryKey, Sequence[HistoryPoint]]
+CompareOutcome = Literal["pass", "regress", "improve", "failed", "unmatched", "no_data"]
+
+_SPARK = "▁▂▃▄▅▆▇█"
+_MAX_VERDICT_ROWS = 400
+
+
+def fmt_interval(i: Interval | None, signed: bool = False, digits: int = 3) -> str:
+    """``2.651 [2.526, 2.750]``; ``n/a`` for a missing or non-finite estimate."""
+    if i is None or not math.isfinite(i.estimate):
+        return "n/a"
+    sign = "+" if signed else ""
+
+    def f(x: float) -> str:
+        return f"{x:{sign}.{digits}f}" if math.isfinite(x) else "n/a"
+
+    return f"{f(i.estimate)} [{f(i.low)}, {f(i.high)}]"
+
+
+def verdict_status(v: Verdict) -> str:
+    """``regressed``; ``below min effect`` (significant but too small to matter);
+    ``improved`` (significant the good way, for one-sided checks); else ``ok``."""
+    if v.regressed:
+        return "regressed"
+    if not v.significant:
+        return "ok"
+    if abs(v.difference.estimate) < v.min_effect:
+        return "below min effect"
+    return "improved"
+
+
+def reference_label(v: Verdict) -> str:
+    """The reference named by the axes where it differs from the candidate."""
+    cand, ref = v.candidate.axes(), v.reference.axes()
+    diff = [f"{k}={ref[k]}" for k in ref if ref[k] != cand.get(k)]
+    return ", ".join(diff) or v.reference.label
+
+
+def metric_label(v: Verdict) -> str:
+    """Short metric name of a verdict: ``AL``, ``acceptance[1]``, ``accuracy``, ..."""
+    names = {
+        "mean_acceptance_length": "AL",
+        "acceptance_at_position": "acceptance",
+        "greedy_divergence": "greedy divergence",
+        "accuracy": "accuracy",
+    }
+    name = names.get(v.metric, v.metric)
+    return f"{name}[{v.position}]" if v.position is not None else name
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out.extend("| " + " | ".join(_cell(c) for c in r) + " |" for r in rows)
+    return out
+
+
+def _verdict_rows(verdicts: Sequence[Verdict]) -> list[list[object]]:
+    return [
+        [
+            verdict_status(v),
+            v.check,
+            metric_label(v),
+            v.candidate.label,
+            reference_label(v),
+            fmt_interval(v.candidate_value),
+            fmt_interval(v.reference_value),
+            fmt_interval(v.difference, signed=True),
+            f"{v.min_effect:.3f}",
+            f"paired n={v.pairs}" if v.paired else "unpaired",
+        ]
+        for v in verdicts
+    ]
+
+
+_VERDICT_HEAD = (
+    "verdict",
+    "check",
+    "metric",
+    "candidate",
+    "reference",
+    "candidate value",
+    "reference value",
+    "difference (95% CI)",
+    "min effect",
+    "pairing",
+)
+
+
+def history_labels(sweep: SweepRecord) -> dict[HistoryKey, str]:
+    """HistoryKey -> variant label for the spec-on variants of ``sweep``."""
+    out: dict[HistoryKey, str] = {}
+    for stored in sweep.cells:
+        c = stored.cell
+        if c.mtp_depth == 0:
+            continue
+        for v in c.variants:
+            key = HistoryKey(
+                family=c.family,
+                engine=c.engine,
+                model=c.model,
+                graph_mode=c.planned_graph_mode,
+                mtp_depth=c.mtp_depth,
+                sliding_window=c.sliding_window,
+                thinking=v.thinking,
+                workload=v.workload,
+            )
+            out[key] = f"{c.cell_id}[think-{v.thinking}.{v.workload}]"
+    return out
+
+
+def _spark(values: Sequence[float]) -> str:
+    lo, hi = min(values), max(values)
+    if hi - lo < 1e-12:
+        return _SPARK[3] * len(values)
+    return "".join(_SPARK[round((x - lo) / (hi - lo) * (len(_SPARK) - 1))] for x in values)
+
+
+def render_markdown(
+    sweep: SweepRecord,
+    summaries: Sequence[VariantSummary],
+    check_report: CheckReport,
+    history: History | None = None,
+) -> str:
+    """A sweep as Markdown: findings, the AL-change grid, verdicts, matrix, trends, notes."""
+    ok = sum(1 for s in sweep.cells if s.result is not None and s.result.status == "ok")
+    failed = sum(1 for s in sweep.cells if s.result is not None and s.result.status != "ok")
+    lines = [
+        f"## mtp-farm sweep {sweep.sweep_id}: {sweep.job} ({sweep.status})",
+        "",
+        f"Started {sweep.started_at:%Y-%m-%d %H:%M} UTC; {len(sweep.cells)} server cells "
+        f"({ok} ok, {failed} failed), {len(summaries)} variants; "
+        f"{len(check_report.verdicts)} comparisons, **{len(check_report.findings)} finding(s)**, "
+        f"{len(check_report.notes)} note(s).",
+    ]
+    if sweep.builds:
+        lines.append("")
+        lines.append(
+            "Builds: "
+            + "; ".join(
+                f"`{b.engine}` = {b.package}=={b.version}"
+                + (f" + {', '.join(b.patches)}" if b.patches else "")
+                for b in sweep.builds
+            )
+        )
+    lines += ["", "### Findings", ""]
+    if check_report.findings:
+        lines += _table(_VERDICT_HEAD, _verdict_rows([f.verdict for f in check_report.findings]))
+        rule = attribute(labels_from_report(check_report))
+        if rule is not None and rule.terms:
+            terms = " AND ".join(str(t) for t in rule.terms)
+            lines += [
+                "",
+                f"Explained by `{terms}`: covers {rule.regressed_covered}/{rule.regressed_total} "
+                f"regressed variants and {rule.clean_covered}/{rule.clean_total} clean ones.",
+            ]
+    else:
+        lines.append(f"No regression found in {len(check_report.verdicts)} comparisons.")
+    lines += _grid_section(sweep, summaries, check_report)
+    if check_report.verdicts:
+        shown = check_report.verdicts[:_MAX_VERDICT_ROWS]
+        cut = len(check_report.verdicts) - len(shown)
+        lines += [
+            "",
+            f"<details><summary>All {len(check_report.verdicts)} verdicts</summary>",
+            "",
+            *_table(_VERDICT_HEAD, _verdict_rows(shown)),
+            *(["", f"... and {cut} more"] if cut else []),
+            "",
+            "</details>",
+        ]
+    lines += ["", "### Matrix", "", *_matrix(summaries)]
+    if history:
+        lines += _trends(sweep, check_report, history)
+    if check_report.notes or sweep.excluded:
+        lines += ["", "### Notes", ""]
+        lines += [f"- {n.check}: {n.message}" for n in check_report.notes]
+        lines += [f"- excluded {e.label}: {e.reason}" for e in sweep.excluded]
+    lines += ["", f"<sub>mtp-farm {__version__}</sub>", ""]
+    return "\n".join(lines)
+
+
+def _grid_section(
+    sweep: SweepRecord, summaries: Sequence[VariantSummary], report: CheckReport
+) -> list[str]:
+    engines = {s.cell.engine for s in sweep.cells}
+    grid = al_grid(sweep, summaries, report, mode="engine" if len(engines) > 1 else "graph")
+    if not grid.rows:
+        return []
+    head = [grid.row_axis, *(" / ".join(c) for c in grid.cols)]
+    rows = []
+    for label, cells in zip(grid.rows, grid.cells, strict=True):
+        row: list[object] = [label]
+        for c in cells:
+            mark = " **!**" if c.flagged else ""
+            if c.kind == "value" and c.difference is not None:
+                row.append(f"{c.difference:+.2f}{mark}")
+            elif c.kind == "reference":
+                row.append(f"ref {c.al:.2f}{mark}" if c.al is not None else "ref")
+            elif c.kind == "failed":
+                row.append("FAILED")
+            elif c.kind == "no_reference":
+                row.append(f"{c.al:.2f} (no ref)" if c.al is not None else "no ref")
+            else:
+                row.append("-")
+        rows.append(row)
+    return [
+        "",
+        "### AL change vs reference",
+        "",
+        f"Reference: {grid.reference}. **!** marks a finding.",
+        "",
+        *_table(head, rows),
+    ]
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _matrix(rows: Sequence[VariantSummary]) -> list[str]:
+    head = (
+        "engine",
+        "graph",
+        "eff.",
+        "mtp",
+        "swa",
+        "think",
+        "workload",
+        "status",
+        "rate",
+        "AL",
+        "per position",
+        "greedy=",
+        "acc",
+    )
+    body = []
+    for r in rows:
+        status = r.status if r.status == "ok" else f"**{r.status}**"
+        if r.error:
+            status += f": {r.error.splitlines()[0][:80]}"
+        body.append(
+            [
+                r.engine,
+                r.graph_mode,
+                r.effective_graph_mode or "-",
+                r.mtp_depth,
+                r.sliding_window,
+                r.thinking or "-",
+                r.workload or "-",
+                status,
+                _f(r.acceptance_rate),
+                _f(r.mean_acceptance_length, 2),
+                " ".join(f"{p:.2f}" for p in r.per_position) or "-",
+                "-" if r.greedy_compared is None else f"{r.greedy_same}/{r.greedy_compared}",
+                _f(r.accuracy, 2),
+            ]
+        )
+    return _table(head, body)
+
+
+def _trends(sweep: SweepRecord, report: CheckReport, history: History) -> list[str]:
+    labels = history_labels(sweep)
+    flagged = {f.verdict.candidate.label for f in report.findings}
+    rows = []
+    for key in sorted(history, key=str):
+        points = list(history[key])
+        if key not in labels or not points:
+            continue
+        values = [p.value for p in points]
+        first, last = values[0], values[-1]
+        change = f"{(last - first) / first:+.1%}" if first else "n/a"
+        mark = " **!**" if labels[key] in flagged else ""
+        rows.append(
+            [
+                f"{labels[key]}{mark}",
+                _spark(values),
+                f"{points[0].sweep_id}..{points[-1].sweep_id}",
+                f"{last:.3f}",
+                change,
+            ]
+        )
+    if not rows:
+        return []
+    return [
+        "",
+        "### AL trend per cell",
+        "",
+        *_table(("variant", "AL over sweeps", "sweeps", "latest AL", "vs first"), rows),
+    ]
+
+
+# --- two sweeps compared -----------------------------------------------------------------
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ComparedVariant(_Frozen):
+    """One cell key in both sweeps: AL of each and candidate - baseline, judged."""
+
+    key: str
+    label: str
+    outcome: CompareOutcome
+    baseline_al: Interval | None = None
+    candidate_al: Interval | None = None
+    difference: Interval | None = None
+    relative: float | None = None
+    min_effect: float | None = None
+    paired: bool = False
+    pairs: int = 0
+    note: str | None = None
+
+
+class SweepComparison(_Frozen):
+    """Every cell key of two sweeps, with what happened to its AL."""
+
+    baseline_id: int
+    candidate_id: int
+    baseline_job: str
+    candidate_job: str
+    level: float
+    rows: tuple[ComparedVariant, ...]
+
+    def count(self, outcome: CompareOutcome) -> int:
+        """How many rows have ``outcome``."""
+        return sum(r.outcome == outcome for r in self.rows)
+
+
+@dataclass(frozen=True)
+class _Unit:
+    label: str
+    stored: StoredCell
+    variant: VariantResult | None
+
+    def problem(self) -> str | None:
+        result = self.stored.result
+        if result is None:
+            return "not run"
+        if result.status != "ok" or self.variant is None:
+            return result.status if result.status != "ok" else "variant missing"
+        return None
+
+
+def _units(sweep: SweepRecord, engine_map: Mapping[str, str]) -> dict[str, _Unit]:
+    out: dict[str, _Unit] = {}
+    for stored in sweep.cells:
+        c = stored.cell
+        if c.mtp_depth == 0:
+            continue
+        ran = stored.result.variants if stored.result else ()
+        results = {(v.thinking, v.workload): v for v in ran}
+        for planned in c.variants:
+            engine = engine_map.get(c.engine, c.engine)
+            key = (
+                f"{engine}({c.family}).{c.model}.{c.planned_graph_mode}.mtp{c.mtp_depth}"
+                f".swa-{c.sliding_window}.think-{planned.thinking}.{planned.workload}"
+            )
+            out[key] = _Unit(
+                label=f"{c.cell_id}[think-{planned.thinking}.{planned.workload}]",
+                stored=stored,
+                variant=results.get((planned.thinking, planned.workload)),
+            )
+    return out
+
+
+def compare_sweeps(
+    baseline: SweepRecord,
+    candidate: SweepRecord,
+    *,
+    config: CheckConfig | None = None,
+    engine_map: Mapping[str, str] | None = None,
+) -> SweepComparison:
+    """Compare the AL of every spec-on variant of ``candidate`` with the same cell key
+    in ``baseline`` (request-level bootstrap, paired on shared prompts).
+
+    ``regress``: the interval of candidate - baseline is below 0 and the drop reaches
+    ``config.min_al_effect`` (the rule of the within-sweep checks); ``improve``: the
+    mirror image; ``pass`` otherwise. ``engine_map`` renames candidate engines to
+    baseline engines (a PR build named apart from the nightly line). Variants present
+    on one side only are ``unmatched``; failed ones ``failed``.
+    """
+    cfg = config or CheckConfig()
+    base_units = _units(baseline, {})
+    cand_units = _units(candidate, engine_map or {})
+    rows: list[ComparedVariant] = []
+    for key in sorted(base_units.keys() | cand_units.keys()):
+        b, c = base_units.get(key), cand_units.get(key)
+        if b is None or c is None:
+            only = c if c is not None else b
+            assert only is not None
+            side = "candidate" if c is not None else "baseline"
+            rows.append(
+                ComparedVariant(
+                    key=key, label=only.label, outcome="unmatched", note=f"only in {side}"
+                )
+            )
+            continue
+        rows.append(_compare_one(key, b, c, cfg))
+    return SweepComparison(
+        baseline_id=baseline.sweep_id,
+        candidate_id=candidate.sweep_id,
+        baseline_job=baseline.job,
+        candidate_job=candidate.job,
+        level=cfg.level,
+        rows=tuple(rows),
+    )
+
+
+def _compare_one(key: str, b: _Unit, c: _Unit, cfg: CheckConfig) -> ComparedVariant:
+    for side, unit in (("baseline", b), ("candidate", c)):
+        problem = unit.problem()
+        if problem is not None:
+            return ComparedVariant(
+                key=key, label=c.label, outcome="failed", note=f"{side} {problem}"
+            )
+    assert b.variant is not None and c.variant is not None
+    ref = AcceptanceSample.from_requests(b.variant.requests)
+    cand = AcceptanceSample.from_requests(c.variant.requests)
+    if len(ref) == 0 or len(cand) == 0 or ref.drafts.sum() <= 0 or cand.drafts.sum() <= 0:
+        return ComparedVariant(
+            key=key, label=c.label, outcome="no_data", note="no per-request speculative counters"
+        )
+    rng = np.random.default_rng([cfg.seed, zlib.crc32(key.encode())])
+    d = compare_acceptance(ref, cand, rng=rng, resamples=cfg.resamples, level=cfg.level)
+    diff = d.mean_acceptance_length
+    min_effect = cfg.min_al_effect(d.reference_al.estimate)
+    if diff.high < 0 and -diff.estimate >= min_effect:
+        outcome: CompareOutcome = "regress"
+    elif diff.low > 0 and diff.estimate >= min_effect:
+        outcome = "improve"
+    else:
+        outcome = "pass"
+    return ComparedVariant(
+        key=key,
+        label=c.label,
+        outcome=outcome,
+        baseline_al=d.reference_al,
+        candidate_al=d.candidate_al,
+        difference=diff,
+        relative=d.relative.estimate,
+        min_effect=min_effect,
+        paired=d.paired,
+        pairs=d.pairs,
+    )
+
+
+_ICONS = {
+    "regress": ":x: regress",
+    "improve": ":rocket: improve",
+    "pass": ":white_check_mark: pass",
+    "failed": ":warning: failed",
+    "unmatched": ":grey_question: unmatched",
+    "no_data": ":grey_question: no data",
+}
+_ORDER: tuple[CompareOutcome, ...] = (
+    "regress",
+    "failed",
+    "improve",
+    "pass",
+    "no_data",
+    "unmatched",
+)
+
+
+def render_comparison(comparison: SweepComparison) -> str:
+    """The comparison as a PR comment: verdict counts, then one row per cell key
+    (regressions first), each with both ALs and the difference with its interval."""
+    c = comparison
+    counts = ", ".join(f"{c.count(o)} {o}" for o in _ORDER if c.count(o))
+    level = f"{c.level:.0%}"
+    head = (
+        "outcome",
+        "variant",
+        "baseline AL",
+        "candidate AL",
+        f"difference ({level} CI)",
+        "relative",
+        "min effect",
+        "pairing",
+    )
+    rows = sorted(c.rows, key=lambda r: (_ORDER.index(r.outcome), r.key))
+    body = [
+        [
+            _ICONS[r.outcome],
+            r.label,
+            fmt_interval(r.baseline_al),
+            fmt_interval(r.candidate_al),
+            fmt_interval(r.difference, signed=True) if r.difference else (r.note or "-"),
+            f"{r.relative:+.1%}" if r.relative is not None else "-",
+            f"{r.min_effect:.3f}" if r.min_effect is not None else "-",
+            (f"paired n={r.pairs}" if r.paired else "unpaired") if r.difference else "-",
+        ]
+        for r in rows
+    ]
+    if c.count("regress"):
+        verdict = ":x: **AL regressed**"
+    elif c.count("failed"):
+        verdict = ":warning: no AL regression, but some cells failed"
+    else:
+        verdict = ":white_check_mark: no AL regression"
+    lines = [
+        f"### mtp-farm: sweep {c.candidate_id} ({c.candidate_job}) vs baseline "
+        f"{c.baseline_id} ({c.baseline_job})",
+        "",
+        f"{verdict}: {counts or 'nothing to compare'}.",
+        "",
+        "A cell regresses when the request-level bootstrap interval of candidate - baseline "
+        "AL lies below 0 and the drop reaches the minimum effect (max(2% of baseline AL, 0.05)).",
+        "",
+        *_table(head, body),
+        "",
+        f"<sub>mtp-farm {__version__}</sub>",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,382 @@
+"""Alerts in the SQL store (SQLite and PostgreSQL) and the CLI around them.
+
+Sweeps are synthetic (``farm.analysis.simulate``) and stored through the repository,
+so no engine runs. PostgreSQL must be reachable as for ``test_store.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from typer.testing import CliRunner
+
+from farm.analysis.checks import check_sweep
+from farm.analysis.simulate import simulate_sweep
+from farm.analysis.verdicts import CheckConfig
+from farm.cli.reports import alerts_app, compare, report_files
+from farm.errors import StoreError
+from farm.notify import AlertCandidate, alert_candidates_from_report
+from farm.plan import Plan, ServerCell, Variant
+from farm.records import SweepRecord
+from farm.store import Session, create_sweep, normalize_url, open_store, save_cell_result
+from farm.store.alerts import acknowledge, get_alert, list_alerts, raise_alerts, resolve
+from farm.store.tables import metadata
+
+FAST = CheckConfig(resamples=300)
+runner = CliRunner()
+
+
+# --- fixtures ----------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'farm.db'}"
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+@dataclass
+class Receiver:
+    port: int = 0
+    requests: list[tuple[str, dict[str, str], Any]] = field(default_factory=list)
+    status: int = 200
+    answer: str = "ok"
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    rec = Receiver()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            rec.requests.append((self.path, dict(self.headers.items()), json.loads(body)))
+            data = rec.answer.encode()
+            self.send_response(rec.status)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    rec.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    try:
+        yield rec
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+# --- test data ---------------------------------------------------------------------------
+
+
+def _fdo_bug(cell: ServerCell, v: Variant) -> float:
+    return 0.85 if cell.planned_graph_mode == "full_decode_only" and cell.mtp_depth >= 2 else 1.0
+
+
+def _synthetic(seed: int, regressed: bool = True) -> SweepRecord:
+    return simulate_sweep(
+        rng=np.random.default_rng(seed),
+        graph_modes=("eager", "full_decode_only"),
+        depths=(1, 3),
+        sliding_windows=("on",),
+        thinking=("off",),
+        prompts=40,
+        effect=_fdo_bug if regressed else None,
+    )
+
+
+def _store(url: str, sweep: SweepRecord) -> SweepRecord:
+    """Save ``sweep`` as a new stored sweep; return it with the store's sweep id."""
+    engine = open_store(url)
+    try:
+        with Session(engine) as s:
+            plan = Plan(job=sweep.job, cells=tuple(c.cell for c in sweep.cells))
+            sweep_id = create_sweep(s, plan, "job: synthetic\n", "test-host")
+            for stored in sweep.cells:
+                assert stored.result is not None
+                save_cell_result(s, sweep_id, stored.result)
+    finally:
+        engine.dispose()
+    return sweep.model_copy(update={"sweep_id": sweep_id})
+
+
+def _candidates(sweep: SweepRecord) -> list[AlertCandidate]:
+    return alert_candidates_from_report(check_sweep(sweep, config=FAST), sweep)
+
+
+def _cli_env(url: str, **extra: str | None) -> dict[str, str | None]:
+    env: dict[str, str | None] = {
+        "FARM_DB_URL": url,
+        "COLUMNS": "250",
+        "GITHUB_TOKEN": None,
+        "FARM_GITHUB_API": None,
+    }
+    for name in (
+        "WEBHOOK_URL",
+        "WEBHOOK_SECRET",
+        "SLACK_URL",
+        "FEISHU_URL",
+        "FEISHU_SECRET",
+        "FEISHU_FORMAT",
+        "WECOM_URL",
+    ):
+        env[f"FARM_NOTIFY_{name}"] = None
+    env.update(extra)
+    return env
+
+
+# --- schema ------------------------------------------------------------------------------
+
+
+def test_migration_0002_matches_the_alert_table_and_downgrades(db_url: str) -> None:
+    engine = open_store(db_url)
+    try:
+        with engine.connect() as conn:
+            version = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+            assert version == "0002"
+            diffs = compare_metadata(MigrationContext.configure(conn), metadata)
+            about_alerts = [d for d in diffs if "alert" in repr(d)]
+            assert about_alerts == []
+            inspector = sa.inspect(conn)
+            assert {u["name"] for u in inspector.get_unique_constraints("alert")} == {
+                "uq_alert_key"
+            }
+    finally:
+        engine.dispose()
+    from alembic import command
+
+    from farm.store.db import _alembic_config
+
+    url = normalize_url(db_url)
+    command.downgrade(_alembic_config(url), "0001")
+    check = sa.create_engine(url)
+    try:
+        with check.connect() as conn:
+            assert "alert" not in sa.inspect(conn).get_table_names()
+            assert "sweep" in sa.inspect(conn).get_table_names()
+    finally:
+        check.dispose()
+    open_store(db_url).dispose()  # and up again
+
+
+# --- lifecycle ---------------------------------------------------------------------------
+
+
+def test_alerts_survive_a_restart_and_a_rerun_does_not_duplicate(db_url: str) -> None:
+    first = _store(db_url, _synthetic(1))
+    candidates = _candidates(first)
+    assert {c.kind for c in candidates} == {"graph_vs_eager", "depth_invariance"}
+    engine = open_store(db_url)
+    try:
+        with Session(engine) as s:
+            raised = raise_alerts(s, first.sweep_id, candidates)
+            assert [a.key for a in raised] == [c.key for c in candidates]
+            assert all(a.state == "open" and a.opened_by(first.sweep_id) for a in raised)
+    finally:
+        engine.dispose()
+
+    engine = open_store(db_url)  # a new process: new engine, new session
+    try:
+        with Session(engine) as s:
+            stored = list_alerts(s)
+            assert sorted(a.key for a in stored) == sorted(c.key for c in candidates)
+            a = get_alert(s, raised[0].id)
+            assert a.details == candidates[0].details  # figures and intervals round-trip
+            assert a.created_at.tzinfo is not None
+            again = raise_alerts(s, first.sweep_id, _candidates(first))
+            assert [x.id for x in again] == [x.id for x in raised]
+            assert all(x.occurrences == 1 for x in again)
+            assert len(list_alerts(s)) == len(candidates)
+    finally:
+        engine.dispose()
+
+
+def test_next_sweep_updates_ack_sticks_resolve_and_reopen(db_url: str) -> None:
+    s1 = _store(db_url, _synthetic(2))
+    s2 = _store(db_url, _synthetic(3))
+    s3 = _store(db_url, _synthetic(4))
+    s4 = _store(db_url, _synthetic(5))
+    engine = open_store(db_url)
+    try:
+        with Session(engine) as s:
+            [a1, *_] = raise_alerts(s, s1.sweep_id, _candidates(s1))
+            key = a1.key
+            pick = [c for c in _candidates(s2) if c.key == key]
+            [a2] = raise_alerts(s, s2.sweep_id, pick)
+            assert a2.id == a1.id
+            assert (a2.first_sweep_id, a2.last_sweep_id, a2.occurrences) == (
+                s1.sweep_id,
+                s2.sweep_id,
+                2,
+            )
+            assert a2.details.sweep_id == s2.sweep_id  # the latest evidence
+            assert not a2.opened_by(s2.sweep_id)  # still the same alert: no new page
+
+            acked = acknowledge(s, a1.id, "alice", "bisecting vllm-ascend#8210")
+            assert (acked.state, acked.acknowledged_by) == ("acknowledged", "alice")
+            [a3] = raise_alerts(s, s3.sweep_id, [c for c in _candidates(s3) if c.key == key])
+            assert a3.state == "acknowledged" and a3.last_sweep_id == s3.sweep_id
+            assert a3.note == "bisecting vllm-ascend#8210"
+
+            done = resolve(s, a1.id, "fixed: pre_tokens=sliding_window, next_tokens=0")
+            assert done.state == "resolved"
+            with pytest.raises(StoreError, match="already resolved"):
+                resolve(s, a1.id)
+            with pytest.raises(StoreError, match="is resolved"):
+                acknowledge(s, a1.id, "bob")
+            # re-analysing an older sweep does not undo the resolution ...
+            [old] = raise_alerts(s, s2.sweep_id, pick)
+            assert old.state == "resolved"
+            # ... a newer sweep with the same regression re-opens it
+            [back] = raise_alerts(s, s4.sweep_id, [c for c in _candidates(s4) if c.key == key])
+            assert back.id == a1.id and back.state == "open"
+            assert back.opened_by(s4.sweep_id) and back.acknowledged_by is None
+            assert back.occurrences == 4
+            assert [a.id for a in list_alerts(s, "open")].count(a1.id) == 1
+            assert a1.id not in [a.id for a in list_alerts(s, "resolved")]
+    finally:
+        engine.dispose()
+
+
+def test_store_refuses_unknown_sweeps_and_alerts(db_url: str) -> None:
+    sweep = _store(db_url, _synthetic(6))
+    engine = open_store(db_url)
+    try:
+        with Session(engine) as s:
+            with pytest.raises(StoreError, match="no sweep 999"):
+                raise_alerts(s, 999, _candidates(sweep))
+            assert list_alerts(s) == []  # nothing half-written
+            with pytest.raises(StoreError, match="no alert 42"):
+                acknowledge(s, 42, "alice")
+            with pytest.raises(StoreError, match="no alert 42"):
+                resolve(s, 42)
+            with pytest.raises(ValueError, match="state must be one of"):
+                list_alerts(s, "closed")  # type: ignore[arg-type]
+            # the key is unique in the schema itself, whoever writes
+            raise_alerts(s, sweep.sweep_id, _candidates(sweep)[:1])
+            conn = s.connection()
+            row = conn.execute(sa.text("SELECT * FROM alert")).mappings().one()
+            values = {k: v for k, v in row.items() if k != "id"}
+            with pytest.raises(sa.exc.IntegrityError):
+                conn.execute(
+                    sa.text(
+                        f"INSERT INTO alert ({', '.join(values)}) "
+                        f"VALUES ({', '.join(':' + k for k in values)})"
+                    ),
+                    {k: json.dumps(v) if isinstance(v, dict) else v for k, v in values.items()},
+                )
+            s.rollback()
+    finally:
+        engine.dispose()
+
+
+# --- CLI ---------------------------------------------------------------------------------
+
+
+def test_cli_check_notifies_once_then_ack_and_resolve(db_url: str, receiver: Receiver) -> None:
+    sweep = _store(db_url, _synthetic(7))
+    env = _cli_env(db_url, FARM_NOTIFY_WEBHOOK_URL=receiver.url("/alerts"))
+    receiver.status = 400  # the channel refuses: the alerts stay pending
+    refused = runner.invoke(alerts_app, ["check", str(sweep.sweep_id)], env=env)
+    assert refused.exit_code == 1, refused.output
+    assert "notification failed: webhook POST http://127.0.0.1:" in refused.output
+    assert "/alerts" not in refused.output  # the URL is masked
+    receiver.requests.clear()
+    receiver.status = 200
+    result = runner.invoke(alerts_app, ["check", str(sweep.sweep_id)], env=env)
+    assert result.exit_code == 0, result.output
+    assert "2 alert(s) raised, 2 not yet notified" in result.output
+    posted = [body for path, _, body in receiver.requests if path == "/alerts"]
+    assert posted and all(b["state"] == "open" for b in posted)
+    assert {b["kind"] for b in posted} == {"graph_vs_eager", "depth_invariance"}
+
+    assert len(posted) == 2 and "sent 2 alert(s) to webhook" in result.output
+
+    again = runner.invoke(alerts_app, ["check", "latest"], env=env)
+    assert again.exit_code == 0, again.output
+    assert "2 alert(s) raised, 0 not yet notified" in again.output
+    assert "sent" not in again.output
+    assert len(receiver.requests) == len(posted)  # no second page for the same alerts
+
+    listed = runner.invoke(alerts_app, ["list", "--state", "open"], env=env)
+    assert listed.exit_code == 0, listed.output
+    first_id = min(b["id"] for b in posted)
+    assert "full_decode_only" in listed.output and "critical" in listed.output
+
+    ack = runner.invoke(
+        alerts_app, ["ack", str(first_id), "--note", "on it", "--by", "carol"], env=env
+    )
+    assert ack.exit_code == 0 and "acknowledged by carol" in ack.output
+    res = runner.invoke(alerts_app, ["resolve", str(first_id), "--note", "fixed"], env=env)
+    assert res.exit_code == 0 and f"alert {first_id} resolved" in res.output
+    resolved = runner.invoke(alerts_app, ["list", "--state", "resolved"], env=env)
+    assert "note: fixed" in resolved.output
+    missing = runner.invoke(alerts_app, ["resolve", "9999"], env=env)
+    assert missing.exit_code == 2 and "no alert 9999" in missing.output
+
+
+def _compare_app() -> Any:
+    import typer
+
+    app = typer.Typer()
+    app.command()(compare)
+    return app
+
+
+def test_cli_compare_posts_the_markdown_to_github(tmp_path: Path, receiver: Receiver) -> None:
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    base = _store(url, _synthetic(8, regressed=False))
+    cand = _store(url, _synthetic(8, regressed=True))
+    receiver.status, receiver.answer = 201, '{"html_url": "https://github.com/o/r/pull/7#c1"}'
+    env = _cli_env(url, GITHUB_TOKEN="ghp_testtoken123456", FARM_GITHUB_API=receiver.url("/gh"))
+    out = tmp_path / "compare.md"
+    args = [str(base.sweep_id), str(cand.sweep_id), "--post-github", "o/r#7", "--out", str(out)]
+    result = runner.invoke(_compare_app(), [*args, "--fail-on-regression"], env=env)
+    assert result.exit_code == 1, result.output  # regressions fail the CI step
+    assert ":x: **AL regressed**" in result.output
+    [(path, headers, body)] = receiver.requests
+    assert path == "/gh/repos/o/r/issues/7/comments"
+    assert headers["Authorization"] == "Bearer ghp_testtoken123456"
+    assert body["body"] == out.read_text() == result.stdout.rstrip("\n") + "\n"
+    assert "| :x: regress | base.synthetic.full_decode_only.mtp3.swa-on" in body["body"]
+    assert "ghp_testtoken123456" not in result.output
+
+    no_token = runner.invoke(_compare_app(), args, env=_cli_env(url))
+    assert no_token.exit_code == 0
+    assert "GITHUB_TOKEN is not set; not posting to o/r#7" in no_token.output
+    assert len(receiver.requests) == 1
+    bad = runner.invoke(_compare_app(), [*args[:2], "--post-github", "o/r"], env=env)
+    assert bad.exit_code == 2 and "OWNER/REPO#NUMBER" in bad.output
+
+
+def test_report_files_write_markdown_and_html(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    for seed in (9, 10, 11):
+        _store(url, _synthetic(seed, regressed=seed == 11))
+    paths = report_files("latest", url, tmp_path / "out", ("md", "html"), history=3)
+    assert [p.name for p in paths] == ["sweep-3.md", "sweep-3.html"]
+    md, page = (p.read_text() for p in paths)
+    assert md.startswith("## mtp-farm sweep 3: synthetic") and "### AL trend per cell" in md
+    assert page.startswith("<!DOCTYPE html>") and page.count('class="trend"') == 4

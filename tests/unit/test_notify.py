@@ -1,0 +1,469 @@
+"""Notifiers against a real HTTP receiver on 127.0.0.1: formats, retries, masked secrets."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import socket
+import threading
+import traceback
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from farm.notify import (
+    AlertDetails,
+    AlertFigure,
+    AlertRecord,
+    CellKey,
+    FeishuError,
+    FeishuNotifier,
+    FigureInterval,
+    GitHubClient,
+    GitHubError,
+    Notifier,
+    NotifyError,
+    RetryPolicy,
+    SlackError,
+    SlackNotifier,
+    WebhookNotifier,
+    WeComError,
+    WeComNotifier,
+    mask_url,
+    notifiers_from_env,
+    parse_pr_ref,
+    redact,
+    send_all,
+)
+from farm.notify.feishu import feishu_sign
+from farm.notify.webhook import SIGNATURE_HEADER, signature
+
+SLACK_TOKEN = "XoXbSeCrEt0123456789abcdef"
+FEISHU_SECRET = "fs-secret-9f8e7d6c5b4a"
+GITHUB_TOKEN = "ghp_TOPSECRETtoken1234567890"
+
+
+# --- a local HTTP receiver ---------------------------------------------------------------
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class Receiver:
+    """Records each POST and answers from a script of (status, body, headers)."""
+
+    port: int = 0
+    requests: list[Received] = field(default_factory=list)
+    script: deque[tuple[int, str, dict[str, str]]] = field(default_factory=deque)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def answer(self, *responses: tuple[int, str] | tuple[int, str, dict[str, str]]) -> None:
+        for r in responses:
+            self.script.append((r[0], r[1], r[2] if len(r) == 3 else {}))
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    rec = Receiver()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            rec.requests.append(Received(self.path, dict(self.headers.items()), body))
+            status, text, headers = rec.script.popleft() if rec.script else (200, "ok", {})
+            data = text.encode()
+            self.send_response(status)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    rec.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    try:
+        yield rec
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@dataclass
+class FakeSleep:
+    calls: list[float] = field(default_factory=list)
+
+    def __call__(self, seconds: float) -> None:
+        self.calls.append(seconds)
+
+
+def _policy(sleep: FakeSleep | None = None) -> RetryPolicy:
+    return RetryPolicy(attempts=3, backoff_s=1.0, timeout_s=5.0, sleep=sleep or FakeSleep())
+
+
+# --- test data ---------------------------------------------------------------------------
+
+
+def _alert(
+    id: int = 7, severity: str = "critical", summary: str = "AL fell <sharply> & fast"
+) -> AlertRecord:
+    cell = CellKey(
+        family="vllm-ascend",
+        engine="ascend-main",
+        model="step3p5-flash",
+        graph_mode="full_decode_only",
+        mtp_depth=3,
+        sliding_window="on",
+        thinking="off",
+        workload="aime25",
+    )
+    figure = AlertFigure(
+        metric="mean_acceptance_length",
+        candidate="ascend-main.step3p5-flash.full_decode_only.mtp3.swa-on[think-off.aime25]",
+        reference="ascend-main.step3p5-flash.eager.mtp3.swa-on[think-off.aime25]",
+        candidate_value=FigureInterval.of(2.51, 2.40, 2.60, 0.95),
+        reference_value=FigureInterval.of(2.90, 2.76, 3.03, 0.95),
+        difference=FigureInterval.of(-0.40, -0.47, -0.33, 0.95),
+        relative=-0.137,
+        paired=True,
+        pairs=200,
+        min_effect=0.058,
+    )
+    now = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
+    return AlertRecord.model_validate(
+        {
+            "id": id,
+            "key": f"graph_vs_eager:mean_acceptance_length:{cell}",
+            "kind": "graph_vs_eager",
+            "metric": "mean_acceptance_length",
+            "state": "open",
+            "severity": severity,
+            "summary": summary,
+            "details": AlertDetails(
+                cell=cell,
+                sweep_id=12,
+                figures=(figure,),
+                attribution="graph_mode=full_decode_only AND mtp_depth>=2 AND sliding_window=on",
+            ),
+            "first_sweep_id": 12,
+            "last_sweep_id": 12,
+            "opened_sweep_id": 12,
+            "occurrences": 1,
+            "created_at": now,
+            "updated_at": now,
+        }
+    )
+
+
+# --- formats -----------------------------------------------------------------------------
+
+
+def test_generic_webhook_posts_each_alert_as_json_with_a_valid_signature(
+    receiver: Receiver,
+) -> None:
+    alerts = [_alert(1), _alert(2, severity="warning")]
+    WebhookNotifier(receiver.url("/hook"), secret="s3cr3t-hmac", policy=_policy()).send(alerts)
+    assert [r.path for r in receiver.requests] == ["/hook", "/hook"]
+    first = receiver.requests[0]
+    assert first.json() == json.loads(alerts[0].model_dump_json())
+    assert first.headers["Content-Type"].startswith("application/json")
+    expected = "sha256=" + hmac.new(b"s3cr3t-hmac", first.body, hashlib.sha256).hexdigest()
+    assert first.headers[SIGNATURE_HEADER] == expected == signature("s3cr3t-hmac", first.body)
+    assert b"s3cr3t-hmac" not in first.body
+
+
+def test_slack_message_has_text_and_blocks_with_escaped_mrkdwn(receiver: Receiver) -> None:
+    SlackNotifier(receiver.url("/services/T0/B0/" + SLACK_TOKEN), policy=_policy()).send(
+        [_alert(1), _alert(2, severity="warning")]
+    )
+    [req] = receiver.requests
+    body = req.json()
+    assert set(body) == {"text", "blocks"}
+    assert body["text"].startswith("mtp-farm: 2 alerts in sweep 12, 1 critical")
+    kinds = [b["type"] for b in body["blocks"]]
+    assert kinds == ["header", "section", "section", "context"]
+    assert body["blocks"][0]["text"] == {
+        "type": "plain_text",
+        "text": "mtp-farm: 2 alerts in sweep 12, 1 critical",
+    }
+    section = body["blocks"][1]["text"]
+    assert section["type"] == "mrkdwn"
+    assert "*#1 critical graph_vs_eager AL: ascend-main(vllm-ascend)" in section["text"]
+    assert "AL 2.510 [2.400, 2.600] vs 2.900 [2.760, 3.030]: -0.400" in section["text"]
+    assert "explained by: graph_mode=full_decode_only AND mtp_depth&gt;=2" in section["text"]
+
+
+def test_slack_caps_a_long_batch(receiver: Receiver) -> None:
+    SlackNotifier(receiver.url("/s"), policy=_policy()).send([_alert(i) for i in range(25)])
+    body = receiver.requests[0].json()
+    assert len(body["blocks"]) == 12  # header, 10 alerts, context
+    assert body["blocks"][-1]["elements"][0]["text"].startswith("and 15 more")
+
+
+def test_feishu_interactive_card_is_signed_per_feishu_docs(receiver: Receiver) -> None:
+    receiver.answer((200, '{"code":0,"msg":"success","data":{}}'))
+    notifier = FeishuNotifier(
+        receiver.url("/open-apis/bot/v2/hook/abc-123-hook"),
+        secret=FEISHU_SECRET,
+        policy=_policy(),
+        clock=lambda: 1599360473.7,
+    )
+    notifier.send([_alert(3)])
+    body = receiver.requests[0].json()
+    assert body["timestamp"] == "1599360473"
+    # timestamp + "\n" + secret is the HMAC-SHA256 key of an empty message, base64.
+    key = f"1599360473\n{FEISHU_SECRET}".encode()
+    assert body["sign"] == base64.b64encode(hmac.new(key, b"", hashlib.sha256).digest()).decode()
+    assert body["sign"] == feishu_sign(1599360473, FEISHU_SECRET)
+    assert body["msg_type"] == "interactive"
+    card = body["card"]
+    assert card["header"]["template"] == "red"
+    assert card["header"]["title"] == {
+        "tag": "plain_text",
+        "content": "mtp-farm: 1 alert in sweep 12, 1 critical",
+    }
+    markdown = card["elements"][0]
+    assert markdown["tag"] == "markdown" and "&lt;sharply&gt;" not in markdown["content"]
+    assert "mtp_depth&gt;=2" in markdown["content"]
+    assert FEISHU_SECRET not in receiver.requests[0].body.decode()
+
+
+def test_feishu_text_message_unsigned(receiver: Receiver) -> None:
+    receiver.answer((200, '{"code":0,"msg":"success"}'))
+    FeishuNotifier(receiver.url("/hook/x"), msg_type="text", policy=_policy()).send([_alert()])
+    body = receiver.requests[0].json()
+    assert set(body) == {"msg_type", "content"}
+    assert body["msg_type"] == "text"
+    assert body["content"]["text"].startswith("mtp-farm: 1 alert in sweep 12")
+    assert "[critical] #7 critical graph_vs_eager AL" in body["content"]["text"]
+
+
+def test_feishu_error_code_in_a_200_answer_is_refused_not_retried(receiver: Receiver) -> None:
+    receiver.answer(
+        (200, '{"code":19021,"msg":"sign match fail or timestamp is not within one hour"}')
+    )
+    sleep = FakeSleep()
+    notifier = FeishuNotifier(
+        receiver.url("/open-apis/bot/v2/hook/hook-id-SECRETPART"),
+        secret=FEISHU_SECRET,
+        policy=_policy(sleep),
+    )
+    with pytest.raises(FeishuError, match="code 19021: sign match fail") as info:
+        notifier.send([_alert()])
+    assert len(receiver.requests) == 1 and sleep.calls == []
+    assert "hook-id-SECRETPART" not in str(info.value)
+    assert FEISHU_SECRET not in str(info.value)
+
+
+def test_wecom_markdown_fits_4096_bytes_and_errcode_is_an_error(receiver: Receiver) -> None:
+    receiver.answer((200, '{"errcode":0,"errmsg":"ok"}'))
+    long = "涨落" * 400
+    WeComNotifier(receiver.url("/cgi-bin/webhook/send?key=wecom-key-123"), policy=_policy()).send(
+        [_alert(i, summary=long) for i in range(12)]
+    )
+    req = receiver.requests[0]
+    assert req.path == "/cgi-bin/webhook/send?key=wecom-key-123"
+    body = req.json()
+    assert body["msgtype"] == "markdown"
+    content = body["markdown"]["content"]
+    assert content.startswith("## mtp-farm: 12 alerts in sweep 12, 12 critical")
+    assert '<font color="warning">**#0 critical' in content
+    assert len(content.encode()) <= 4096
+
+    receiver.answer((200, '{"errcode":93000,"errmsg":"invalid webhook url"}'))
+    with pytest.raises(WeComError, match="errcode 93000: invalid webhook url") as info:
+        WeComNotifier(receiver.url("/send?key=wecom-key-123"), policy=_policy()).send([_alert()])
+    assert "wecom-key-123" not in str(info.value)
+
+
+# --- retries -----------------------------------------------------------------------------
+
+
+def test_retries_on_500_then_succeeds_with_backoff(receiver: Receiver) -> None:
+    receiver.answer((500, "boom"), (503, "busy"), (200, "ok"))
+    sleep = FakeSleep()
+    SlackNotifier(receiver.url("/s/" + SLACK_TOKEN), policy=_policy(sleep)).send([_alert()])
+    assert len(receiver.requests) == 3
+    assert sleep.calls == [1.0, 2.0]
+    assert receiver.requests[0].body == receiver.requests[2].body
+
+
+def test_gives_up_after_the_attempts_with_the_last_reason(receiver: Receiver) -> None:
+    receiver.answer((500, "e1"), (502, "e2"), (500, "still broken"))
+    with pytest.raises(SlackError, match=r"failed after 3 attempt\(s\): HTTP 500: still broken"):
+        SlackNotifier(receiver.url("/s"), policy=_policy()).send([_alert()])
+    assert len(receiver.requests) == 3
+
+
+def test_no_retry_on_400(receiver: Receiver) -> None:
+    receiver.answer((400, "invalid_payload"))
+    sleep = FakeSleep()
+    with pytest.raises(SlackError, match=r"HTTP 400: invalid_payload \(not retried\)"):
+        SlackNotifier(receiver.url("/s/" + SLACK_TOKEN), policy=_policy(sleep)).send([_alert()])
+    assert len(receiver.requests) == 1 and sleep.calls == []
+
+
+def test_429_waits_as_told_by_retry_after(receiver: Receiver) -> None:
+    receiver.answer((429, "rate_limited", {"Retry-After": "3"}), (200, "ok"))
+    sleep = FakeSleep()
+    SlackNotifier(receiver.url("/s"), policy=_policy(sleep)).send([_alert()])
+    assert len(receiver.requests) == 2 and sleep.calls == [3.0]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_connection_errors_are_retried_then_reported_masked() -> None:
+    url = f"http://127.0.0.1:{_closed_port()}/services/T0/B0/{SLACK_TOKEN}"
+    sleep = FakeSleep()
+    with pytest.raises(SlackError, match=r"failed after 3 attempt\(s\): ConnectError") as info:
+        SlackNotifier(url, policy=_policy(sleep)).send([_alert()])
+    assert sleep.calls == [1.0, 2.0]
+    assert SLACK_TOKEN not in str(info.value)
+    assert "http://127.0.0.1:" in str(info.value) and "/***" in str(info.value)
+
+
+# --- secrets -----------------------------------------------------------------------------
+
+
+def _all_text(exc: BaseException, caplog: pytest.LogCaptureFixture) -> str:
+    records = "\n".join(f"{r.name} {r.getMessage()} {r.args!r} {r.msg!r}" for r in caplog.records)
+    return "\n".join(
+        [str(exc), repr(exc), "".join(traceback.format_exception(exc)), caplog.text, records]
+    )
+
+
+def test_secrets_never_reach_logs_or_exceptions(
+    receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)  # httpx logs every request URL at INFO
+    receiver.answer(
+        (500, f"echo {SLACK_TOKEN}"), (500, "again"), (500, f"and {FEISHU_SECRET} again")
+    )
+    with pytest.raises(FeishuError) as info:
+        FeishuNotifier(
+            receiver.url(f"/open-apis/bot/v2/hook/{SLACK_TOKEN}"),
+            secret=FEISHU_SECRET,
+            policy=_policy(),
+        ).send([_alert()])
+    text = _all_text(info.value, caplog)
+    assert "attempt 1/3 failed" in text  # the retries were logged ...
+    assert "HTTP Request: POST" in text  # ... and so were httpx's request lines
+    assert SLACK_TOKEN not in text and FEISHU_SECRET not in text
+
+
+def test_github_token_is_masked_and_401_not_retried(
+    receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    receiver.answer((401, f'{{"message":"Bad credentials {GITHUB_TOKEN}"}}'))
+    client = GitHubClient(token=GITHUB_TOKEN, api_url=receiver.url(""), policy=_policy())
+    with pytest.raises(GitHubError, match="HTTP 401") as info:
+        client.post_issue_comment(parse_pr_ref("octo/farm#5"), "hello")
+    assert len(receiver.requests) == 1
+    assert GITHUB_TOKEN not in _all_text(info.value, caplog)
+    assert GITHUB_TOKEN not in repr(client)
+
+
+def test_notifier_reprs_hide_urls_and_secrets() -> None:
+    notifiers = notifiers_from_env(
+        {
+            "FARM_NOTIFY_WEBHOOK_URL": "https://hooks.example/abc/" + SLACK_TOKEN,
+            "FARM_NOTIFY_WEBHOOK_SECRET": "wh-secret-123",
+            "FARM_NOTIFY_SLACK_URL": "https://hooks.slack.com/services/T/B/" + SLACK_TOKEN,
+            "FARM_NOTIFY_FEISHU_URL": "https://open.feishu.cn/open-apis/bot/v2/hook/" + SLACK_TOKEN,
+            "FARM_NOTIFY_FEISHU_SECRET": FEISHU_SECRET,
+            "FARM_NOTIFY_WECOM_URL": "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=k-1",
+        }
+    )
+    assert [n.name for n in notifiers] == ["webhook", "slack", "feishu", "wecom"]
+    text = repr(notifiers)
+    for secret in (SLACK_TOKEN, "wh-secret-123", FEISHU_SECRET, "k-1"):
+        assert secret not in text
+
+
+def test_mask_and_redact() -> None:
+    url = f"https://hooks.slack.com/services/T0/B0/{SLACK_TOKEN}?x=1"
+    assert mask_url(url) == "https://hooks.slack.com/***"
+    assert mask_url("not a url") == "***"
+    assert redact(f"GET {url} failed", [url]) == "GET *** failed"
+    assert SLACK_TOKEN not in redact(f"token {SLACK_TOKEN} in path", [url])
+    wecom = "https://q.example/send?key=k-123456789&debug=1"
+    assert redact("POST /send?key=k-123456789&debug=1", [wecom]) == "POST /send?***"
+    assert redact("key k-123456789 leaked; debug=1", [wecom]) == "key *** leaked; debug=1"
+
+
+# --- configuration and fan-out -----------------------------------------------------------
+
+
+def test_notifiers_from_env_reads_only_what_is_set() -> None:
+    assert notifiers_from_env({}) == []
+    [feishu] = notifiers_from_env(
+        {"FARM_NOTIFY_FEISHU_URL": "https://x/hook", "FARM_NOTIFY_FEISHU_FORMAT": "text"}
+    )
+    assert isinstance(feishu, FeishuNotifier) and feishu.msg_type == "text"
+    with pytest.raises(NotifyError, match="FARM_NOTIFY_FEISHU_FORMAT='card'"):
+        notifiers_from_env(
+            {"FARM_NOTIFY_FEISHU_URL": "https://x/h", "FARM_NOTIFY_FEISHU_FORMAT": "card"}
+        )
+
+
+def test_send_all_keeps_going_past_a_failing_channel(receiver: Receiver) -> None:
+    receiver.answer((404, "no_service"), (200, '{"errcode":0,"errmsg":"ok"}'))
+    notifiers: list[Notifier] = [
+        SlackNotifier(receiver.url("/slack"), policy=_policy()),
+        WeComNotifier(receiver.url("/wecom"), policy=_policy()),
+    ]
+    errors = send_all(notifiers, [_alert()])
+    assert [r.path for r in receiver.requests] == ["/slack", "/wecom"]
+    assert len(errors) == 1 and isinstance(errors[0], SlackError)
+    assert send_all(notifiers, []) == []
+    assert len(receiver.requests) == 2
+
+
+def test_github_comment_goes_to_the_issue_comments_endpoint(receiver: Receiver) -> None:
+    receiver.answer((201, '{"id":1,"html_url":"https://github.com/octo/farm/pull/5#c1"}'))
+    client = GitHubClient(token=GITHUB_TOKEN, api_url=receiver.url("/api/"), policy=_policy())
+    url = client.post_issue_comment(parse_pr_ref("octo/farm#5"), "### report\n| a |")
+    assert url == "https://github.com/octo/farm/pull/5#c1"
+    [req] = receiver.requests
+    assert req.path == "/api/repos/octo/farm/issues/5/comments"
+    assert req.headers["Authorization"] == f"Bearer {GITHUB_TOKEN}"
+    assert req.headers["Accept"] == "application/vnd.github+json"
+    assert req.headers["X-GitHub-Api-Version"] == "2022-11-28"
+    assert req.json() == {"body": "### report\n| a |"}
+
+
+def test_parse_pr_ref() -> None:
+    ref = parse_pr_ref("vllm-project/vllm-ascend#8210")
+    assert (ref.owner, ref.repo, ref.number) == ("vllm-project", "vllm-ascend", 8210)
+    assert str(ref) == "vllm-project/vllm-ascend#8210"
+    for bad in ("vllm#1", "a/b", "a/b#x", "a/b/c#1"):
+        with pytest.raises(ValueError, match="OWNER/REPO#NUMBER"):
+            parse_pr_ref(bad)
