@@ -35,8 +35,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{tmp}/bench.db"
         t0 = time.monotonic()
-        outcome = run_sweep(job, Path(args.job).read_text(),
-                            SweepOptions(db_url=url, only=only, home=farm_home()))
+        outcome = run_sweep(
+            job, Path(args.job).read_text(), SweepOptions(db_url=url, only=only, home=farm_home())
+        )
         wall = time.monotonic() - t0
         with store.Session(store.open_store(url)) as session:
             record = store.load_sweep(session, outcome.sweep_id)

@@ -73,7 +73,9 @@ def make_problems(
         if (a, b) in seen or (a, b) in exclude:
             continue
         seen.add((a, b))
-        out.append(Problem(id=f"arith-{seed}-{len(out):04d}", prompt=_prompt(a, b), answer=str(a + b)))
+        out.append(
+            Problem(id=f"arith-{seed}-{len(out):04d}", prompt=_prompt(a, b), answer=str(a + b))
+        )
     return out
 
 
