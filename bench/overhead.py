@@ -29,11 +29,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("job", nargs="?", default=str(REPO / "jobs" / "local.yaml"))
     parser.add_argument("--only", action="append", default=[], help="AXIS=VALUE")
+    parser.add_argument("--db", help="keep the sweep in this store (default: a throw-away one)")
     args = parser.parse_args()
     only = dict(item.split("=", 1) for item in args.only)
     job = load_job(args.job)
     with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite:///{tmp}/bench.db"
+        url = args.db or f"sqlite:///{tmp}/bench.db"
         t0 = time.monotonic()
         outcome = run_sweep(
             job, Path(args.job).read_text(), SweepOptions(db_url=url, only=only, home=farm_home())
@@ -45,7 +46,7 @@ def main() -> None:
     startup = sum(r.startup_s or 0.0 for r in results)
     generation = sum(r.generation_s or 0.0 for r in results)
     engine = startup + generation
-    print(f"cells: {len(results)} ({len(outcome.failed)} failed)")
+    print(f"sweep {outcome.sweep_id}: {len(results)} cells ({len(outcome.failed)} failed)")
     print(f"sweep wall time:        {wall:8.1f} s")
     print(f"engine start-up:        {startup:8.1f} s")
     print(f"engine generation:      {generation:8.1f} s")

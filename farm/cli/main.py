@@ -22,6 +22,7 @@ from farm.plan import Plan, ServerCell
 from farm.records import BuildInfo, CellResult, SweepRecord
 from farm.report import render_matrix, render_plan
 from farm.report.findings import render_findings
+from farm.selftest import analyze_selftest
 from farm.spec import load_job
 from farm.sweep import SweepEvents, SweepOptions, farm_home, plan_job, run_sweep
 
@@ -169,6 +170,53 @@ def run(
     console.print(
         f"[green]all {len(outcome.ok)} cells ok[/green]; `farm report {outcome.sweep_id}`"
     )
+
+
+@app.command()
+def selftest(
+    job_file: Annotated[Path, typer.Argument(help="self-test job")] = Path("jobs/selftest.yaml"),
+    db: DbOption = None,
+    only: OnlyOption = None,
+) -> None:
+    """Run the clean build, each canary and the clean build again; show where each differs.
+
+    Exits 1 when a canary is not caught or the clean repeat is flagged.
+    """
+    try:
+        job = load_job(job_file)
+        options = SweepOptions(
+            db_url=db or store.default_db_url(), only=_only(only), home=farm_home()
+        )
+        events = _ConsoleEvents()
+        try:
+            outcome = run_sweep(job, job_file.read_text(), options, events)
+        finally:
+            events.progress.stop()
+            events.status.stop()
+        with store.Session(store.open_store(options.db_url)) as session:
+            record = store.load_sweep(session, outcome.sweep_id)
+    except FarmError as exc:
+        raise _fail(exc) from None
+    console.print(render_matrix(f"self-test sweep {record.sweep_id}", summarize_sweep(record)))
+    report = analyze_selftest(record, job)
+    if report.checks.findings:
+        console.print(render_findings(report.checks))
+    healthy = True
+    for effect in report.effects:
+        kind = "canary " + ",".join(effect.patches) if effect.patches else "clean repeat"
+        where = str(effect.attribution) if effect.attribution else "nowhere"
+        console.print(
+            f"[bold]{effect.engine}[/bold] ({kind}) vs {report.reference}: "
+            f"{len(effect.regressed)}/{len(effect.cells)} variants dropped; {where}"
+        )
+        caught = bool(effect.regressed)
+        if caught != bool(effect.patches):
+            healthy = False
+            console.print(
+                "[red]  expected " + ("a drop" if effect.patches else "no drop") + "[/red]"
+            )
+    if outcome.failed or not healthy:
+        raise typer.Exit(1)
 
 
 @app.command()

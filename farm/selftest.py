@@ -1,0 +1,90 @@
+"""`farm selftest`: prove on this machine that the farm still catches its seed bugs.
+
+The self-test job (jobs/selftest.yaml) runs the clean engine, each canary build (a
+bundled `purpose: canary` patch that re-creates a seed bug class, DESIGN.md section
+1) and the clean engine once more, on a reduced matrix. Every other engine is
+compared with the first one, the clean reference, cell by cell with the within-sweep
+patch check: a canary must be flagged where its bug bites and nowhere else, and the
+clean repeat must not be flagged at all.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from farm.analysis import (
+    Attribution,
+    CheckConfig,
+    CheckReport,
+    LabeledCell,
+    attribute,
+    check_patches,
+    labels_from_report,
+)
+from farm.records import SweepRecord
+from farm.spec import JobSpec
+
+__all__ = ["EngineEffect", "SelftestReport", "analyze_selftest", "selftest_bases"]
+
+
+class EngineEffect(BaseModel):
+    """Where one engine (a canary or the clean repeat) differs from the clean reference."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    engine: str
+    patches: tuple[str, ...]
+    cells: tuple[LabeledCell, ...]
+    attribution: Attribution | None
+
+    @property
+    def regressed(self) -> tuple[str, ...]:
+        return tuple(c.label for c in self.cells if c.regressed)
+
+
+class SelftestReport(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sweep_id: int
+    reference: str
+    effects: tuple[EngineEffect, ...]
+    checks: CheckReport
+
+
+def selftest_bases(job: JobSpec) -> dict[str, str]:
+    """Every engine after the first -> the first (the clean reference)."""
+    reference = job.engines[0]
+    if reference.patches:
+        raise ValueError("the first engine of a self-test job must be the clean build")
+    return {e.name: reference.name for e in job.engines[1:]}
+
+
+def analyze_selftest(
+    record: SweepRecord, job: JobSpec, config: CheckConfig | None = None
+) -> SelftestReport:
+    """Compare each engine of the self-test sweep with the clean reference."""
+    bases = selftest_bases(job)
+    checks = check_patches(record, bases, config)
+    labelled = labels_from_report(checks)
+    effects = []
+    for engine in job.engines[1:]:
+        cells = tuple(c for c in labelled if c.axes.get("engine") == engine.name)
+        varying = [
+            a
+            for a in ("graph_mode", "mtp_depth", "sliding_window", "thinking", "workload")
+            if len({c.axes.get(a) for c in cells}) > 1
+        ]
+        effects.append(
+            EngineEffect(
+                engine=engine.name,
+                patches=engine.patches,
+                cells=cells,
+                attribution=attribute(cells, axes=varying) if varying else None,
+            )
+        )
+    return SelftestReport(
+        sweep_id=record.sweep_id,
+        reference=job.engines[0].name,
+        effects=tuple(effects),
+        checks=checks,
+    )
