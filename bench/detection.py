@@ -141,7 +141,9 @@ def table_sweeps(n: int, resamples: int, rng: np.random.Generator) -> None:
         for _ in range(n):
             sweep = simulate_sweep(rng=rng, prompts=PROMPTS, effect=bug)
             report = check_sweep(
-                sweep, config=CheckConfig(resamples=resamples, seed=int(rng.integers(1 << 30)))
+                sweep,
+                config=CheckConfig(resamples=resamples, seed=int(rng.integers(1 << 30))),
+                depth_invariance=True,
             )
             false_finding = False
             for v in report.verdicts:

@@ -418,11 +418,23 @@ def _report(sweep: SweepRecord, ctx: _Context) -> CheckReport:
 
 
 def check_sweep(
-    sweep: SweepRecord, base_of: Mapping[str, str] | None = None, config: CheckConfig | None = None
+    sweep: SweepRecord,
+    base_of: Mapping[str, str] | None = None,
+    config: CheckConfig | None = None,
+    *,
+    depth_invariance: bool = False,
 ) -> CheckReport:
-    """Run all within-sweep checks; ``base_of`` maps patched engine -> base engine."""
+    """Run the within-sweep checks; ``base_of`` maps patched engine -> base engine.
+
+    The depth-invariance check is off by default: on the clean CPU build it flagged
+    position-0 acceptance 0.65 at depth 3 vs 0.74 at depth 1 (thinking off, 32 prompts).
+    Verify steps start at different tokens at different depths, so per-step rates are
+    not exchangeable across depths when hard tokens cluster; the check needs a
+    token-aligned comparison before it can alert.
+    """
     ctx = _context(sweep, config)
     _graph_modes(ctx)
     _patches(ctx, base_of or {})
-    _depths(ctx)
+    if depth_invariance:
+        _depths(ctx)
     return _report(sweep, ctx)

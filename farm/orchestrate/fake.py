@@ -25,7 +25,8 @@ def fake_run_cell(task: CellTask, npu_ids: tuple[int, ...], node: str) -> CellRe
     """Pretend to run ``task``: sleep, then describe the placement in the result's notes."""
     started = datetime.now(UTC)
     if "FAKE_STARTED_DIR" in task.engine.env:  # lets a test act while the cell runs
-        Path(task.engine.env["FAKE_STARTED_DIR"], task.cell.cell_id).touch()
+        marker = Path(task.engine.env["FAKE_STARTED_DIR"], task.cell.cell_id)
+        marker.write_text(ray.get_runtime_context().get_node_id())
     time.sleep(float(task.engine.env.get("FAKE_CELL_SECONDS", "0")))
     labels = ray.get_runtime_context().get_node_labels()
     notes = (

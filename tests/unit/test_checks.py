@@ -45,14 +45,14 @@ def _fdo_depth3(factor: float) -> CellEffect:
 def test_no_finding_when_every_cell_is_drawn_from_one_distribution() -> None:
     for seed in range(3):
         sweep = _sweep(seed)
-        report = check_sweep(sweep, config=FAST)
+        report = check_sweep(sweep, config=FAST, depth_invariance=True)
         assert report.verdicts and report.findings == (), [f.message for f in report.findings]
         assert report.notes == ()
 
 
 def test_a_ten_percent_al_drop_in_one_graph_mode_is_found_and_named() -> None:
     sweep = _sweep(1, effect=_fdo_depth3(0.92))
-    report = check_sweep(sweep, config=FAST)
+    report = check_sweep(sweep, config=FAST, depth_invariance=True)
     al = [f.verdict for f in report.findings if f.verdict.metric == "mean_acceptance_length"]
     assert len(al) == 1
     v = al[0]
