@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from farm.errors import SpecError
+from farm.yamlfile import load_mapping, validation_problems
 
 __all__ = [
     "AxesSpec",
@@ -161,55 +161,16 @@ class JobSpec(_Spec):
         return p if p.is_absolute() else (Path(self.base_dir) / p).resolve()
 
 
-def _line_of(node: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None:
-    """1-based line of the YAML node at ``loc`` (or of its closest existing parent)."""
-    line = node.start_mark.line + 1 if node is not None else None
-    for key in loc:
-        if isinstance(node, yaml.MappingNode):
-            found = next((v for k, v in node.value if k.value == key), None)
-            if found is None:
-                # The key itself may be the culprit (an unknown key): point at it.
-                found = next((k for k, _ in node.value if k.value == key), None)
-        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
-            found = node.value[key]
-        else:
-            found = None
-        if found is None:
-            break
-        node = found
-        line = node.start_mark.line + 1
-    return line
-
-
 def parse_job(text: str, source: str = "<string>", base_dir: str = ".") -> JobSpec:
     """Validate job YAML text; raise SpecError naming ``source``, line and key."""
-    try:
-        root = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark else source
-        raise SpecError(f"{where}: not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise SpecError(f"{source}:1: a job file is a mapping with keys name, engines, models, ...")
+    shape = "a job file is a mapping with keys name, engines, models, ..."
+    root, data = load_mapping(text, source, SpecError, shape)
     data.setdefault("base_dir", base_dir)
     try:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
-        lines = []
-        errors = exc.errors()
-        for err in errors:
-            loc = tuple(
-                p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))
-            )
-            if err["type"] == "too_short" and any(
-                e is not err and e["loc"][: len(loc)] == err["loc"] for e in errors
-            ):
-                continue  # a list emptied by its own invalid items: the items say why
-            key = ".".join(str(p) for p in loc) or "<root>"
-            line = _line_of(root, loc)
-            lines.append(f"{source}:{line}: {key}: {err['msg']}")
-        raise SpecError("invalid job file\n  " + "\n  ".join(lines)) from None
+        problems = validation_problems(exc, root, source)
+        raise SpecError("invalid job file\n  " + "\n  ".join(problems)) from None
 
 
 def load_job(path: str | Path) -> JobSpec:

@@ -13,13 +13,12 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from farm.errors import BuildError
-from farm.spec import _line_of
+from farm.yamlfile import line_of, load_mapping, validation_problems
 
 __all__ = [
     "ENGINE_DISTRIBUTIONS",
@@ -348,32 +347,19 @@ def load_series(folder: str | Path) -> PatchSeries:
         text = path.read_text()
     except OSError as exc:
         raise PatchSeriesError(f"{source}: cannot read series file: {exc.strerror}") from exc
-    try:
-        root = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark else source
-        raise PatchSeriesError(f"{where}: not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise PatchSeriesError(f"{source}:1: a series file is a mapping with a `patches:` list")
+    shape = "a series file is a mapping with a `patches:` list"
+    root, data = load_mapping(text, source, PatchSeriesError, shape)
     try:
         parsed = _SeriesFile.model_validate(data)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = tuple(
-                p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))
-            )
-            key = ".".join(str(p) for p in loc) or "<root>"
-            problems.append(f"{source}:{_line_of(root, loc)}: {key}: {err['msg']}")
+        problems = validation_problems(exc, root, source)
         raise PatchSeriesError("invalid patch series\n  " + "\n  ".join(problems)) from None
     patches: list[Patch] = []
     problems = []
     for n, entry in enumerate(parsed.patches):
-        where = f"{source}:{_line_of(root, ('patches', n, 'file'))}: patches.{n}.file"
+        where = f"{source}:{line_of(root, ('patches', n, 'file'))}: patches.{n}.file"
         if any(p.id == entry.id for p in patches):
-            line = _line_of(root, ("patches", n, "id"))
+            line = line_of(root, ("patches", n, "id"))
             problems.append(f"{source}:{line}: patches.{n}.id: duplicate id {entry.id!r}")
             continue
         diff_path = (folder / entry.file).resolve()
