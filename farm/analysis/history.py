@@ -35,6 +35,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.stats import AcceptanceSample, acceptance_stats
+from farm.plan import ServerCell
 from farm.records import SweepRecord
 
 __all__ = [
@@ -75,6 +76,20 @@ class HistoryKey(_Frozen):
     sliding_window: str
     thinking: str
     workload: str
+
+    @classmethod
+    def of(cls, cell: ServerCell, thinking: str, workload: str) -> HistoryKey:
+        """The key of one request-level variant of ``cell``."""
+        return cls(
+            family=cell.family,
+            engine=cell.engine,
+            model=cell.model,
+            graph_mode=cell.planned_graph_mode,
+            mtp_depth=cell.mtp_depth,
+            sliding_window=cell.sliding_window,
+            thinking=thinking,
+            workload=workload,
+        )
 
     def __str__(self) -> str:
         return (
@@ -390,16 +405,7 @@ def series_from_sweeps(
                 al = v.counters.mean_acceptance_length
                 if al is None:
                     continue
-                key = HistoryKey(
-                    family=c.family,
-                    engine=c.engine,
-                    model=c.model,
-                    graph_mode=c.planned_graph_mode,
-                    mtp_depth=c.mtp_depth,
-                    sliding_window=c.sliding_window,
-                    thinking=v.thinking,
-                    workload=v.workload,
-                )
+                key = HistoryKey.of(c, v.thinking, v.workload)
                 low = high = None
                 sample = AcceptanceSample.from_requests(v.requests)
                 if len(sample) and sample.drafts.sum() > 0:

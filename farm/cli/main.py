@@ -23,8 +23,8 @@ from farm.records import BuildInfo, CellResult, SweepRecord
 from farm.report import render_matrix, render_plan
 from farm.report.findings import render_findings
 from farm.selftest import analyze_selftest
-from farm.spec import load_job
-from farm.sweep import SweepEvents, SweepOptions, farm_home, plan_job, run_sweep
+from farm.spec import JobSpec, load_job
+from farm.sweep import SweepEvents, SweepOptions, SweepOutcome, farm_home, plan_job, run_sweep
 
 app = typer.Typer(
     help="mtp-farm: sweep speculative decoding across engine builds and modes.",
@@ -115,6 +115,15 @@ class _ConsoleEvents(SweepEvents):
             console.print(f"[red]{result.status}[/red] {cell.cell_id}: {result.error}")
 
 
+def _run_with_progress(job: JobSpec, job_file: Path, options: SweepOptions) -> SweepOutcome:
+    events = _ConsoleEvents()
+    try:
+        return run_sweep(job, job_file.read_text(), options, events)
+    finally:
+        events.progress.stop()
+        events.status.stop()
+
+
 def _show_sweep(record: SweepRecord, title: str) -> None:
     console.print(render_matrix(title, summarize_sweep(record)))
     checks = check_sweep(record, patched_bases(record.builds))
@@ -149,12 +158,7 @@ def run(
             home=farm_home(),
             resume=resume,
         )
-        events = _ConsoleEvents()
-        try:
-            outcome = run_sweep(job, job_file.read_text(), options, events)
-        finally:
-            events.progress.stop()
-            events.status.stop()
+        outcome = _run_with_progress(job, job_file, options)
     except FarmError as exc:
         raise _fail(exc) from None
     with store.Session(store.open_store(options.db_url)) as session:
@@ -187,12 +191,7 @@ def selftest(
         options = SweepOptions(
             db_url=db or store.default_db_url(), only=_only(only), home=farm_home()
         )
-        events = _ConsoleEvents()
-        try:
-            outcome = run_sweep(job, job_file.read_text(), options, events)
-        finally:
-            events.progress.stop()
-            events.status.stop()
+        outcome = _run_with_progress(job, job_file, options)
         with store.Session(store.open_store(options.db_url)) as session:
             record = store.load_sweep(session, outcome.sweep_id)
     except FarmError as exc:

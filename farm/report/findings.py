@@ -11,13 +11,22 @@ __all__ = ["render_findings"]
 
 def render_findings(report: CheckReport) -> Table:
     """One row per failed verdict: check, candidate vs reference, difference with interval."""
-    table = Table(title=f"sweep {report.sweep_id}: {len(report.findings)} finding(s) "
-                  f"in {len(report.verdicts)} comparisons")
+    table = Table(
+        title=f"sweep {report.sweep_id}: {len(report.findings)} finding(s) "
+        f"in {len(report.verdicts)} comparisons"
+    )
     for col in ("check", "metric", "candidate", "reference", "cand.", "ref.", "difference"):
         table.add_column(col, overflow="fold")
     for finding in report.findings:
         v = finding.verdict
         metric = v.metric + (f"[{v.position}]" if v.position is not None else "")
-        table.add_row(v.check, metric, v.candidate.label, v.reference.label,
-                      str(v.candidate_value), str(v.reference_value), str(v.difference))
+        table.add_row(
+            v.check,
+            metric,
+            v.candidate.label,
+            v.reference.label,
+            str(v.candidate_value),
+            str(v.reference_value),
+            str(v.difference),
+        )
     return table

@@ -22,6 +22,7 @@ from farm.report.charts import (
     trend_points,
     trend_svg,
 )
+from farm.report.figures import row_axes, row_figures
 from farm.report.markdown import (
     History,
     fmt_interval,
@@ -298,10 +299,6 @@ def _trends(sweep: SweepRecord, report: CheckReport, history: History) -> str:
     )
 
 
-def _f(x: float | None, digits: int = 3) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
 def _matrix(rows: Sequence[VariantSummary]) -> str:
     head = (
         "engine",
@@ -326,27 +323,8 @@ def _matrix(rows: Sequence[VariantSummary]) -> str:
             status += f": {_e(r.error.splitlines()[0][:120])}"
         if r.failed_requests:
             status += f" ({r.failed_requests} requests failed)"
-        body.append(
-            (
-                "failed" if r.status != "ok" else "",
-                [
-                    _e(r.engine),
-                    _e(r.graph_mode),
-                    _e(r.effective_graph_mode or "-"),
-                    _e(r.mtp_depth),
-                    _e(r.sliding_window),
-                    _e(r.thinking or "-"),
-                    _e(r.workload or "-"),
-                    status,
-                    _f(r.acceptance_rate),
-                    _f(r.mean_acceptance_length, 2),
-                    " ".join(f"{p:.2f}" for p in r.per_position) or "-",
-                    "-" if r.greedy_compared is None else f"{r.greedy_same}/{r.greedy_compared}",
-                    _f(r.accuracy, 2),
-                    _f(r.output_tokens_per_s, 1),
-                ],
-            )
-        )
+        cells = [*(_e(a) for a in row_axes(r)), status, *row_figures(r)]
+        body.append(("failed" if r.status != "ok" else "", cells))
     return "<h2>Matrix</h2>" + _table(head, body, {8, 9, 11, 12, 13})
 
 

@@ -24,6 +24,7 @@ from farm.analysis.summary import VariantSummary
 from farm.analysis.verdicts import CheckConfig, CheckReport, Verdict
 from farm.records import StoredCell, SweepRecord, VariantResult
 from farm.report.charts import al_grid
+from farm.report.figures import row_axes, row_figures
 
 __all__ = [
     "CompareOutcome",
@@ -140,16 +141,7 @@ def history_labels(sweep: SweepRecord) -> dict[HistoryKey, str]:
         if c.mtp_depth == 0:
             continue
         for v in c.variants:
-            key = HistoryKey(
-                family=c.family,
-                engine=c.engine,
-                model=c.model,
-                graph_mode=c.planned_graph_mode,
-                mtp_depth=c.mtp_depth,
-                sliding_window=c.sliding_window,
-                thinking=v.thinking,
-                workload=v.workload,
-            )
+            key = HistoryKey.of(c, v.thinking, v.workload)
             out[key] = f"{c.cell_id}[think-{v.thinking}.{v.workload}]"
     return out
 
@@ -259,10 +251,6 @@ def _grid_section(
     ]
 
 
-def _f(x: float | None, digits: int = 3) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
 def _matrix(rows: Sequence[VariantSummary]) -> list[str]:
     head = (
         "engine",
@@ -284,23 +272,7 @@ def _matrix(rows: Sequence[VariantSummary]) -> list[str]:
         status = r.status if r.status == "ok" else f"**{r.status}**"
         if r.error:
             status += f": {r.error.splitlines()[0][:80]}"
-        body.append(
-            [
-                r.engine,
-                r.graph_mode,
-                r.effective_graph_mode or "-",
-                r.mtp_depth,
-                r.sliding_window,
-                r.thinking or "-",
-                r.workload or "-",
-                status,
-                _f(r.acceptance_rate),
-                _f(r.mean_acceptance_length, 2),
-                " ".join(f"{p:.2f}" for p in r.per_position) or "-",
-                "-" if r.greedy_compared is None else f"{r.greedy_same}/{r.greedy_compared}",
-                _f(r.accuracy, 2),
-            ]
-        )
+        body.append([*row_axes(r), status, *row_figures(r)[:5]])
     return _table(head, body)
 
 

@@ -6,12 +6,9 @@ from rich.table import Table
 
 from farm.analysis import VariantSummary
 from farm.plan import Plan
+from farm.report.figures import row_axes, row_figures
 
 __all__ = ["render_matrix", "render_plan"]
-
-
-def _f(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def render_plan(plan: Plan, build_ids: dict[str, str] | None = None) -> list[Table]:
@@ -64,26 +61,11 @@ def render_matrix(title: str, rows: tuple[VariantSummary, ...]) -> Table:
     ):
         table.add_column(col, justify="right" if col in ("rate", "AL", "acc", "tok/s") else "left")
     for r in rows:
-        greedy = "-" if r.greedy_compared is None else f"{r.greedy_same}/{r.greedy_compared}"
         status = (
             r.status if not r.failed_requests else f"{r.status} ({r.failed_requests} req failed)"
         )
         if r.error:
             status += f": {r.error[:60]}"
-        table.add_row(
-            *([r.engine] if engines else []),
-            r.graph_mode,
-            r.effective_graph_mode or "-",
-            str(r.mtp_depth),
-            r.sliding_window,
-            r.thinking or "-",
-            r.workload or "-",
-            status,
-            _f(r.acceptance_rate),
-            _f(r.mean_acceptance_length, 2),
-            " ".join(f"{p:.2f}" for p in r.per_position) or "-",
-            greedy,
-            _f(r.accuracy, 2),
-            _f(r.output_tokens_per_s, 1),
-        )
+        axes = row_axes(r)
+        table.add_row(*(axes if engines else axes[1:]), status, *row_figures(r))
     return table
