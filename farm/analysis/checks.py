@@ -48,7 +48,9 @@ from farm.analysis.verdicts import (
     Note,
     VariantRef,
     Verdict,
+    control_false_discoveries,
     judge,
+    p_value,
 )
 from farm.records import StoredCell, SweepRecord, VariantResult
 
@@ -166,6 +168,7 @@ def _add(
             direction=worse,
             significant=significant,
             regressed=regressed,
+            p_value=p_value(diff),
             baseline=baseline,
         )
     )
@@ -408,13 +411,25 @@ def _context(sweep: SweepRecord, config: CheckConfig | None) -> _Context:
 
 
 def _report(sweep: SweepRecord, ctx: _Context) -> CheckReport:
-    findings = tuple(Finding(verdict=v, message=v.describe()) for v in ctx.verdicts if v.regressed)
+    verdicts = _control_fdr(ctx.verdicts, ctx.config)
+    findings = tuple(Finding(verdict=v, message=v.describe()) for v in verdicts if v.regressed)
     return CheckReport(
         sweep_id=sweep.sweep_id,
-        verdicts=tuple(ctx.verdicts),
+        verdicts=verdicts,
         findings=findings,
         notes=tuple(dict.fromkeys(ctx.notes)),  # one note per cause, first-seen order
     )
+
+
+def _control_fdr(verdicts: list[Verdict], config: CheckConfig) -> tuple[Verdict, ...]:
+    if not config.control_fdr:
+        return tuple(verdicts)
+    rejected = control_false_discoveries([v.p_value for v in verdicts], 1.0 - config.level)
+    out = []
+    for v, reject in zip(verdicts, rejected, strict=True):
+        significant, regressed = judge(v.difference, v.min_effect, v.direction, reject)
+        out.append(v.model_copy(update={"significant": significant, "regressed": regressed}))
+    return tuple(out)
 
 
 def check_sweep(

@@ -6,6 +6,9 @@ notifications and :mod:`farm.analysis.attribution` can use them without the chec
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from statistics import NormalDist
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -22,7 +25,9 @@ __all__ = [
     "Note",
     "VariantRef",
     "Verdict",
+    "control_false_discoveries",
     "judge",
+    "p_value",
 ]
 
 CheckKind = Literal["graph_vs_eager", "patch_vs_base", "depth_invariance"]
@@ -53,6 +58,7 @@ class CheckConfig(_Frozen):
     min_position_diff: float = 0.05
     min_accuracy_drop: float = 0.05
     min_divergence_increase: float = 0.01
+    control_fdr: bool = True
 
     def min_al_effect(self, reference_al: float) -> float:
         """The AL difference that matters at this reference AL."""
@@ -97,6 +103,7 @@ class Verdict(_Frozen):
     direction: Direction
     significant: bool
     regressed: bool
+    p_value: float = 1.0
     baseline: str | None = None
 
     def describe(self) -> str:
@@ -135,17 +142,58 @@ class CheckReport(_Frozen):
     notes: tuple[Note, ...]
 
 
-def judge(diff: Interval, min_effect: float, worse: Direction) -> tuple[bool, bool]:
+def judge(
+    diff: Interval, min_effect: float, worse: Direction, significant: bool | None = None
+) -> tuple[bool, bool]:
     """(significant, regressed) for a candidate-minus-reference difference.
 
-    Regressed: the interval excludes 0 on the bad side (``lower``: below 0, ``higher``:
-    above 0, ``either``: any side) and the point difference reaches ``min_effect``.
+    Significant: the interval excludes 0, unless the caller decided it for a family
+    of comparisons (see :func:`control_false_discoveries`). Regressed: significant,
+    on the bad side (``lower``: below 0, ``higher``: above 0, ``either``: any side),
+    and the point difference reaches ``min_effect``.
     """
-    significant = diff.excludes(0.0)
+    if significant is None:
+        significant = diff.excludes(0.0)
     if worse == "lower":
-        bad = diff.high < 0 and -diff.estimate >= min_effect
+        bad = diff.estimate < 0 and -diff.estimate >= min_effect
     elif worse == "higher":
-        bad = diff.low > 0 and diff.estimate >= min_effect
+        bad = diff.estimate > 0 and diff.estimate >= min_effect
     else:
         bad = abs(diff.estimate) >= min_effect
     return significant, significant and bad
+
+
+def p_value(diff: Interval) -> float:
+    """Two-sided p-value of ``diff`` against 0, recovered from its interval.
+
+    Assumes the sampling distribution is roughly normal, so its standard error is
+    the interval's width over ``2 z``; request-level bootstrap differences of AL and
+    proportions at >= 30 prompts are close to normal. A zero-width interval means
+    both sides were identical on every resample: p is 1 at estimate 0, else 0.
+    """
+    if not (math.isfinite(diff.low) and math.isfinite(diff.high)):
+        return 1.0
+    z = NormalDist().inv_cdf(0.5 + diff.level / 2)
+    se = (diff.high - diff.low) / (2 * z)
+    if se <= 0:
+        return 1.0 if diff.estimate == 0 else 0.0
+    return math.erfc(abs(diff.estimate) / se / math.sqrt(2))
+
+
+def control_false_discoveries(p_values: Sequence[float], rate: float) -> list[bool]:
+    """Benjamini-Hochberg (1995) step-up: which hypotheses to reject at FDR ``rate``.
+
+    The k smallest p-values are rejected for the largest k with p_(k) <= k * rate / m.
+    Valid under independence and positive dependence (Benjamini & Yekutieli 2001),
+    which is the case for comparisons sharing a reference cell.
+    """
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    cutoff = 0
+    for rank, i in enumerate(order, start=1):
+        if p_values[i] <= rank * rate / m:
+            cutoff = rank
+    rejected = [False] * m
+    for i in order[:cutoff]:
+        rejected[i] = True
+    return rejected

@@ -174,3 +174,54 @@ def test_empty_sweep() -> None:
     )
     report = check_sweep(empty)
     assert (report.verdicts, report.findings, report.notes) == ((), (), ())
+
+
+def test_p_value_recovered_from_a_normal_interval() -> None:
+    from farm.analysis.stats import Interval
+    from farm.analysis.verdicts import p_value
+
+    at_bound = Interval(estimate=1.96, low=0.0, high=3.92, level=0.95)
+    assert abs(p_value(at_bound) - 0.05) < 1e-3
+    assert p_value(Interval(estimate=0.0, low=-1.0, high=1.0, level=0.95)) == 1.0
+    assert p_value(Interval(estimate=0.2, low=0.2, high=0.2, level=0.95)) == 0.0
+
+
+def test_benjamini_hochberg_rejects_the_step_up_set() -> None:
+    from farm.analysis.verdicts import control_false_discoveries
+
+    # m = 5, rate 0.05: thresholds 0.01 0.02 0.03 0.04 0.05; the largest p_(k) under
+    # its threshold is p_(3) = 0.025, so the three smallest are rejected even though
+    # p_(2) = 0.021 > 0.02 alone.
+    p = [0.3, 0.021, 0.005, 0.025, 0.9]
+    assert control_false_discoveries(p, 0.05) == [False, True, True, True, False]
+    assert control_false_discoveries([0.04] * 2, 0.05) == [True, True]
+    assert control_false_discoveries([0.04, 0.5], 0.05) == [False, False]
+    assert control_false_discoveries([], 0.05) == []
+
+
+def test_false_discovery_control_keeps_clean_sweeps_quiet_and_canaries_loud() -> None:
+    def significant(config: CheckConfig, seeds: range) -> list[int]:
+        counts = []
+        for seed in seeds:
+            sweep = simulate_sweep(
+                rng=np.random.default_rng(seed),
+                graph_modes=("eager", "piecewise", "full_decode_only"),
+                depths=(0, 1, 2, 3),
+                sliding_windows=("on", "off"),
+                thinking=("on", "off"),
+                prompts=60,
+                verify_steps=40.0,
+            )
+            report = check_sweep(sweep, config=config)
+            counts.append(sum(v.significant for v in report.verdicts))
+        return counts
+
+    seeds = range(10, 18)
+    raw = significant(CheckConfig(resamples=400, control_fdr=False), seeds)
+    controlled = significant(CheckConfig(resamples=400), seeds)
+    # Each clean sweep makes 24 AL comparisons: unadjusted, about one in twenty is
+    # "significant"; under FDR control a clean sweep rarely has any.
+    assert sum(raw) >= 4, raw
+    assert sum(controlled) < sum(raw) and sum(c > 0 for c in controlled) <= 2, controlled
+    loud = check_sweep(_sweep(1, effect=_fdo_depth3(0.92)), config=FAST)
+    assert any(f.verdict.candidate.mtp_depth == 3 for f in loud.findings)
