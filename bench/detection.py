@@ -1,6 +1,7 @@
 """How well the analysis finds regressions: power, false positives, change points.
 
     python bench/detection.py [--replicates N] [--resamples B] [--seed S]
+        [--recorded bench/data/recorded [--no-synthetic]]
 
 All data is synthetic with request-level noise like real runs (farm.analysis.simulate:
 per-prompt acceptance from a Beta distribution, ~40 verify steps per request, MTP
@@ -21,13 +22,14 @@ depth 3, AL about 2.5-3.7). Three tables:
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+from detection_recorded import run_recorded
 
 from farm.analysis.attribution import attribute, labels_from_report
 from farm.analysis.checks import check_sweep
@@ -252,21 +254,24 @@ def main() -> None:
     parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--sweeps-db", metavar="URL", help="replay stored sweeps instead (not implemented yet)"
+        "--recorded",
+        type=Path,
+        metavar="DIR",
+        help="also tables 4-7 on real sweeps exported there (see bench/detection_recorded.py)",
     )
+    parser.add_argument("--no-synthetic", action="store_true", help="skip tables 1-3")
     args = parser.parse_args()
-    if args.sweeps_db:
-        sys.exit(
-            "--sweeps-db: replaying stored sweeps is not implemented yet; "
-            "run without it for the synthetic benchmark"
-        )
     rng = np.random.default_rng(args.seed)
     t0 = time.monotonic()
-    tables: list[Callable[[], None]] = [
-        lambda: table_power(args.replicates, args.resamples, rng),
-        lambda: table_sweeps(args.sweeps, args.resamples, rng),
-        lambda: table_history(args.replicates, rng),
-    ]
+    tables: list[Callable[[], None]] = []
+    if not args.no_synthetic:
+        tables += [
+            lambda: table_power(args.replicates, args.resamples, rng),
+            lambda: table_sweeps(args.sweeps, args.resamples, rng),
+            lambda: table_history(args.replicates, rng),
+        ]
+    if args.recorded:
+        tables.append(lambda: run_recorded(args.recorded, rng, args.resamples, args.replicates))
     for table in tables:
         start = time.monotonic()
         table()

@@ -14,9 +14,10 @@ from farm import store
 from farm.analysis import summarize_sweep
 from farm.analysis.checks import check_sweep
 from farm.analysis.summary import patched_bases
+from farm.builds.venv import plan_builds
 from farm.cli.builds import builds_app
 from farm.cli.patches import patches_app
-from farm.cli.reports import alerts_app, compare, render_report
+from farm.cli.reports import alerts_app, compare, export, render_report
 from farm.errors import FarmError
 from farm.plan import Plan, ServerCell
 from farm.records import BuildInfo, CellResult, SweepRecord
@@ -37,6 +38,7 @@ app.add_typer(builds_app, name="builds")
 app.add_typer(patches_app, name="patches")
 app.add_typer(alerts_app, name="alerts")
 app.command()(compare)
+app.command()(export)
 console = Console()
 
 DbOption = Annotated[
@@ -148,8 +150,7 @@ def run(
     try:
         job = load_job(job_file)
         if dry_run:
-            for table in render_plan(plan_job(job, _only(only))):
-                console.print(table)
+            _print_plan(job, only)
             return
         options = SweepOptions(
             db_url=db or store.default_db_url(),
@@ -225,10 +226,24 @@ def plan(
 ) -> None:
     """List the cells a job would run and why any were excluded or remapped. Runs nothing."""
     try:
-        for table in render_plan(plan_job(load_job(job_file), _only(only))):
-            console.print(table)
+        _print_plan(load_job(job_file), only)
     except FarmError as exc:
         raise _fail(exc) from None
+
+
+def _print_plan(job: JobSpec, only: list[str] | None) -> None:
+    """The plan's tables, then each planned engine's build id and source."""
+    plan = plan_job(job, _only(only))
+    planned = {c.engine for c in plan.cells}
+    builds = plan_builds([e for e in job.engines if e.name in planned])
+    for table in render_plan(plan, {b.engine: b.build_id or "unresolved" for b in builds}):
+        console.print(table)
+    for b in builds:
+        if b.build_id:
+            patched = f" + {', '.join(b.patches)}" if b.patches else ""
+            console.print(f"build {b.engine}: {b.build_id} ({b.source}{patched})", highlight=False)
+        else:
+            console.print(f"build {b.engine}: [red]unresolved[/red] {b.error}", highlight=False)
 
 
 @app.command()

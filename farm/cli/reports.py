@@ -45,6 +45,7 @@ __all__ = [
     "ReportFormat",
     "alerts_app",
     "compare",
+    "export",
     "render_report",
     "report_files",
 ]
@@ -340,3 +341,23 @@ def compare(
         raise _fail(exc) from None
     if fail_on_regression and comparison.count("regress"):
         raise typer.Exit(1)
+
+
+def export(
+    sweep: Annotated[str, typer.Argument(help="sweep id or 'latest'")] = "latest",
+    out: Annotated[Path | None, typer.Option(help="write here instead of standard output")] = None,
+    db: DbOption = None,
+) -> None:
+    """Write a stored sweep (cells, builds, every request's counters) as JSON, the
+    input of `bench/detection.py --recorded` and of analyses away from the store."""
+    try:
+        with _session(db) as session:
+            record = store.load_sweep(session, _sweep_id(session, sweep))
+    except FarmError as exc:
+        raise _fail(exc) from None
+    text = record.model_dump_json(indent=1)
+    if out is None:
+        typer.echo(text)
+    else:
+        out.write_text(text + "\n", encoding="utf-8")
+        err_console.print(Text(f"sweep {record.sweep_id} -> {out}"))

