@@ -133,14 +133,7 @@ def _attribution(report: CheckReport) -> Attribution | None:
 
 def _cell_key(ref: VariantRef, families: dict[str, str]) -> CellKey:
     return CellKey(
-        family=families.get(ref.engine, ref.engine),
-        engine=ref.engine,
-        model=ref.model,
-        graph_mode=ref.graph_mode,
-        mtp_depth=ref.mtp_depth,
-        sliding_window=ref.sliding_window,
-        thinking=ref.thinking,
-        workload=ref.workload,
+        family=families.get(ref.engine, ref.engine), **ref.model_dump(exclude={"cell_id"})
     )
 
 
