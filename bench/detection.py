@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-from detection_recorded import run_recorded
+from detection_recorded import minimum_detectable, run_recorded
 
 from farm.analysis.attribution import attribute, labels_from_report
 from farm.analysis.checks import check_sweep
@@ -88,17 +88,6 @@ def _power(
     return flagged / reps, significant / reps
 
 
-def _mde(drops: tuple[float, ...], power: list[float], target: float = 0.8) -> str:
-    for (d0, p0), (d1, p1) in zip(
-        zip(drops, power, strict=True), zip(drops[1:], power[1:], strict=True), strict=False
-    ):
-        if p0 < target <= p1:
-            return f"{100 * (d0 + (target - p0) / (p1 - p0) * (d1 - d0)):.1f}%"
-        if p0 >= target:
-            return f"<={100 * d0:.1f}%"
-    return f">{100 * drops[-1]:.0f}%"
-
-
 def table_power(reps: int, resamples: int, rng: np.random.Generator) -> None:
     print(
         f"\n1. Within-sweep AL comparisons at {PROMPTS} prompts, depth {DEPTH}, "
@@ -114,7 +103,8 @@ def table_power(reps: int, resamples: int, rng: np.random.Generator) -> None:
                 power = [r[col] for r in rows]
                 cells = "  ".join(f"{100 * p:>5.0f}%" for p in power)
                 design = "paired" if paired else "unpaired"
-                print(f"   {al:4.2f}  {design:<9} {label:<12} {cells}   {_mde(DROPS, power)}")
+                mde = minimum_detectable(DROPS, power)
+                print(f"   {al:4.2f}  {design:<9} {label:<12} {cells}   {mde}")
 
 
 def table_sweeps(n: int, resamples: int, rng: np.random.Generator) -> None:

@@ -42,10 +42,22 @@ from farm.records import (
     VariantResult,
 )
 
-__all__ = ["run_recorded"]
+__all__ = ["minimum_detectable", "run_recorded"]
 
 CANARY_OF = {"vllm-cpu-c1": "C1", "vllm-cpu-c2": "C2"}
-DROPS = (0.0, 0.01, 0.02, 0.03, 0.05)
+DROPS = (0.0, 0.01, 0.015, 0.02, 0.03, 0.05)
+
+
+def minimum_detectable(drops: tuple[float, ...], power: list[float], target: float = 0.8) -> str:
+    """The smallest drop flagged with ``target`` power (linear interpolation)."""
+    for (d0, p0), (d1, p1) in zip(
+        zip(drops, power, strict=True), zip(drops[1:], power[1:], strict=True), strict=False
+    ):
+        if p0 < target <= p1:
+            return f"{100 * (d0 + (target - p0) / (p1 - p0) * (d1 - d0)):.1f}%"
+        if p0 >= target:
+            return f"<={100 * d0:.1f}%"
+    return f">{100 * drops[-1]:.0f}%"
 
 
 def _concurrency(sweep: SweepRecord, ref: VariantRef) -> int:
@@ -239,7 +251,8 @@ def table_power(
         f"\n7. Minimum detectable AL drop at 200 prompts from the recorded clean requests "
         f"(paired; {reps} replicates per drop; flagged = check rule)"
     )
-    print(f"   {'variant':<44} {'AL':>5}  " + "  ".join(f"{100 * d:>5.1f}%" for d in DROPS))
+    head = "  ".join(f"{100 * d:>5.1f}%" for d in DROPS)
+    print(f"   {'variant':<50} {'AL':>5}  {head}   MDE@80%")
     for key in sorted(set(a) & set(b)):
         ref_req = [r for r in a[key].requests if r.counters and r.counters.drafts]
         cand_by_id = {r.prompt_id: r for r in b[key].requests if r.counters and r.counters.drafts}
@@ -249,7 +262,7 @@ def table_power(
         al = 1 + sum(r.counters.accepted for r in ref_req if r.counters) / sum(
             r.counters.drafts for r in ref_req if r.counters
         )
-        cells = []
+        power = []
         for drop in DROPS:
             keep = _keep_for_drop([cand_by_id[r.prompt_id] for r in ref_req], drop)
             hits = 0
@@ -274,8 +287,10 @@ def table_power(
                     d.mean_acceptance_length, config.min_al_effect(d.reference_al.estimate), "lower"
                 )
                 hits += bad
-            cells.append(f"{100 * hits / reps:>5.0f}%")
-        print(f"   {key[0] + ' think-' + key[1]:<44} {al:5.2f}  " + "  ".join(cells))
+            power.append(hits / reps)
+        cells = "  ".join(f"{100 * p:>5.0f}%" for p in power)
+        name = f"{key[0]} think-{key[1]}"
+        print(f"   {name:<50} {al:5.2f}  {cells}   {minimum_detectable(DROPS, power)}")
 
 
 def run_recorded(directory: Path, rng: np.random.Generator, resamples: int, reps: int) -> None:
