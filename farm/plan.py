@@ -310,4 +310,3 @@ def select(plan: Plan, only: dict[str, str]) -> Plan:
         if variants:
             cells.append(cell.model_copy(update={"variants": variants}))
     return plan.model_copy(update={"cells": tuple(cells)})
-

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import platform
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,16 +18,24 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from farm import store
-from farm.builds import ensure_build
 from farm.engines import job_capabilities
-from farm.errors import BuildError, FarmError, StoreError
-from farm.orchestrate import CellRunner, Placement, RayPool
+from farm.errors import FarmError, StoreError
+from farm.orchestrate import (
+    BuildRunner,
+    CellRunner,
+    Placement,
+    RayPool,
+    default_build,
+    node_label,
+)
 from farm.paths import farm_home
 from farm.plan import Plan, ServerCell, expand_matrix, select
 from farm.records import BuildInfo, CellResult, CellStatus, SweepRecord
 from farm.runner import CellTask
+from farm.schedule import estimate_cells
 from farm.spec import JobSpec
-from farm.workload.prompts import LoadedWorkload, load_prompts
+from farm.spool import flush_spool, spool_result, spooled
+from farm.workload.prompts import load_workload
 
 __all__ = ["SweepEvents", "SweepOptions", "SweepOutcome", "farm_home", "plan_job", "run_sweep"]
 
@@ -40,6 +49,7 @@ class SweepOptions(BaseModel):
     home: Path
     resume: int | None = None
     runner: CellRunner | None = None  # None: the real engine runner
+    builder: BuildRunner | None = None  # None: the real build (farm.builds.ensure_build)
 
 
 class SweepOutcome(BaseModel):
@@ -48,7 +58,8 @@ class SweepOutcome(BaseModel):
     sweep_id: int
     ok: tuple[str, ...]
     failed: tuple[str, ...]
-    spooled: tuple[str, ...] = ()
+    spooled: tuple[str, ...] = ()  # files still on disk: the store refused them to the end
+    flushed: tuple[str, ...] = ()  # spooled earlier, stored now
 
 
 class SweepEvents:
@@ -57,7 +68,10 @@ class SweepEvents:
     def planned(self, plan: Plan, sweep_id: int) -> None: ...
     def build_line(self, engine: str, line: str) -> None: ...
     def build_done(self, engine: str, build: BuildInfo | None, error: str | None) -> None: ...
+    def build_placed(self, engine: str, node: str, error: str | None) -> None: ...
     def cells_started(self, count: int) -> None: ...
+    def cell_started(self, cell: ServerCell, node: str) -> None: ...
+    def spooled(self, cell_id: str, where: str) -> None: ...
     def cell_done(self, cell: ServerCell, result: CellResult) -> None: ...
 
 
@@ -74,11 +88,10 @@ def run_sweep(
     events = events or SweepEvents()
     plan = plan_job(job, options.only)
     # Read every input before anything is written: a bad prompt file writes nothing.
-    workloads = tuple(
-        LoadedWorkload(spec=w, prompts=load_prompts(job.resolve(w.prompts), w.count))
-        for w in job.workloads
-    )
+    workloads = tuple(load_workload(w, job.resolve) for w in job.workloads)
     engine = store.open_store(options.db_url)
+    # Results spooled while the store was down go in first: on resume they count as done.
+    flushed = list(flush_spool(engine, options.home, options.db_url).stored)
     with store.Session(engine) as session:
         if options.resume is None:
             sweep_id = store.create_sweep(session, plan, job_text, platform.node())
@@ -90,6 +103,8 @@ def run_sweep(
                 store.completed_cell_ids(session, sweep_id),
             )
             store.reopen_sweep(session, sweep_id)
+        history = store.median_cell_durations(session, plan.cells)
+    estimates = estimate_cells(plan.cells, job.workloads, history)
     events.planned(plan, sweep_id)
     # Several stores may share one FARM_HOME: the time keeps their sweep ids apart.
     log_dir = options.home / "logs" / f"sweep-{sweep_id}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
@@ -100,48 +115,59 @@ def run_sweep(
             with store.Session(engine) as session:
                 store.save_cell_result(session, sweep_id, result)
         except (StoreError, SQLAlchemyError) as exc:
-            spool = options.home / "spool" / f"sweep-{sweep_id}" / f"{result.cell_id}.json"
-            spool.parent.mkdir(parents=True, exist_ok=True)
-            spool.write_text(result.model_dump_json())
-            outcome["spooled"].append(f"{result.cell_id} -> {spool} ({type(exc).__name__})")
+            spool = spool_result(options.home, options.db_url, sweep_id, result)
+            events.spooled(result.cell_id, f"{spool} ({type(exc).__name__})")
+            outcome["spooled"].append(result.cell_id)
         outcome["ok" if result.status == "ok" else "failed"].append(result.cell_id)
         events.cell_done(cell, result)
 
-    builds = _build_engines(job, plan, options.home, engine, sweep_id, events)
-    tasks: list[CellTask] = []
-    for cell in plan.cells:
-        build = builds[cell.engine]
-        if isinstance(build, str):
-            land(cell, _unrun(cell, "build_failed", build))
-            continue
-        model = next(m for m in job.models if m.name == cell.model)
-        tasks.append(
-            CellTask(
-                cell=cell,
-                engine=next(e for e in job.engines if e.name == cell.engine),
-                model=model,
-                model_path=str(job.resolve(model.path)),
-                workloads=workloads,
-                build=build,
-                timeouts=job.timeouts,
-                log_dir=str(log_dir),
-            )
-        )
     status = "ok"
     try:
-        if tasks:
+        if plan.cells:
             with RayPool(options.ray_address) as pool:
-                placed = [(t, Placement(job.resources, t.engine.pools)) for t in tasks]
-                runnable = []
-                for task, placement in placed:
-                    reason = pool.unplaceable(placement)
+                placements = {
+                    (e.name, m.name): Placement(job.resources, e.pools, m.npus)
+                    for e in job.engines
+                    for m in job.models
+                }
+                placeable = []
+                for cell in plan.cells:
+                    reason = pool.unplaceable(placements[cell.engine, cell.model])
                     if reason:
-                        land(task.cell, _unrun(task.cell, "failed", reason))
+                        land(cell, _unrun(cell, "failed", reason))
                     else:
-                        runnable.append((task, placement))
-                events.cells_started(len(runnable))
-                by_id = {t.cell.cell_id: t.cell for t, _ in runnable}
-                for result in pool.run(runnable, *([options.runner] if options.runner else [])):
+                        placeable.append(cell)
+                builds = _build_engines(
+                    job, placeable, pool, placements, options, engine, sweep_id, events
+                )
+                tasks: list[tuple[CellTask, Placement]] = []
+                for cell in placeable:
+                    built = builds[cell.engine]
+                    if isinstance(built, str):
+                        land(cell, _unrun(cell, "build_failed", built))
+                        continue
+                    model = next(m for m in job.models if m.name == cell.model)
+                    task = CellTask(
+                        cell=cell,
+                        engine=next(e for e in job.engines if e.name == cell.engine),
+                        model=model,
+                        model_path=str(job.resolve(model.path)),
+                        workloads=workloads,
+                        build=next(iter(built.values())),
+                        timeouts=job.timeouts,
+                        log_dir=str(log_dir),
+                    )
+                    tasks.append((task, placements[cell.engine, cell.model]))
+                events.cells_started(len(tasks))
+                by_id = {t.cell.cell_id: t.cell for t, _ in tasks}
+                results = pool.run(
+                    tasks,
+                    runner=options.runner,
+                    estimates=estimates,
+                    builds={k: v for k, v in builds.items() if not isinstance(v, str)},
+                    on_start=lambda cell_id, node: events.cell_started(by_id[cell_id], node),
+                )
+                for result in results:
                     land(by_id[result.cell_id], result)
     except KeyboardInterrupt:
         status = "interrupted"
@@ -154,31 +180,78 @@ def run_sweep(
                 store.finish_sweep(session, sweep_id, status)  # type: ignore[arg-type]
         except (StoreError, SQLAlchemyError):
             pass
+        # The store may be back by now: hand it what it refused during the sweep.
+        if outcome["spooled"]:
+            flushed.extend(flush_spool(engine, options.home, options.db_url, sweep_id).stored)
+            outcome["spooled"] = [str(p) for p in spooled(options.home, options.db_url, sweep_id)]
     return SweepOutcome(
         sweep_id=sweep_id,
         ok=tuple(outcome["ok"]),
         failed=tuple(outcome["failed"]),
         spooled=tuple(outcome["spooled"]),
+        flushed=tuple(flushed),
     )
 
 
 def _build_engines(
-    job: JobSpec, plan: Plan, home: Path, db: Engine, sweep_id: int, events: SweepEvents
-) -> dict[str, BuildInfo | str]:
-    """Each engine the plan uses, built or reused; a failed build maps to its error."""
-    builds: dict[str, BuildInfo | str] = {}
-    for name in dict.fromkeys(c.engine for c in plan.cells):
+    job: JobSpec,
+    cells: list[ServerCell],
+    pool: RayPool,
+    placements: Mapping[tuple[str, str], Placement],
+    options: SweepOptions,
+    db: Engine,
+    sweep_id: int,
+    events: SweepEvents,
+) -> dict[str, dict[str, BuildInfo] | str]:
+    """Each engine the cells use, built on every node that may run them.
+
+    Maps engine name to ``{node id: build there}``, or to the error when no node
+    could build it. Each node's build is recorded in the store with its location.
+    """
+    nodes = {n["NodeID"]: n for n in pool.nodes()}
+    builder = options.builder or default_build
+    builds: dict[str, dict[str, BuildInfo] | str] = {}
+    for name in dict.fromkeys(c.engine for c in cells):
         spec = next(e for e in job.engines if e.name == name)
-        try:
-            build = ensure_build(spec, home / "cache", functools.partial(events.build_line, name))
-        except (BuildError, FarmError) as exc:
-            builds[name] = str(exc)
-            events.build_done(name, None, str(exc))
-            continue
-        with store.Session(db) as session:
-            store.record_build(session, sweep_id, build)
-        builds[name] = build
-        events.build_done(name, build, None)
+        # Every node that may run one of the engine's cells (each model its own NPUs).
+        needs = {placements[c.engine, c.model] for c in cells if c.engine == name}
+        targets = [i for i, n in nodes.items() if any(p.fits(n) for p in needs)]
+        ready: dict[str, BuildInfo] = {}
+        errors: list[str] = []
+        built = pool.build_on_nodes(
+            spec,
+            targets,
+            job.resources.build_dir,
+            options.home / "cache",
+            builder,
+            functools.partial(events.build_line, name),
+        )
+        for node_id, build in built:
+            label = node_label(nodes[node_id])
+            if isinstance(build, str):
+                errors.append(f"on {label}: {build}")
+                events.build_placed(name, label, build)
+                continue
+            with store.Session(db) as session:
+                store.record_build(session, sweep_id, build)
+                store.record_build_location(
+                    session,
+                    store.BuildLocation(
+                        build_id=build.build_id,
+                        node_id=node_id,
+                        host=str(nodes[node_id].get("NodeManagerHostname", "")),
+                        env_dir=build.env_dir,
+                    ),
+                )
+            ready[node_id] = build
+            events.build_placed(name, label, None)
+        if ready:
+            builds[name] = ready
+            events.build_done(name, next(iter(ready.values())), None)
+        else:
+            error = "\n".join(errors) or f"no node of the cluster may run {name}"
+            builds[name] = error
+            events.build_done(name, None, error)
     return builds
 
 

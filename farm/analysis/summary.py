@@ -124,12 +124,9 @@ def patched_bases(builds: tuple[BuildInfo, ...]) -> dict[str, str]:
 
     The within-sweep patch check compares each patched build with this base.
     """
+
     def identity(b: BuildInfo) -> tuple[object, ...]:
         return (b.family, b.package, b.version, b.pins)
 
     bases = {identity(b): b.engine for b in builds if not b.patches}
-    return {
-        b.engine: bases[identity(b)]
-        for b in builds
-        if b.patches and identity(b) in bases
-    }
+    return {b.engine: bases[identity(b)] for b in builds if b.patches and identity(b) in bases}

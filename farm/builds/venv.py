@@ -7,6 +7,10 @@ interrupted at any step is rebuilt from scratch next time.
 A patched build is derived from its unpatched base without reinstalling anything:
 the base environment is copied as hard links and only the files the patches touch
 become new files (the patch engine replaces files, never writes through a link).
+
+The engine's source (a PyPI release, a wheel, a tree, a git ref or pull request;
+see :mod:`farm.builds.sources`) enters the build id by its content: the wheel's
+sha256, the tree's hash or the commit, never a path or a branch name.
 """
 
 from __future__ import annotations
@@ -19,21 +23,23 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from filelock import FileLock
+from pydantic import BaseModel, ConfigDict
 
-from farm.builds.cache import MARKER, touch_build
+from farm.builds.cache import MARKER, SOURCE_FILE, touch_build
 from farm.builds.patches import apply_patch_series
 from farm.builds.series import Patch, Target, bundled_patches_dir, load_series, select_patches
+from farm.builds.sources import ResolvedSource, installable, resolve_source
 from farm.engines import adapter_for
 from farm.engines.base import BuildRecipe
-from farm.errors import BuildError
+from farm.errors import BuildError, FarmError
 from farm.records import BuildInfo
 from farm.spec import EngineSpec
 
-__all__ = ["build_id", "ensure_build", "patches_of"]
+__all__ = ["PlannedBuild", "build_id", "ensure_build", "patches_of", "plan_builds"]
 
 LineSink = Callable[[str], None]
 _PATCHED = "patched-files.json"
@@ -50,12 +56,21 @@ def patches_of(engine: EngineSpec) -> tuple[Patch, ...]:
     return select_patches(load_series(bundled_patches_dir() / engine.package), engine.patches)
 
 
-def build_id(engine: EngineSpec, recipe: BuildRecipe, patches: tuple[Patch, ...] = ()) -> str:
-    """Hash of everything that decides the environment's contents, patch texts included."""
+def build_id(
+    engine: EngineSpec,
+    recipe: BuildRecipe,
+    patches: tuple[Patch, ...] = (),
+    source: ResolvedSource | None = None,
+) -> str:
+    """Hash of everything that decides the environment's contents, patch texts included.
+
+    ``source`` (from :func:`resolve_source`) is required unless the engine comes from
+    PyPI; its identity replaces the ``package==version`` requirement of the recipe.
+    """
     base = _hash(
         {
             "family": engine.family,
-            "recipe": recipe.model_dump(mode="json"),
+            "recipe": _sourced(recipe, engine, source, key=True).model_dump(mode="json"),
             "patches": [],  # kept so that base build ids stay what they were
             "python": platform.python_version(),
             "platform": f"{sys.platform}-{platform.machine()}",
@@ -67,21 +82,60 @@ def build_id(engine: EngineSpec, recipe: BuildRecipe, patches: tuple[Patch, ...]
     return _hash({"base": base, "patches": texts})
 
 
+class PlannedBuild(BaseModel):
+    """What ``farm plan`` shows of one engine's build: its id, or why it has none."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    engine: str
+    build_id: str | None
+    source: str
+    patches: tuple[str, ...] = ()
+    error: str | None = None
+
+
+def plan_builds(engines: Sequence[EngineSpec]) -> tuple[PlannedBuild, ...]:
+    """The build id of each engine, resolving sources without downloading them.
+
+    A source that cannot be resolved (no network, a missing ref) gives a PlannedBuild
+    with ``error`` set rather than failing the whole plan.
+    """
+    planned = []
+    for engine in engines:
+        try:
+            source = resolve_source(engine)
+            recipe = adapter_for(engine.family).build_recipe(engine)
+            bid = build_id(engine, recipe, patches_of(engine), source)
+        except FarmError as exc:
+            planned.append(
+                PlannedBuild(engine=engine.name, build_id=None, source="?", error=str(exc))
+            )
+            continue
+        planned.append(
+            PlannedBuild(
+                engine=engine.name, build_id=bid, source=source.label, patches=engine.patches
+            )
+        )
+    return tuple(planned)
+
+
 def ensure_build(engine: EngineSpec, cache_dir: Path, on_line: LineSink | None = None) -> BuildInfo:
     """Return the ready build of ``engine``, building it under ``cache_dir`` if needed.
 
     Concurrent callers (threads or processes) asking for the same build wait on a
     file lock and build it once. A patched build whose patched files no longer match
     their recorded hashes is rebuilt. Raises BuildError with the installer's own
-    output when a step fails twice, or PatchError with the failing hunk.
+    output when a step fails twice, SourceError when the source cannot be found or
+    fetched, or PatchError with the failing hunk.
     """
     say = on_line or (lambda _line: None)
+    source = resolve_source(engine)
     patches = patches_of(engine)
-    base = _ensure_base(engine.model_copy(update={"patches": ()}), cache_dir, say)
+    base = _ensure_base(engine.model_copy(update={"patches": ()}), source, cache_dir, say)
     if not patches:
         return base
     recipe = adapter_for(engine.family).build_recipe(engine)
-    env_dir = cache_dir / "builds" / build_id(engine, recipe, patches)
+    env_dir = cache_dir / "builds" / build_id(engine, recipe, patches, source)
     info = base.model_copy(
         update={
             "build_id": env_dir.name,
@@ -105,7 +159,9 @@ def ensure_build(engine: EngineSpec, cache_dir: Path, on_line: LineSink | None =
         shutil.copytree(base.env_dir, staging, symlinks=True, copy_function=os.link)
         (staging / MARKER).unlink(missing_ok=True)
         site = _site_packages(staging)
-        target = Target(version=engine.version, tree="package")
+        # The declared release, else what pip installed (a git build's own version).
+        version = source.version or (base.version if base.version != _UNKNOWN else None)
+        target = Target(version=version, commit=source.commit, tree="package")
         canaries = [p.id for p in patches if p.purpose == "canary"]
         outcomes = apply_patch_series(patches, site, target, canaries=canaries)
         for outcome in outcomes:
@@ -113,7 +169,7 @@ def ensure_build(engine: EngineSpec, cache_dir: Path, on_line: LineSink | None =
                 shutil.rmtree(staging, ignore_errors=True)
                 raise BuildError(
                     f"patch {outcome.patch_id} does not apply to "
-                    f"{engine.package} {engine.version}: {outcome.detail}"
+                    f"{engine.package} {target.label} ({source.label}): {outcome.detail}"
                 )
             say(f"patch {outcome.patch_id}: {outcome.state} {outcome.detail}".rstrip())
         touched = sorted({f for o in outcomes for f in o.files})
@@ -132,17 +188,19 @@ def ensure_build(engine: EngineSpec, cache_dir: Path, on_line: LineSink | None =
         return info
 
 
-def _ensure_base(engine: EngineSpec, cache_dir: Path, say: LineSink) -> BuildInfo:
+def _ensure_base(
+    engine: EngineSpec, source: ResolvedSource, cache_dir: Path, say: LineSink
+) -> BuildInfo:
     recipe = adapter_for(engine.family).build_recipe(engine)
     root = cache_dir / "builds"
     root.mkdir(parents=True, exist_ok=True)
-    env_dir = root / build_id(engine, recipe)
+    env_dir = root / build_id(engine, recipe, source=source)
     info = BuildInfo(
         build_id=env_dir.name,
         engine=engine.name,
         family=engine.family,
         package=engine.package,
-        version=engine.version,
+        version=source.version or _UNKNOWN,
         pins=engine.pins,
         python=str(env_dir / "bin" / "python"),
         env_dir=str(env_dir),
@@ -151,18 +209,77 @@ def _ensure_base(engine: EngineSpec, cache_dir: Path, say: LineSink) -> BuildInf
     with FileLock(str(env_dir.with_suffix(".lock"))):
         if (env_dir / MARKER).exists() and Path(info.python).exists():
             touch_build(env_dir)
-            return info
+            return _cached_info(env_dir, info)
         shutil.rmtree(env_dir, ignore_errors=True)
-        say(f"building {engine.name} ({engine.package}=={engine.version}) into {env_dir}")
+        say(f"building {engine.name} ({source.label}) into {env_dir}")
         _run([sys.executable, "-m", "venv", str(env_dir)], "create the virtual environment", say)
         pip = [info.python, "-m", "pip", "--disable-pip-version-check"]
-        _run_with_retry([*pip, "install", *recipe.requirements], "install the engine", say)
+        with installable(engine, source, cache_dir, say) as requirement:
+            argv = [*pip, "install", *_sourced(recipe, engine, source, requirement).requirements]
+            _run_with_retry(argv, "install the engine", say)
         if recipe.remove:
             _run([*pip, "uninstall", "-y", *recipe.remove], "remove unusable packages", say)
         _run([info.python, "-c", recipe.import_check], "import the engine", say)
+        if source.kind != "pypi":
+            info = info.model_copy(update={"version": _installed_version(info, say)})
+        (env_dir / SOURCE_FILE).write_text(source.model_dump_json(indent=2))
         (env_dir / MARKER).write_text(info.model_dump_json(indent=2))
         touch_build(env_dir)
         return info
+
+
+def _sourced(
+    recipe: BuildRecipe,
+    engine: EngineSpec,
+    source: ResolvedSource | None,
+    requirement: str | None = None,
+    *,
+    key: bool = False,
+) -> BuildRecipe:
+    """``recipe`` installing ``source`` instead of ``package==version`` from PyPI.
+
+    With ``key`` the requirement is the source's identity (for the build id);
+    otherwise ``requirement``, the installable reference. A PyPI source leaves the
+    recipe as the adapter wrote it, so PyPI build ids are what they always were.
+    """
+    if engine.source.kind == "pypi":
+        return recipe
+    if source is None:
+        raise BuildError(f"engine {engine.name}: the build id needs its resolved source")
+    adapter_req = f"{engine.package}=={engine.version}"
+    if adapter_req not in recipe.requirements:
+        raise BuildError(
+            f"engine {engine.name}: the {engine.family} recipe does not install "
+            f"{adapter_req}, so the {source.kind} source cannot replace it"
+        )
+    new = source.requirement_key(engine.package) if key else requirement
+    assert new is not None
+    reqs = tuple(new if r == adapter_req else r for r in recipe.requirements)
+    return recipe.model_copy(update={"requirements": reqs})
+
+
+def _installed_version(info: BuildInfo, say: LineSink) -> str:
+    """The version pip installed (a git build's own, e.g. ``0.11.1.dev5+gabc123``)."""
+    probe = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
+    proc = subprocess.run(
+        [info.python, "-c", probe, info.package], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        say(f"cannot read the installed version of {info.package}: {proc.stderr.strip()}")
+        return _UNKNOWN
+    return proc.stdout.strip()
+
+
+def _cached_info(env_dir: Path, fresh: BuildInfo) -> BuildInfo:
+    """``fresh`` with the version the finished build recorded (what pip installed)."""
+    try:
+        recorded = BuildInfo.model_validate_json((env_dir / MARKER).read_text())
+    except (OSError, ValueError):
+        return fresh
+    return fresh.model_copy(update={"version": recorded.version})
+
+
+_UNKNOWN = "unknown"
 
 
 def _site_packages(env_dir: Path) -> Path:

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from farm.builds.cache import list_builds, prune_builds
+from farm.builds.cache import list_builds, prune_builds, prune_sources
 from farm.paths import farm_home
 
 builds_app = typer.Typer(help="Engine builds cached under FARM_HOME/cache.", no_args_is_help=True)
@@ -20,7 +20,7 @@ console = Console()
 def list_() -> None:
     """Cached builds with their inputs, size on disk and last use."""
     table = Table(title=f"builds in {farm_home() / 'cache'}")
-    for col in ("build id", "engine", "package", "patches", "size", "last used"):
+    for col in ("build id", "engine", "package", "source", "patches", "size", "last used"):
         table.add_column(col)
     for b in list_builds(farm_home() / "cache"):
         age_h = (time.time() - b.last_used) / 3600
@@ -28,6 +28,7 @@ def list_() -> None:
             b.info.build_id,
             b.info.engine,
             f"{b.info.package}=={b.info.version}",
+            b.source,
             ", ".join(b.info.patches) or "-",
             f"{b.size_bytes / 2**30:.2f} GiB",
             f"{age_h:.1f} h ago",
@@ -40,9 +41,15 @@ def gc(
     older_than_days: Annotated[float, typer.Option(help="remove builds unused this long")] = 14,
     dry_run: Annotated[bool, typer.Option(help="only say what would go")] = False,
 ) -> None:
-    """Remove builds not used for a while (never one that is being built)."""
+    """Remove builds and fetched git repositories not used for a while.
+
+    Never removes one that is being built or fetched.
+    """
     removed = prune_builds(farm_home() / "cache", older_than_days, dry_run)
     verb = "would remove" if dry_run else "removed"
     for info in removed:
         console.print(f"{verb} {info.build_id} ({info.engine}, {info.env_dir})")
-    console.print(f"{verb} {len(removed)} build(s)")
+    repos = prune_sources(farm_home() / "cache", older_than_days, dry_run)
+    for repo in repos:
+        console.print(f"{verb} git source {repo}")
+    console.print(f"{verb} {len(removed)} build(s), {len(repos)} git source(s)")

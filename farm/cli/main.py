@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from farm import store
 from farm.analysis import summarize_sweep
@@ -17,7 +17,11 @@ from farm.analysis.summary import patched_bases
 from farm.builds.venv import plan_builds
 from farm.cli.builds import builds_app
 from farm.cli.patches import patches_app
+from farm.cli.progress import SweepProgress, SweepTally
 from farm.cli.reports import alerts_app, compare, export, render_report
+from farm.cli.spool import spool_app
+from farm.cli.submit import submit
+from farm.engines import plan_launches
 from farm.errors import FarmError
 from farm.plan import Plan, ServerCell
 from farm.records import BuildInfo, CellResult, SweepRecord
@@ -37,6 +41,8 @@ app.add_typer(db_app, name="db")
 app.add_typer(builds_app, name="builds")
 app.add_typer(patches_app, name="patches")
 app.add_typer(alerts_app, name="alerts")
+app.add_typer(spool_app, name="spool")
+app.command()(submit)
 app.command()(compare)
 app.command()(export)
 console = Console()
@@ -65,13 +71,8 @@ def _fail(exc: FarmError) -> typer.Exit:
 
 class _ConsoleEvents(SweepEvents):
     def __init__(self) -> None:
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-        )
+        self.tally = SweepTally()
+        self.progress = SweepProgress(self.tally, console=console)
         self.task = self.progress.add_task("cells", total=None)
         self.status = console.status("")
 
@@ -81,6 +82,7 @@ class _ConsoleEvents(SweepEvents):
             f"{plan.variant_count} variants, {len(plan.excluded)} excluded"
         )
         self.progress.update(self.task, total=len(plan.cells))
+        self.tally.total = len(plan.cells)
 
     def build_line(self, engine: str, line: str) -> None:
         self.status.start()
@@ -95,11 +97,23 @@ class _ConsoleEvents(SweepEvents):
         else:
             console.print(f"build {engine}: [red]failed[/red]\n{error}")
 
+    def build_placed(self, engine: str, node: str, error: str | None) -> None:
+        state = "[green]ready[/green]" if error is None else f"[red]failed[/red]: {error}"
+        console.print(f"build {engine} on {node}: {state}", highlight=False)
+
     def cells_started(self, count: int) -> None:
         console.print(f"running {count} cells on Ray (each ~1-3 min on 2 CPU cores)")
         self.progress.start()
 
+    def cell_started(self, cell: ServerCell, node: str) -> None:
+        self.tally.started(cell.cell_id, node)
+        self.progress.refresh()
+
+    def spooled(self, cell_id: str, where: str) -> None:
+        console.print(f"[yellow]spooled[/yellow] {cell_id} (the store refused it): {where}")
+
     def cell_done(self, cell: ServerCell, result: CellResult) -> None:
+        self.tally.done(cell.cell_id, result.status == "ok", result.node)
         self.progress.advance(self.task)
         if result.status == "ok":
             parts = []
@@ -162,11 +176,20 @@ def run(
         outcome = _run_with_progress(job, job_file, options)
     except FarmError as exc:
         raise _fail(exc) from None
-    with store.Session(store.open_store(options.db_url)) as session:
-        record = store.load_sweep(session, outcome.sweep_id)
-    _show_sweep(record, f"sweep {outcome.sweep_id} ({record.job})")
-    for line in outcome.spooled:
-        console.print(f"[yellow]spooled[/yellow] (store refused it): {line}")
+    for line in outcome.flushed:
+        console.print(f"flushed to the store (spooled earlier): {line}", highlight=False)
+    if outcome.spooled:
+        console.print(
+            f"[yellow]{len(outcome.spooled)} result(s) still spooled[/yellow] (the store "
+            "refused them): " + ", ".join(outcome.spooled) + "; `farm spool flush` stores "
+            "them once the store is back (the next `farm run` does too)"
+        )
+    try:
+        with store.Session(store.open_store(options.db_url)) as session:
+            record = store.load_sweep(session, outcome.sweep_id)
+        _show_sweep(record, f"sweep {outcome.sweep_id} ({record.job})")
+    except FarmError as exc:
+        console.print(f"[yellow]cannot show sweep {outcome.sweep_id}:[/yellow] {exc}")
     if outcome.failed:
         console.print(
             f"[red]{len(outcome.failed)} cell(s) failed:[/red] " + ", ".join(outcome.failed)
@@ -223,12 +246,30 @@ def selftest(
 def plan(
     job_file: Annotated[Path, typer.Argument(help="job spec (YAML)")],
     only: OnlyOption = None,
+    argv: Annotated[bool, typer.Option(help="print each cell's server argv and env")] = True,
 ) -> None:
     """List the cells a job would run and why any were excluded or remapped. Runs nothing."""
     try:
-        _print_plan(load_job(job_file), only)
+        job = load_job(job_file)
+        _print_plan(job, only)
+        if argv:
+            _print_launches(job, only)
     except FarmError as exc:
         raise _fail(exc) from None
+
+
+def _print_launches(job: JobSpec, only: list[str] | None) -> None:
+    """Each cell's exact server command and environment (python, port, NPU ids as placeholders)."""
+    launches = plan_launches(job, plan_job(job, _only(only)), python="<build>/bin/python")
+    console.print("server argv and env per cell (port and NPU ids are assigned at run time):")
+    for cell_id, launch in launches.items():
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))
+        console.print(
+            f"{cell_id}\n  env: {env or '-'}\n  argv: {shlex.join(launch.argv)}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _print_plan(job: JobSpec, only: list[str] | None) -> None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from farm.engines.base import BuildRecipe, Completion, EngineAdapter, ServerLaunch
+from farm.engines.sglang import SglangAdapter
 from farm.engines.vllm import VllmAdapter
 from farm.errors import PlanError
-from farm.plan import Capabilities
+from farm.plan import Capabilities, Plan
 from farm.spec import JobSpec
 
 __all__ = [
@@ -16,11 +17,13 @@ __all__ = [
     "ServerLaunch",
     "adapter_for",
     "job_capabilities",
+    "plan_launches",
 ]
 
 ADAPTERS: dict[str, EngineAdapter] = {
     "vllm": VllmAdapter(),
     "vllm-ascend": VllmAdapter(),
+    "sglang": SglangAdapter(),
 }
 
 
@@ -37,3 +40,30 @@ def adapter_for(family: str) -> EngineAdapter:
 def job_capabilities(job: JobSpec) -> dict[str, Capabilities]:
     """Capabilities of every engine in ``job``, keyed by engine name."""
     return {e.name: adapter_for(e.family).capabilities(e) for e in job.engines}
+
+
+def plan_launches(
+    job: JobSpec, plan: Plan, python: str = "python", port: int = 8000
+) -> dict[str, ServerLaunch]:
+    """The server argv and environment of every cell of ``plan``, keyed by cell id.
+
+    As the runner builds them, except for the interpreter (``python``), the port
+    (picked free at run time) and the NPU ids (Ray assigns them; shown as the first
+    ``npus`` devices, the model's count or else the job's).
+    """
+    engines = {e.name: e for e in job.engines}
+    models = {m.name: m for m in job.models}
+    launches = {}
+    for cell in plan.cells:
+        model = models[cell.model]
+        npus = model.npus or job.resources.npus
+        launches[cell.cell_id] = adapter_for(cell.family).launch(
+            cell,
+            engines[cell.engine],
+            model,
+            str(job.resolve(model.path)),
+            python,
+            port,
+            tuple(range(npus)),
+        )
+    return launches

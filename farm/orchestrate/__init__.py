@@ -1,5 +1,19 @@
 """Placement of cells on a Ray cluster: the only package that imports ray."""
 
-from farm.orchestrate.ray_pool import CellRunner, Placement, RayPool
+from farm.orchestrate.ray_pool import (
+    BuildRunner,
+    CellRunner,
+    Placement,
+    RayPool,
+    default_build,
+    node_label,
+)
 
-__all__ = ["CellRunner", "Placement", "RayPool"]
+__all__ = [
+    "BuildRunner",
+    "CellRunner",
+    "Placement",
+    "RayPool",
+    "default_build",
+    "node_label",
+]

@@ -1,24 +1,28 @@
-"""A FAKE cell runner for orchestration tests and the scheduling benchmark.
+"""A FAKE cell runner and a FAKE builder for orchestration tests and the scheduling bench.
 
-It starts no engine: it sleeps for the cell's ``FAKE_CELL_SECONDS`` (engine env) and
-reports where Ray placed it (node, node labels, NPU ids, ASCEND_RT_VISIBLE_DEVICES),
-so placement, retries and scheduling can be tested on any machine. Never used by
-`farm run`.
+The runner starts no engine: it sleeps for the cell's ``FAKE_CELL_SECONDS`` (engine
+env) and reports where Ray placed it (node, node labels, NPU ids,
+ASCEND_RT_VISIBLE_DEVICES), so placement, retries and scheduling can be tested on any
+machine. The builder installs nothing. Never used by `farm run`.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import ray
+from filelock import FileLock
 
-from farm.records import CellResult, EffectiveConfig
+from farm.records import BuildInfo, CellResult, EffectiveConfig
 from farm.runner import CellTask
+from farm.spec import EngineSpec
 
-__all__ = ["fake_run_cell"]
+__all__ = ["fake_build", "fake_run_cell"]
 
 
 def fake_run_cell(task: CellTask, npu_ids: tuple[int, ...], node: str) -> CellResult:
@@ -44,4 +48,30 @@ def fake_run_cell(task: CellTask, npu_ids: tuple[int, ...], node: str) -> CellRe
         effective=EffectiveConfig(notes=notes),
         startup_s=0.0,
         generation_s=float(task.engine.env.get("FAKE_CELL_SECONDS", "0")),
+    )
+
+
+def fake_build(engine: EngineSpec, cache_dir: Path, say: Callable[[str], None]) -> BuildInfo:
+    """A FAKE build: an empty folder with a marker, made once per cache folder.
+
+    Counts its real builds in ``cache_dir/fake-builds.log`` (one line per build,
+    with the node), so tests can check that each node built once.
+    """
+    env_dir = cache_dir / "builds" / f"fake-{engine.name}"
+    with FileLock(str(env_dir.with_suffix(".lock"))):
+        if not (env_dir / "build.json").exists():
+            env_dir.mkdir(parents=True, exist_ok=True)
+            say(f"fake build of {engine.name} into {env_dir}")
+            node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else "-"
+            with open(cache_dir / "fake-builds.log", "a") as log:
+                log.write(f"{engine.name} {node}\n")
+            (env_dir / "build.json").write_text("{}")
+    return BuildInfo(
+        build_id=f"fake-{engine.name}",
+        engine=engine.name,
+        family=engine.family,
+        package=engine.package,
+        version=engine.version,
+        python=sys.executable,
+        env_dir=str(env_dir),
     )

