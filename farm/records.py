@@ -130,6 +130,7 @@ class BuildInfo(_Frozen):
     python: str
     env_dir: str
     node: str | None = None
+    source: str | None = None  # content identity when not a PyPI release (wheel, tree, git)
 
 
 class StoredCell(_Frozen):

@@ -120,13 +120,13 @@ def summarize_sweep(sweep: SweepRecord) -> tuple[VariantSummary, ...]:
 
 
 def patched_bases(builds: tuple[BuildInfo, ...]) -> dict[str, str]:
-    """Patched engine -> the unpatched engine of the same package, version and pins.
+    """Patched engine -> the unpatched engine of the same package, version, source and pins.
 
     The within-sweep patch check compares each patched build with this base.
     """
 
     def identity(b: BuildInfo) -> tuple[object, ...]:
-        return (b.family, b.package, b.version, b.pins)
+        return (b.family, b.package, b.version, b.source, b.pins)
 
     bases = {identity(b): b.engine for b in builds if not b.patches}
     return {b.engine: bases[identity(b)] for b in builds if b.patches and identity(b) in bases}

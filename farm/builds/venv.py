@@ -205,6 +205,7 @@ def _ensure_base(
         python=str(env_dir / "bin" / "python"),
         env_dir=str(env_dir),
         node=platform.node(),
+        source=source.identity,
     )
     with FileLock(str(env_dir.with_suffix(".lock"))):
         if (env_dir / MARKER).exists() and Path(info.python).exists():

