@@ -22,7 +22,7 @@ The PyTorch model below re-implements exactly what vLLM computes:
   steps, with the attention of step s seeing step-1 keys of earlier positions and
   the chain's own keys, as the drafter's KV cache does at inference.
 
-Usage (CPU, ~10 min on 2 cores)::
+Usage (CPU, ~13 min on 2 idle cores)::
 
     python models/train_tiny_mtp.py --out models/tiny-mtp
 
@@ -587,7 +587,7 @@ def main() -> None:
     )
     ap.add_argument("--out", type=Path, default=HERE / "tiny-mtp")
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--steps", type=int, default=700)
     ap.add_argument("--batch", type=int, default=32, help="examples per batch")
     ap.add_argument(
         "--batch-tokens",
@@ -601,7 +601,7 @@ def main() -> None:
     ap.add_argument("--mtp-depth", type=int, default=3)
     ap.add_argument("--mtp-weight", type=float, default=0.5)
     ap.add_argument(
-        "--mtp-stride", type=int, default=1, help="train the MTP chain on every n-th row of a batch"
+        "--mtp-stride", type=int, default=2, help="train the MTP chain on every n-th row of a batch"
     )
     ap.add_argument("--think-frac", type=float, default=0.75)
     ap.add_argument("--layers", type=int, default=4)
