@@ -304,7 +304,13 @@ async def _run_variant(
             async with gate:
                 t0 = time.monotonic()
                 try:
-                    response = await client.post(launch.chat_path, json=body)
+                    try:
+                        response = await client.post(launch.chat_path, json=body)
+                    except (httpx.ReadError, httpx.RemoteProtocolError):
+                        # A pooled keep-alive connection the server closed just as it
+                        # was reused (seen once in 1600 requests); greedy requests are
+                        # safe to send again, and a dead engine fails the retry too.
+                        response = await client.post(launch.chat_path, json=body)
                     response.raise_for_status()
                 except httpx.HTTPStatusError as exc:
                     return _failed_request(
