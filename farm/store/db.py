@@ -8,7 +8,9 @@ engine, so a store is never used with a stale schema.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.util.exc import CommandError
+from filelock import FileLock
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
@@ -43,6 +46,8 @@ _PG_CONNECT_TIMEOUT_S = 10
 # SQLite writers wait this long for a lock instead of failing with "database is locked";
 # the driver writes while a report may be reading.
 _SQLITE_BUSY_TIMEOUT_S = 30.0
+# Any constant: the PostgreSQL advisory lock that serializes farm migrations.
+_PG_MIGRATION_LOCK = 0x6D7470666172
 
 
 def default_db_url() -> str:
@@ -156,7 +161,11 @@ def upgrade(url: str) -> str:
         except SQLAlchemyError as exc:
             raise _store_error(url, "cannot connect to the farm store", exc) from exc
         try:
-            with connection, connection.begin():
+            with _migration_lock(url), connection, connection.begin():
+                if connection.dialect.name == "postgresql":
+                    connection.execute(
+                        sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK}
+                    )
                 # Hand env.py our connection so the SQLite pragmas and timeouts apply.
                 cfg.attributes["connection"] = connection
                 command.upgrade(cfg, "head")
@@ -174,6 +183,20 @@ def upgrade(url: str) -> str:
     if revision is None:
         raise StoreError(f"{mask_url(url)}: no schema revision after `alembic upgrade head`")
     return revision
+
+
+@contextlib.contextmanager
+def _migration_lock(url: str) -> Iterator[None]:
+    """Serialize migrations of one SQLite file across processes: two farms opening a
+    new store at once would otherwise both create its tables (PostgreSQL takes an
+    advisory lock inside the migration's transaction instead)."""
+    parsed = _parse(url)
+    path = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:":
+        yield
+        return
+    with FileLock(f"{path}.migrate.lock", timeout=_SQLITE_BUSY_TIMEOUT_S):
+        yield
 
 
 def open_store(url: str) -> Engine:

@@ -453,3 +453,17 @@ def test_errors_name_what_is_missing(session: Session) -> None:
         save_cell_result(session, sweep_id, naive)
     assert load_sweep(session, sweep_id).cells[0].result is None
     assert datetime.now(UTC) - load_sweep(session, sweep_id).started_at < timedelta(minutes=5)
+
+
+def test_processes_opening_a_new_sqlite_store_at_once_all_succeed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    code = "import sys; from farm.store import open_store; open_store(sys.argv[1]).dispose()"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, url], stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
