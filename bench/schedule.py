@@ -118,7 +118,8 @@ def run_on_ray(night: Night, order: Order, scale: float, shuffled: list[Job]) ->
         # Ray's worker start-ups at one per node (a 2-core host cannot fork 128 at once).
         placement = Placement(ResourceSpec(cpus=0.01, npus=int(job.npus), node_retries=0))
         tasks.append((task, placement))
-    estimates = {j.key: j.estimate_s for j in night.jobs}
+    # Keyed as RayPool looks them up: by cell id, not by the night's job key.
+    estimates = {t.cell.cell_id: j.estimate_s for (t, _), j in zip(tasks, jobs, strict=True)}
     sent: dict[str, datetime] = {}
     start_delay, report_delay = [], []
     with RayPool() as pool:
