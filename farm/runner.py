@@ -294,11 +294,6 @@ async def _run_variant(
         base_url=base, timeout=task.timeouts.request_s, limits=limits
     ) as client:
 
-        async def scrape() -> SpecCounters:
-            response = await client.get(launch.metrics_path)
-            response.raise_for_status()
-            return adapter.read_counters(response.text)
-
         async def one(prompt_id: str, prompt: str, answer: str | None) -> RequestRecord:
             body = adapter.chat_request(served, prompt, variant, spec)
             async with gate:
@@ -338,11 +333,11 @@ async def _run_variant(
             )
 
         logged_ids: dict[str, str] = {}
-        before = await scrape()
+        before = await _scrape(client, adapter, launch)
         t0 = time.monotonic()
         records = await asyncio.gather(*(one(p.id, p.prompt, p.answer) for p in workload.prompts))
         elapsed = time.monotonic() - t0
-        after = await scrape()
+        after = await _scrape(client, adapter, launch)
     if logged_ids:
         log_path = Path(task.log_dir) / f"{task.cell.cell_id}.log"
         records = _counters_from_log(adapter, log_path, records, logged_ids)
@@ -358,6 +353,15 @@ async def _run_variant(
         elapsed_s=elapsed,
         concurrency=spec.concurrency,
     )
+
+
+async def _scrape(
+    client: httpx.AsyncClient, adapter: EngineAdapter, launch: ServerLaunch
+) -> SpecCounters:
+    """The engine's cumulative speculative counters, read from its metrics endpoint."""
+    response = await client.get(launch.metrics_path)
+    response.raise_for_status()
+    return adapter.read_counters(response.text)
 
 
 def _counters_from_log(
@@ -419,13 +423,7 @@ async def _run_harness_variant(
     out_dir = Path(task.log_dir) / f"{task.cell.cell_id}.{variant.key}.harness"
     out_dir.mkdir(parents=True, exist_ok=True)
     async with httpx.AsyncClient(base_url=base, timeout=30) as client:
-
-        async def scrape() -> SpecCounters:
-            response = await client.get(launch.metrics_path)
-            response.raise_for_status()
-            return adapter.read_counters(response.text)
-
-        before = await scrape()
+        before = await _scrape(client, adapter, launch)
         t0 = time.monotonic()
         async with RecordingProxy(
             base, fields, adapter.parse_completion, task.timeouts.request_s
@@ -440,7 +438,7 @@ async def _run_harness_variant(
                     ) from None
                 raise
         elapsed = time.monotonic() - t0
-        after = await scrape()
+        after = await _scrape(client, adapter, launch)
     outcome = parse_outcome(command, harness)
     records = join_requests(proxy.exchanges, outcome.samples)
     accuracy = "n/a" if outcome.accuracy is None else f"{outcome.accuracy:.3f}"

@@ -85,10 +85,7 @@ class PypiSource(_Spec):
     kind: Literal["pypi"] = "pypi"
 
 
-class WheelSource(_Spec):
-    """A wheel file on this machine; its sha256 is its identity."""
-
-    kind: Literal["wheel"]
+class _LocalSource(_Spec):
     path: str
 
     @field_validator("path")
@@ -97,7 +94,13 @@ class WheelSource(_Spec):
         return _job_path(value, info)
 
 
-class TreeSource(_Spec):
+class WheelSource(_LocalSource):
+    """A wheel file on this machine; its sha256 is its identity."""
+
+    kind: Literal["wheel"]
+
+
+class TreeSource(_LocalSource):
     """A source tree on this machine, installed with ``pip install <dir>``.
 
     Its identity is a hash of the files in it (for a git work tree: the files git
@@ -105,12 +108,6 @@ class TreeSource(_Spec):
     """
 
     kind: Literal["tree"]
-    path: str
-
-    @field_validator("path")
-    @classmethod
-    def _path(cls, value: str, info: ValidationInfo) -> str:
-        return _job_path(value, info)
 
 
 class _GitSpec(_Spec):
