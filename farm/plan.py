@@ -19,6 +19,7 @@ from farm.errors import PlanError
 from farm.spec import GraphMode, JobSpec, OnOff
 
 __all__ = [
+    "FULL_GRAPH_MODES",
     "Capabilities",
     "ExcludedCell",
     "Plan",
@@ -33,6 +34,10 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+# Graph modes that capture the decode step whole: its shapes are fixed at capture time.
+FULL_GRAPH_MODES = frozenset({"full_decode_only", "full", "full_and_piecewise"})
+
+
 class Capabilities(_Frozen):
     """What an engine build can express, declared by its adapter.
 
@@ -45,6 +50,9 @@ class Capabilities(_Frozen):
     speculative_methods: tuple[str, ...]
     drafter_eager_when_compiled: bool = False
     sliding_window_toggle: bool = True
+    # Tokens one request may verify per decode round in a full (captured) graph:
+    # MTP depth + 1 must fit. None: no such limit.
+    full_graph_decode_tokens: int | None = None
 
 
 class Variant(_Frozen):
@@ -250,6 +258,12 @@ def _apply_capabilities(
             + caps.graph_mode_reasons.get(requested, "engine's effective mode")
         )
     depth = axes["mtp_depth"]
+    limit = caps.full_graph_decode_tokens
+    if limit is not None and planned in FULL_GRAPH_MODES and depth + 1 > limit:
+        return (
+            f"{engine.name} verifies at most {limit} tokens per request in a {planned} "
+            f"decode round; MTP depth {depth} needs {depth + 1}"
+        )
     if depth > 0 and model.speculative_method not in caps.speculative_methods:
         return f"{engine.name} does not support speculative method {model.speculative_method}"
     if depth > 0 and planned != "eager" and caps.drafter_eager_when_compiled:

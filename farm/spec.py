@@ -218,13 +218,21 @@ class ModelSpec(_Spec):
         description="NPUs one server of this model holds (tensor parallel size); "
         "default: the job's resources.npus",
     )
+    max_num_seqs: int | None = Field(
+        default=None,
+        ge=1,
+        description="sequences one server decodes at once (the engine's --max-num-seqs); "
+        "default: the engine's own, except where a full decode graph with MTP needs it",
+    )
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
-        # Plan fingerprints hash this dump: models that name no NPU count keep theirs.
-        if isinstance(data, dict) and self.npus is None:
-            data.pop("npus", None)
+        # Plan fingerprints hash this dump: models that leave these unset keep theirs.
+        if isinstance(data, dict):
+            for optional in ("npus", "max_num_seqs"):
+                if data.get(optional) is None:
+                    data.pop(optional, None)
         return data
 
 

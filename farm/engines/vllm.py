@@ -14,11 +14,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from farm.engines.base import BuildRecipe, Completion, EngineAdapter, ServerLaunch
 from farm.engines.dialects import VLLM_ASCEND_GRAPH, pick
-from farm.plan import Capabilities, ServerCell, Variant
+from farm.plan import FULL_GRAPH_MODES, Capabilities, ServerCell, Variant
 from farm.records import EffectiveConfig, SpecCounters
 from farm.spec import EngineSpec, ModelSpec, WorkloadSpec
 
-__all__ = ["VllmAdapter"]
+__all__ = ["VllmAdapter", "spec_decode_capture_sizes"]
 
 _CUDAGRAPH_MODE = {
     "piecewise": "PIECEWISE",
@@ -32,12 +32,28 @@ _COUNTERS = {
     "vllm:spec_decode_num_accepted_tokens_total": "accepted",
 }
 _PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+# vllm-ascend's fused infer attention (FIA) takes at most 16 query tokens per request
+# in a captured decode round (DESIGN.md section 4).
+_FIA_DECODE_TOKENS = 16
+# Decode batch a full graph with MTP is captured for when the model names none.
+_DEFAULT_GRAPH_SEQS = 16
 _CONFIG_LINE = re.compile(
     r"Initializing a V1 LLM engine \(v(?P<version>[^)]+)\) with config: (?P<cfg>.*)"
 )
 _SPEC = re.compile(
     r"SpeculativeConfig\(method='(?P<method>[\w-]+)', .*?num_spec_tokens=(?P<n>\d+)\)"
 )
+
+
+def spec_decode_capture_sizes(depth: int, max_num_seqs: int) -> list[int]:
+    """Graph capture sizes (tokens) for decode rounds of 1, 2, 4, ... up to
+    ``max_num_seqs`` requests, each verifying ``depth`` drafts plus one token."""
+    batches = {max_num_seqs}
+    batch = 1
+    while batch < max_num_seqs:
+        batches.add(batch)
+        batch *= 2
+    return [b * (depth + 1) for b in sorted(batches)]
 
 
 def _is_cpu_build(engine: EngineSpec) -> bool:
@@ -98,6 +114,7 @@ class VllmAdapter(EngineAdapter):
             },
             graph_mode_reasons=reasons,
             speculative_methods=("mtp", "draft_model", "ngram", "eagle", "eagle3"),
+            full_graph_decode_tokens=_FIA_DECODE_TOKENS if engine.family == "vllm-ascend" else None,
         )
 
     def launch(
@@ -132,11 +149,24 @@ class VllmAdapter(EngineAdapter):
             "0",
             "--disable-uvicorn-access-log",
         ]
+        max_num_seqs = model.max_num_seqs
         if cell.planned_graph_mode == "eager":
             argv.append("--enforce-eager")
         elif cell.planned_graph_mode in _CUDAGRAPH_MODE:
-            mode = _CUDAGRAPH_MODE[cell.planned_graph_mode]
-            argv += ["--compilation-config", json.dumps({"cudagraph_mode": mode})]
+            compilation: dict[str, Any] = {
+                "cudagraph_mode": _CUDAGRAPH_MODE[cell.planned_graph_mode]
+            }
+            if cell.planned_graph_mode in FULL_GRAPH_MODES and cell.mtp_depth > 0:
+                # A decode round of b requests holds b * (depth + 1) tokens, and a
+                # full graph replays only the sizes it captured: each capture size
+                # must be such a multiple (DESIGN.md section 4).
+                max_num_seqs = max_num_seqs or _DEFAULT_GRAPH_SEQS
+                compilation["cudagraph_capture_sizes"] = spec_decode_capture_sizes(
+                    cell.mtp_depth, max_num_seqs
+                )
+            argv += ["--compilation-config", json.dumps(compilation)]
+        if max_num_seqs:
+            argv += ["--max-num-seqs", str(max_num_seqs)]
         if cell.mtp_depth > 0:
             argv += [
                 "--speculative-config",

