@@ -73,7 +73,8 @@ class CellTask(BaseModel):
     model: ModelSpec
     model_path: str
     workloads: tuple[LoadedWorkload, ...]
-    build: BuildInfo
+    # The engine build on the node the cell runs on: the pool sets it at dispatch.
+    build: BuildInfo | None = None
     timeouts: TimeoutSpec
     log_dir: str
 
@@ -85,6 +86,8 @@ def run_cell(task: CellTask, npu_ids: tuple[int, ...] = (), node: str | None = N
     result with status ``failed``, the error, the log tail, and every variant that
     was measured before it.
     """
+    if task.build is None:
+        raise CellError(f"cell {task.cell.cell_id} was sent to run without an engine build")
     adapter = adapter_for(task.cell.family)
     started = datetime.now(UTC)
     log_path = Path(task.log_dir) / f"{task.cell.cell_id}.log"

@@ -190,6 +190,17 @@ class Dispatcher:
     def drop(self, key: str) -> None:
         self._pending = [j for j in self._pending if j.key != key]
 
+    def allow(self, keys: Iterable[str], node: str) -> None:
+        """Let the pending jobs ``keys`` run on ``node`` as well (for example: their
+        build has just become ready there). Jobs that may use any node are unchanged."""
+        keys = set(keys)
+        self._pending = [
+            j.model_copy(update={"nodes": j.nodes | {node}})
+            if j.key in keys and j.nodes is not None
+            else j
+            for j in self._pending
+        ]
+
     def _eligible(self, job: Job, pool: Mapping[str, Mapping[str, float]]) -> Iterable[str]:
         return (
             n

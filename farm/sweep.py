@@ -7,7 +7,6 @@ JSON file instead of being lost.
 
 from __future__ import annotations
 
-import functools
 import platform
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -21,8 +20,10 @@ from farm import store
 from farm.engines import job_capabilities
 from farm.errors import FarmError, StoreError
 from farm.orchestrate import (
+    BuildOutcome,
     BuildRunner,
     CellRunner,
+    NodeBuilds,
     Placement,
     RayPool,
     default_build,
@@ -33,7 +34,7 @@ from farm.plan import Plan, ServerCell, expand_matrix, select
 from farm.records import BuildInfo, CellResult, CellStatus, SweepRecord
 from farm.runner import CellTask
 from farm.schedule import estimate_cells
-from farm.spec import JobSpec
+from farm.spec import EngineSpec, JobSpec
 from farm.spool import flush_spool, spool_result, spooled
 from farm.workload.prompts import load_workload
 
@@ -137,15 +138,15 @@ def run_sweep(
                         land(cell, _unrun(cell, "failed", reason))
                     else:
                         placeable.append(cell)
-                builds = _build_engines(
-                    job, placeable, pool, placements, options, engine, sweep_id, events
+                builds = pool.start_builds(
+                    _build_targets(job, placeable, pool, placements),
+                    job.resources.build_dir,
+                    options.home / "cache",
+                    options.builder or default_build,
+                    events.build_line,
                 )
                 tasks: list[tuple[CellTask, Placement]] = []
                 for cell in placeable:
-                    built = builds[cell.engine]
-                    if isinstance(built, str):
-                        land(cell, _unrun(cell, "build_failed", built))
-                        continue
                     model = next(m for m in job.models if m.name == cell.model)
                     task = CellTask(
                         cell=cell,
@@ -153,7 +154,6 @@ def run_sweep(
                         model=model,
                         model_path=str(job.resolve(model.path)),
                         workloads=workloads,
-                        build=next(iter(built.values())),
                         timeouts=job.timeouts,
                         log_dir=str(log_dir),
                     )
@@ -164,8 +164,9 @@ def run_sweep(
                     tasks,
                     runner=options.runner,
                     estimates=estimates,
-                    builds={k: v for k, v in builds.items() if not isinstance(v, str)},
+                    builds=builds,
                     on_start=lambda cell_id, node: events.cell_started(by_id[cell_id], node),
+                    on_build=_BuildRecorder(pool, builds, engine, sweep_id, events),
                 )
                 for result in results:
                     land(by_id[result.cell_id], result)
@@ -193,66 +194,61 @@ def run_sweep(
     )
 
 
-def _build_engines(
+def _build_targets(
     job: JobSpec,
     cells: list[ServerCell],
     pool: RayPool,
     placements: Mapping[tuple[str, str], Placement],
-    options: SweepOptions,
-    db: Engine,
-    sweep_id: int,
-    events: SweepEvents,
-) -> dict[str, dict[str, BuildInfo] | str]:
-    """Each engine the cells use, built on every node that may run them.
-
-    Maps engine name to ``{node id: build there}``, or to the error when no node
-    could build it. Each node's build is recorded in the store with its location.
-    """
-    nodes = {n["NodeID"]: n for n in pool.nodes()}
-    builder = options.builder or default_build
-    builds: dict[str, dict[str, BuildInfo] | str] = {}
+) -> dict[str, tuple[EngineSpec, list[str]]]:
+    """Each engine the cells use, with every node that may run one of its cells."""
+    nodes = pool.nodes()
+    targets = {}
     for name in dict.fromkeys(c.engine for c in cells):
-        spec = next(e for e in job.engines if e.name == name)
-        # Every node that may run one of the engine's cells (each model its own NPUs).
+        # Each model of the engine its own NPUs: a node that fits any of them.
         needs = {placements[c.engine, c.model] for c in cells if c.engine == name}
-        targets = [i for i, n in nodes.items() if any(p.fits(n) for p in needs)]
-        ready: dict[str, BuildInfo] = {}
-        errors: list[str] = []
-        built = pool.build_on_nodes(
-            spec,
-            targets,
-            job.resources.build_dir,
-            options.home / "cache",
-            builder,
-            functools.partial(events.build_line, name),
-        )
-        for node_id, build in built:
-            label = node_label(nodes[node_id])
-            if isinstance(build, str):
-                errors.append(f"on {label}: {build}")
-                events.build_placed(name, label, build)
-                continue
-            with store.Session(db) as session:
-                store.record_build(session, sweep_id, build)
+        spec = next(e for e in job.engines if e.name == name)
+        targets[name] = (spec, [n["NodeID"] for n in nodes if any(p.fits(n) for p in needs)])
+    return targets
+
+
+class _BuildRecorder:
+    """Stores each build where it landed and tells the front end, per node and per engine."""
+
+    def __init__(
+        self, pool: RayPool, builds: NodeBuilds, db: Engine, sweep_id: int, events: SweepEvents
+    ) -> None:
+        self._nodes = {n["NodeID"]: n for n in pool.nodes()}
+        self._builds = builds
+        self._db = db
+        self._sweep_id = sweep_id
+        self._events = events
+        self._ready: dict[str, BuildInfo] = {}
+        self._errors: dict[str, list[str]] = {}
+
+    def __call__(self, outcome: BuildOutcome) -> None:
+        engine, node_id, build = outcome
+        node = self._nodes.get(node_id, {"NodeID": node_id})
+        label = node_label(node)
+        if isinstance(build, str):
+            self._errors.setdefault(engine, []).append(f"on {label}: {build}")
+            self._events.build_placed(engine, label, build)
+        else:
+            with store.Session(self._db) as session:
+                store.record_build(session, self._sweep_id, build)
                 store.record_build_location(
                     session,
                     store.BuildLocation(
                         build_id=build.build_id,
                         node_id=node_id,
-                        host=str(nodes[node_id].get("NodeManagerHostname", "")),
+                        host=str(node.get("NodeManagerHostname", "")),
                         env_dir=build.env_dir,
                     ),
                 )
-            ready[node_id] = build
-            events.build_placed(name, label, None)
-        if ready:
-            builds[name] = ready
-            events.build_done(name, next(iter(ready.values())), None)
-        else:
-            error = "\n".join(errors) or f"no node of the cluster may run {name}"
-            builds[name] = error
-            events.build_done(name, None, error)
-    return builds
+            self._ready.setdefault(engine, build)
+            self._events.build_placed(engine, label, None)
+        if not self._builds.waiting(engine):
+            error = None if engine in self._ready else "\n".join(self._errors[engine])
+            self._events.build_done(engine, self._ready.get(engine), error)
 
 
 def _remaining(plan: Plan, stored: SweepRecord, done: set[str]) -> Plan:

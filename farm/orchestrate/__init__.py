@@ -1,8 +1,10 @@
 """Placement of cells on a Ray cluster: the only package that imports ray."""
 
 from farm.orchestrate.ray_pool import (
+    BuildOutcome,
     BuildRunner,
     CellRunner,
+    NodeBuilds,
     Placement,
     RayPool,
     default_build,
@@ -10,8 +12,10 @@ from farm.orchestrate.ray_pool import (
 )
 
 __all__ = [
+    "BuildOutcome",
     "BuildRunner",
     "CellRunner",
+    "NodeBuilds",
     "Placement",
     "RayPool",
     "default_build",

@@ -18,6 +18,7 @@ from pathlib import Path
 import ray
 from filelock import FileLock
 
+from farm.errors import BuildError
 from farm.records import BuildInfo, CellResult, EffectiveConfig
 from farm.runner import CellTask
 from farm.spec import EngineSpec
@@ -55,8 +56,16 @@ def fake_build(engine: EngineSpec, cache_dir: Path, say: Callable[[str], None]) 
     """A FAKE build: an empty folder with a marker, made once per cache folder.
 
     Counts its real builds in ``cache_dir/fake-builds.log`` (one line per build,
-    with the node), so tests can check that each node built once.
+    with the node), so tests can check that each node built once. On a node labelled
+    ``fake-build: slow`` it first sleeps the engine env's ``FAKE_SLOW_BUILD_SECONDS``;
+    on one labelled ``fake-build: broken`` it fails.
     """
+    labels = ray.get_runtime_context().get_node_labels() if ray.is_initialized() else {}
+    role = str(labels.get("fake-build", ""))  # Ray's stub says list; it is the label's value
+    if role == "broken":
+        raise BuildError(f"FAKE build of {engine.name} failed on this node, as labelled")
+    if role == "slow":
+        time.sleep(float(engine.env.get("FAKE_SLOW_BUILD_SECONDS", "0")))
     env_dir = cache_dir / "builds" / f"fake-{engine.name}"
     with FileLock(str(env_dir.with_suffix(".lock"))):
         if not (env_dir / "build.json").exists():

@@ -14,11 +14,14 @@ elsewhere only when that node dies.
 
 from __future__ import annotations
 
+import functools
 import os
+import queue
 import socket
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,14 +34,16 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from farm.builds import ensure_build
 from farm.errors import BuildError, FarmError
 from farm.paths import farm_home
-from farm.records import BuildInfo, CellResult
+from farm.records import BuildInfo, CellResult, CellStatus
 from farm.runner import CellTask, run_cell
 from farm.schedule import Dispatcher, Job, Order
 from farm.spec import EngineSpec, ResourceSpec
 
 __all__ = [
+    "BuildOutcome",
     "BuildRunner",
     "CellRunner",
+    "NodeBuilds",
     "Placement",
     "RayPool",
     "default_build",
@@ -50,8 +55,13 @@ LineSink = Callable[[str], None]
 # Builds ``engine`` into the cache folder given (on the node it runs on).
 BuildRunner = Callable[[EngineSpec, Path, LineSink], BuildInfo]
 
+# (engine name, node id, the build there or why it failed)
+BuildOutcome = tuple[str, str, BuildInfo | str]
+
 # How often the driver looks for dead nodes while it waits for cells.
 _NODE_CHECK_S = 5.0
+# How often it looks at a build running in the driver itself.
+_LOCAL_BUILD_POLL_S = 0.5
 
 
 def node_label(node: Mapping[str, Any]) -> str:
@@ -67,10 +77,10 @@ def _run_remote(task: CellTask, runner: CellRunner) -> CellResult:
 
 
 def _default_runner(task: CellTask, npu_ids: tuple[int, ...], node: str) -> CellResult:
-    if not Path(task.build.python).exists():
+    if task.build is None or not Path(task.build.python).exists():
         # Re-run here after its node died: build on this node first (the file lock
         # makes concurrent cells of one node build it once).
-        cache = Path(task.build.env_dir).parents[1]
+        cache = Path(task.build.env_dir).parents[1] if task.build else farm_home() / "cache"
         try:
             build = ensure_build(task.engine, cache)
         except FarmError as exc:
@@ -210,57 +220,16 @@ class RayPool:
             f" with labels {placement.labels}" if placement.labels else ""
         )
 
-    def build_on_nodes(
+    def start_builds(
         self,
-        engine: EngineSpec,
-        node_ids: list[str],
+        targets: Mapping[str, tuple[EngineSpec, Sequence[str]]],
         shared_dir: str | None,
         local_cache: Path,
         builder: BuildRunner = default_build,
-        say: LineSink | None = None,
-    ) -> Iterator[tuple[str, BuildInfo | str]]:
-        """Build ``engine`` on each node and yield ``(node id, build or error)``.
-
-        With ``shared_dir`` (a path every node mounts) it is built once, on the
-        first node, and that build serves them all. Otherwise each node builds into
-        its own ``FARM_HOME/cache`` in a Ray task pinned to it (the file lock in
-        ``ensure_build`` keeps two builds of one node apart), and the driver's own
-        node builds in the driver with ``local_cache`` and its lines go to ``say``.
-        """
-        if not node_ids:
-            return
-        here = _driver_node()
-        targets = node_ids[:1] if shared_dir else node_ids
-        remote = ray.remote(_build_remote)
-        refs: dict[Any, str] = {}
-        for node in targets:
-            if node == here and not shared_dir:
-                continue
-            strategy = NodeAffinitySchedulingStrategy(node, soft=False)
-            ref = remote.options(
-                num_cpus=1, scheduling_strategy=strategy, name=f"build {engine.name}"
-            ).remote(engine, shared_dir, builder)
-            refs[ref] = node
-        if here in targets and not shared_dir:
-            try:
-                yield here, builder(engine, local_cache, say or (lambda line: None))
-            except (BuildError, FarmError) as exc:
-                yield here, str(exc)
-        while refs:
-            done, _ = ray.wait(list(refs), num_returns=1)
-            node = refs.pop(done[0])
-            try:
-                build: BuildInfo | str = ray.get(done[0])
-            except RayError as exc:
-                cause = getattr(exc, "cause", None)
-                build = (
-                    str(cause) if isinstance(cause, FarmError) else f"{type(exc).__name__}: {exc}"
-                )
-            if shared_dir and not isinstance(build, str):
-                for other in node_ids:
-                    yield other, build
-            else:
-                yield node, build
+        say: Callable[[str, str], None] | None = None,
+    ) -> NodeBuilds:
+        """Start building each engine on the nodes ``targets`` names for it; see NodeBuilds."""
+        return NodeBuilds(targets, shared_dir, local_cache, builder, say)
 
     def run(
         self,
@@ -268,48 +237,78 @@ class RayPool:
         runner: CellRunner | None = None,
         estimates: Mapping[str, float] | None = None,
         order: Order = "lpt",
-        builds: Mapping[str, Mapping[str, BuildInfo]] | None = None,
+        builds: NodeBuilds | None = None,
         on_start: Callable[[str, str], None] | None = None,
+        on_build: Callable[[BuildOutcome], None] | None = None,
     ) -> Iterator[CellResult]:
         """Dispatch every task and yield each result as soon as its cell finishes.
 
         ``estimates`` (seconds by cell id) order the cells longest first; with
-        ``order="given"`` they start in list order. ``builds`` maps engine name to
-        the nodes that hold its build (and the build there): a cell runs only on
-        those. ``on_start(cell_id, node label)`` is called as each cell is sent to
-        its node. ``runner`` runs one cell on the worker (default: the real engine
-        runner); tests pass a fake one.
+        ``order="given"`` they start in list order. With ``builds``, a cell runs
+        only on a node where its engine's build has landed, with that node's build,
+        and starts as soon as one has: each outcome is passed to ``on_build`` first.
+        A cell whose engine failed to build on every node it may use comes back
+        ``build_failed``. ``on_start(cell_id, node label)`` is called as each cell
+        is sent to its node. ``runner`` runs one cell on the worker (default: the
+        real engine runner); tests pass a fake one.
         """
         nodes = {n["NodeID"]: n for n in _alive_nodes()}
         by_id = {t.cell.cell_id: (t, p) for t, p in tasks}
-        jobs = []
-        for task, placement in tasks:
-            eligible = {i for i, n in nodes.items() if placement.fits(n)}
-            if builds is not None:
-                eligible &= set(builds.get(task.engine.name, {}))
-            jobs.append(
-                Job(
-                    key=task.cell.cell_id,
-                    need=placement.holds,
-                    estimate_s=(estimates or {}).get(task.cell.cell_id, 0.0),
-                    nodes=frozenset(eligible),
-                )
+        fits = {
+            t.cell.cell_id: frozenset(i for i, n in nodes.items() if p.fits(n)) for t, p in tasks
+        }
+        jobs = [
+            Job(
+                key=task.cell.cell_id,
+                need=placement.holds,
+                estimate_s=(estimates or {}).get(task.cell.cell_id, 0.0),
+                nodes=frozenset() if builds is not None else fits[task.cell.cell_id],
             )
+            for task, placement in tasks
+        ]
         dispatcher = Dispatcher({i: _capacity(n) for i, n in nodes.items()}, jobs, order)
+        ready: dict[str, dict[str, BuildInfo]] = {}  # engine -> node -> its build there
+        build_errors: dict[str, list[str]] = {}
         remote = ray.remote(_run_remote)
         pending: dict[Any, CellTask] = {}
         checked = time.monotonic()
-        lost = True  # check once at the start: a cell may fit no node at all
+        recheck = True  # once at the start: a cell may fit no node at all
         while True:
-            for job in dispatcher.never_fits() if lost else ():
+            for engine, node, build in builds.take() if builds else ():
+                recheck = True
+                if on_build:
+                    on_build((engine, node, build))
+                if isinstance(build, str):
+                    where = node_label(nodes[node]) if node in nodes else node[:8]
+                    build_errors.setdefault(engine, []).append(f"on {where}: {build}")
+                    continue
+                ready.setdefault(engine, {})[node] = build
+                dispatcher.allow(
+                    (
+                        j.key
+                        for j in dispatcher.pending
+                        if by_id[j.key][0].engine.name == engine and node in fits[j.key]
+                    ),
+                    node,
+                )
+            for job in dispatcher.never_fits() if recheck else ():
+                engine = by_id[job.key][0].engine.name
+                if builds is not None and builds.waiting(engine):
+                    continue
                 dispatcher.drop(job.key)
-                yield _failed(job.key, "no live node that holds its build can hold it any more")
-            lost = False
+                if builds is not None and not ready.get(engine):
+                    errors = build_errors.get(engine) or [
+                        f"no node of the cluster may run {engine}"
+                    ]
+                    yield _failed(job.key, "\n".join(errors), "build_failed")
+                else:
+                    yield _failed(job.key, "no live node that holds its build can hold it any more")
+            recheck = False
             for start in dispatcher.starts():
                 task, placement = by_id[start.key]
-                build = (builds or {}).get(task.engine.name, {}).get(start.node)
-                if build is not None:
-                    task = task.model_copy(update={"build": build})
+                there = ready.get(task.engine.name, {}).get(start.node)
+                if there is not None:
+                    task = task.model_copy(update={"build": there})
                 options = placement.options(start.key)
                 options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
                     start.node, soft=True
@@ -317,9 +316,17 @@ class RayPool:
                 pending[remote.options(**options).remote(task, runner or _default_runner)] = task
                 if on_start:
                     on_start(start.key, node_label(nodes[start.node]))
-            if not pending:
+            if not pending and not (dispatcher.pending and builds is not None and builds.busy):
                 return
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=_NODE_CHECK_S)
+            # Cells not yet placed wait on builds: look at them as they land.
+            watch = list(pending) + (builds.refs if builds else [])
+            local = builds is not None and builds.local_busy
+            timeout = _LOCAL_BUILD_POLL_S if local else _NODE_CHECK_S
+            if watch:
+                done, _ = ray.wait(watch, num_returns=1, timeout=timeout)
+            else:
+                done = []
+                time.sleep(timeout)
             if time.monotonic() - checked >= _NODE_CHECK_S:
                 checked = time.monotonic()
                 alive = {n["NodeID"] for n in _alive_nodes()}
@@ -327,7 +334,8 @@ class RayPool:
                     # Cells that were there are re-run by Ray (max_retries) elsewhere.
                     dispatcher.lose_node(node)
                     nodes.pop(node)
-                    lost = True
+                    recheck = True
+            done = [r for r in done if r in pending]
             if not done:
                 continue
             # Take every cell that has finished by now, so one dispatch pass serves them.
@@ -344,13 +352,127 @@ class RayPool:
                     yield _failed(task.cell.cell_id, error)
 
 
+class NodeBuilds:
+    """The sweep's engine builds, in flight on the nodes that need them.
+
+    Every (engine, node) pair of ``targets`` gives exactly one outcome, taken with
+    ``take`` as it lands, so cells can start on a node as soon as their build is
+    ready there. With ``shared_dir`` (a path every node mounts) an engine is built
+    once, on its first node, and that outcome stands for all its nodes. Otherwise
+    each node builds into its own ``FARM_HOME/cache`` in a Ray task pinned to it
+    (the file lock in ``ensure_build`` keeps two builds of one node apart); the
+    driver's own node builds in a driver thread into ``local_cache``, its output
+    lines going to ``say(engine, line)``.
+    """
+
+    def __init__(
+        self,
+        targets: Mapping[str, tuple[EngineSpec, Sequence[str]]],
+        shared_dir: str | None,
+        local_cache: Path,
+        builder: BuildRunner,
+        say: Callable[[str, str], None] | None = None,
+    ) -> None:
+        here = _driver_node()
+        self._refs: dict[Any, tuple[str, tuple[str, ...]]] = {}
+        self._landed: queue.SimpleQueue[BuildOutcome] = queue.SimpleQueue()
+        self._waiting = {name: len(nodes) for name, (_, nodes) in targets.items()}
+        remote = ray.remote(_build_remote)
+        local: list[EngineSpec] = []
+        for name, (engine, nodes) in targets.items():
+            if not nodes:
+                continue
+            groups = [(nodes[0], tuple(nodes))] if shared_dir else [(n, (n,)) for n in nodes]
+            for node, stands_for in groups:
+                if node == here and not shared_dir:
+                    local.append(engine)
+                    continue
+                strategy = NodeAffinitySchedulingStrategy(node, soft=False)
+                ref = remote.options(
+                    num_cpus=1, scheduling_strategy=strategy, name=f"build {name}"
+                ).remote(engine, shared_dir, builder)
+                self._refs[ref] = (name, stands_for)
+        self._local: threading.Thread | None = None
+        if local and here is not None:
+            self._local = threading.Thread(
+                target=self._build_here,
+                args=(local, here, local_cache, builder, say),
+                name="farm-driver-build",
+                daemon=True,
+            )
+            self._local.start()
+
+    def _build_here(
+        self,
+        engines: list[EngineSpec],
+        node: str,
+        cache: Path,
+        builder: BuildRunner,
+        say: Callable[[str, str], None] | None,
+    ) -> None:
+        for engine in engines:
+            lines = functools.partial(say, engine.name) if say else _ignore
+            try:
+                build: BuildInfo | str = builder(engine, cache, lines)
+            except (BuildError, FarmError) as exc:
+                build = str(exc)
+            except Exception as exc:  # an outcome must land whatever happens
+                build = f"{type(exc).__name__}: {exc}"
+            self._landed.put((engine.name, node, build))
+
+    @property
+    def refs(self) -> list[Any]:
+        """Ray references of the builds still running on other nodes."""
+        return list(self._refs)
+
+    @property
+    def local_busy(self) -> bool:
+        return self._local is not None and self._local.is_alive()
+
+    def waiting(self, engine: str) -> bool:
+        """Whether some node's build of ``engine`` has not landed yet."""
+        return self._waiting.get(engine, 0) > 0
+
+    @property
+    def busy(self) -> bool:
+        return any(n > 0 for n in self._waiting.values())
+
+    def take(self) -> list[BuildOutcome]:
+        """The outcomes that have landed since the last call (without waiting)."""
+        out: list[BuildOutcome] = []
+        if self._refs:
+            ready, _ = ray.wait(list(self._refs), num_returns=len(self._refs), timeout=0)
+            for ref in ready:
+                name, nodes = self._refs.pop(ref)
+                try:
+                    build: BuildInfo | str = ray.get(ref)
+                except RayError as exc:
+                    cause = getattr(exc, "cause", None)
+                    build = (
+                        str(cause)
+                        if isinstance(cause, FarmError)
+                        else f"{type(exc).__name__}: {exc}"
+                    )
+                out.extend((name, node, build) for node in nodes)
+        while True:
+            try:
+                out.append(self._landed.get_nowait())
+            except queue.Empty:
+                break
+        for name, _, _ in out:
+            self._waiting[name] -= 1
+        return out
+
+
+def _ignore(line: str) -> None:
+    pass
+
+
 def _capacity(node: Mapping[str, Any]) -> dict[str, float]:
     have = node.get("Resources", {})
     return {k: float(have[k]) for k in ("CPU", "NPU", "memory") if k in have}
 
 
-def _failed(cell_id: str, error: str) -> CellResult:
+def _failed(cell_id: str, error: str, status: CellStatus = "failed") -> CellResult:
     now = datetime.now(UTC)
-    return CellResult(
-        cell_id=cell_id, status="failed", started_at=now, finished_at=now, error=error
-    )
+    return CellResult(cell_id=cell_id, status=status, started_at=now, finished_at=now, error=error)

@@ -20,11 +20,11 @@ from ray.cluster_utils import Cluster
 from farm import store
 from farm.orchestrate import Placement, RayPool
 from farm.orchestrate.fake import fake_build, fake_run_cell
-from farm.plan import Capabilities, expand_matrix
+from farm.plan import Capabilities, ServerCell, expand_matrix
 from farm.records import BuildInfo, CellResult
 from farm.runner import CellTask
 from farm.spec import ResourceSpec, TimeoutSpec, parse_job
-from farm.sweep import SweepOptions, run_sweep
+from farm.sweep import SweepEvents, SweepOptions, run_sweep
 
 JOB = """\
 name: placement
@@ -214,6 +214,64 @@ def test_builds_once_per_node_where_cells_may_run(
         for loc in locations
     )
     assert {_notes(c.result)["node_id"] for c in record.cells if c.result} <= a3
+
+
+class _BuildEvents(SweepEvents):
+    def __init__(self) -> None:
+        self.placed: list[tuple[str, str | None]] = []  # node label, error
+        self.started: list[str] = []  # node labels
+
+    def build_placed(self, engine: str, node: str, error: str | None) -> None:
+        self.placed.append((node, error))
+
+    def cell_started(self, cell: ServerCell, node: str) -> None:
+        self.started.append(node)
+
+
+def test_cells_start_where_the_build_is_ready_while_other_nodes_build(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # Three pool-"s" nodes of one NPU: one builds at once, one is slow to build
+    # (longer than the whole sweep takes) and one fails to build.
+    roles = ("fast", "slow", "broken")
+    added = {
+        role: cluster.add_node(
+            num_cpus=2,
+            resources={"NPU": 1},
+            labels={"pool": "s", "fake-build": role},
+            env_vars={"FARM_HOME": str(tmp_path / f"{role}-home")},
+        )
+        for role in roles
+    }
+    cluster.wait_for_nodes()
+    try:
+        (tmp_path / "p.jsonl").write_text('{"id": "p0", "prompt": "1+1"}\n')
+        job_text = JOB.format(seconds=1, started=tmp_path, pools="[s]", depths="[0, 1, 2]", npus=1)
+        job_text = job_text.replace(
+            'FAKE_CELL_SECONDS: "1"', 'FAKE_CELL_SECONDS: "1", FAKE_SLOW_BUILD_SECONDS: "600"'
+        )
+        job = parse_job(job_text, base_dir=str(tmp_path))
+        url = f"sqlite:///{tmp_path / 'farm.db'}"
+        events = _BuildEvents()
+        options = SweepOptions(
+            db_url=url, home=tmp_path / "driver-home", runner=fake_run_cell, builder=fake_build
+        )
+        outcome = run_sweep(job, "name: placement", options, events)
+        assert len(outcome.ok) == 3 and not outcome.failed
+        fast = added["fast"].node_id
+        # Every cell ran on the node that had its build, without waiting for the slow one.
+        assert {e for e in events.started} == {e for e, err in events.placed if err is None}
+        assert all(label.endswith(fast[:8]) for label in events.started)
+        broken = [(label, err) for label, err in events.placed if err]
+        assert len(broken) == 1 and broken[0][0].endswith(added["broken"].node_id[:8])
+        assert "failed on this node" in str(broken[0][1])
+        assert not any(label.endswith(added["slow"].node_id[:8]) for label, _ in events.placed)
+        with store.Session(store.open_store(url)) as session:
+            locations = store.build_locations(session, "fake-fake")
+        assert {loc.node_id for loc in locations} == {fast}
+    finally:
+        for node in added.values():  # the slow build goes with its node
+            cluster.remove_node(node)
 
 
 def test_cells_start_longest_first(cluster: Cluster) -> None:

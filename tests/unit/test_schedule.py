@@ -86,6 +86,19 @@ def test_dispatcher_waits_for_room_and_respects_eligible_nodes() -> None:
     assert [(s.key, s.node) for s in d.starts()] == [("c", "n2")]
 
 
+def test_jobs_waiting_for_builds_start_on_each_node_as_it_is_allowed() -> None:
+    jobs = [_job("a", 30, nodes=set()), _job("b", 20, nodes=set()), _job("c", 10)]
+    d = Dispatcher({"n1": {"CPU": 2.0, "NPU": 8.0}, "n2": NODE}, jobs)
+    assert [(s.key, s.node) for s in d.starts()] == [("c", "n1")]  # c may use any node
+    assert [j.key for j in d.never_fits()] == ["a", "b"]  # no build anywhere yet
+    d.allow(["a", "b", "c"], "n1")
+    assert [(s.key, s.node) for s in d.starts()] == [("a", "n1")]
+    assert d.starts() == []  # b may only use n1, which has no CPU left
+    d.allow(["b"], "n2")
+    assert [(s.key, s.node) for s in d.starts()] == [("b", "n2")]
+    assert d.never_fits() == []
+
+
 def test_a_lost_node_strands_only_the_cells_no_other_node_could_run() -> None:
     jobs = [
         _job("a", 30, npus=8),
