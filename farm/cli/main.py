@@ -16,6 +16,7 @@ from farm.analysis.checks import check_sweep
 from farm.analysis.summary import patched_bases
 from farm.builds.venv import plan_builds
 from farm.cli.builds import builds_app
+from farm.cli.dashboards import dashboards_app
 from farm.cli.patches import patches_app
 from farm.cli.progress import SweepProgress, SweepTally
 from farm.cli.reports import alerts_app, compare, export, render_report
@@ -42,6 +43,7 @@ app.add_typer(builds_app, name="builds")
 app.add_typer(patches_app, name="patches")
 app.add_typer(alerts_app, name="alerts")
 app.add_typer(spool_app, name="spool")
+app.add_typer(dashboards_app, name="dashboards")
 app.command()(submit)
 app.command()(compare)
 app.command()(export)
@@ -74,7 +76,6 @@ class _ConsoleEvents(SweepEvents):
         self.tally = SweepTally()
         self.progress = SweepProgress(self.tally, console=console)
         self.task = self.progress.add_task("cells", total=None)
-        self.status = console.status("")
 
     def planned(self, plan: Plan, sweep_id: int) -> None:
         console.print(
@@ -85,11 +86,14 @@ class _ConsoleEvents(SweepEvents):
         self.tally.total = len(plan.cells)
 
     def build_line(self, engine: str, line: str) -> None:
-        self.status.start()
-        self.status.update(f"building {engine} (first run: ~3-5 min): {line[:100]}")
+        # Cells start on nodes whose build is ready while others still build, so the
+        # build's last line shares the progress bar's line.
+        self.progress.update(
+            self.task, description=f"cells · building {engine} (first run ~3-5 min): {line[:80]}"
+        )
 
     def build_done(self, engine: str, build: BuildInfo | None, error: str | None) -> None:
-        self.status.stop()
+        self.progress.update(self.task, description="cells")
         if build:
             console.print(
                 f"build {engine}: [green]ready[/green] {build.build_id} ({build.env_dir})"
@@ -137,7 +141,6 @@ def _run_with_progress(job: JobSpec, job_file: Path, options: SweepOptions) -> S
         return run_sweep(job, job_file.read_text(), options, events)
     finally:
         events.progress.stop()
-        events.status.stop()
 
 
 def _show_sweep(record: SweepRecord, title: str) -> None:

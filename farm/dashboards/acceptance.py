@@ -1,0 +1,178 @@
+"""The "MTP acceptance overview" dashboard: acceptance per cell key over sweeps."""
+
+from __future__ import annotations
+
+from farm.dashboards import queries as q
+from farm.dashboards.model import Dashboard, Panel, QueryVariable
+
+__all__ = ["ACCEPTANCE_UID", "acceptance_overview", "acceptance_variables"]
+
+ACCEPTANCE_UID = "mtp-acceptance"
+
+_TIME_SERIES_OPTIONS = {
+    "legend": {"displayMode": "table", "placement": "right", "showLegend": True},
+    "tooltip": {"mode": "multi", "sort": "desc"},
+}
+# Sweeps are nightly at best: draw the points, joined, not a dense line.
+_POINTS = {"custom": {"drawStyle": "line", "showPoints": "always", "pointSize": 6}}
+
+
+def acceptance_variables() -> tuple[QueryVariable, ...]:
+    """Job (one at a time: "latest" and "previous" sweep are per job), then the axes."""
+    return (
+        QueryVariable(
+            name="job",
+            label="job",
+            sql=q.VARIABLE_JOB_LATEST_FIRST,
+            multi=False,
+            description="the sweep name (job spec `name`); the most recently run first",
+        ),
+        QueryVariable(name="engine", label="engine", sql=q.VARIABLE_ENGINE),
+        QueryVariable(name="model", label="model", sql=q.VARIABLE_MODEL),
+        QueryVariable(
+            name="graph_mode",
+            label="graph mode",
+            sql=q.VARIABLE_GRAPH_MODE,
+            description="the planned graph mode (the cell key's; remaps are on the cell)",
+        ),
+        QueryVariable(name="mtp_depth", label="MTP depth", sql=q.VARIABLE_MTP_DEPTH),
+        QueryVariable(name="thinking", label="thinking", sql=q.VARIABLE_THINKING),
+    )
+
+
+def _change_colours() -> list[dict[str, object]]:
+    """Colour the relative AL change: red from a 2% drop (DESIGN.md section 5)."""
+    return [
+        {
+            "matcher": {"id": "byName", "options": "AL change rel"},
+            "properties": [
+                {"id": "unit", "value": "percentunit"},
+                {"id": "decimals", "value": 1},
+                {"id": "custom.cellOptions", "value": {"type": "color-text"}},
+                {
+                    "id": "thresholds",
+                    "value": {
+                        "mode": "absolute",
+                        "steps": [
+                            {"color": "red", "value": None},
+                            {"color": "text", "value": -0.02},
+                        ],
+                    },
+                },
+            ],
+        },
+        {
+            "matcher": {"id": "byRegexp", "options": "^(acceptance rate|accuracy)$"},
+            "properties": [{"id": "unit", "value": "percentunit"}, {"id": "decimals", "value": 1}],
+        },
+    ]
+
+
+def acceptance_overview() -> Dashboard:
+    """Mean acceptance length and acceptance rate per cell key over sweeps, the latest
+    sweep's cells with accuracy and change vs the previous sweep, per-position rates."""
+    return Dashboard(
+        uid=ACCEPTANCE_UID,
+        title="MTP acceptance overview",
+        description=(
+            "Speculative decoding acceptance per cell key (engine, model, graph mode, MTP "
+            "depth, sliding window, thinking, workload), one point per sweep."
+        ),
+        tags=("mtp-farm", "acceptance"),
+        variables=acceptance_variables(),
+        rows=(
+            (
+                Panel(
+                    title="Latest sweep",
+                    kind="table",
+                    sql=q.LATEST_SWEEP,
+                    description="The newest sweep of the job and how its cells ended.",
+                    width=24,
+                    height=4,
+                ),
+            ),
+            (
+                Panel(
+                    title="Mean acceptance length (AL) per cell key",
+                    kind="timeseries",
+                    format="time_series",
+                    sql=q.SERIES_ACCEPTANCE_LENGTH,
+                    description=(
+                        "AL = 1 + accepted / drafts, counters summed over the key's "
+                        "variant runs in each sweep (ok cells, speculation on). Compare "
+                        "AL across MTP depths, rates only within one depth."
+                    ),
+                    width=24,
+                    height=10,
+                    decimals=3,
+                    defaults=_POINTS,
+                    options=_TIME_SERIES_OPTIONS,
+                ),
+            ),
+            (
+                Panel(
+                    title="Acceptance rate per cell key",
+                    kind="timeseries",
+                    format="time_series",
+                    sql=q.SERIES_ACCEPTANCE_RATE,
+                    description="accepted / draft tokens; falls with MTP depth by design.",
+                    width=24,
+                    height=9,
+                    unit="percentunit",
+                    decimals=1,
+                    defaults=_POINTS,
+                    options=_TIME_SERIES_OPTIONS,
+                ),
+            ),
+            (
+                Panel(
+                    title="Latest sweep: cells, AL, accuracy, change vs previous sweep",
+                    kind="table",
+                    sql=q.LATEST_SWEEP_CELLS,
+                    description=(
+                        "One row per planned variant of the newest sweep. Accuracy: share "
+                        "correct among scored requests that did not fail. Previous: the "
+                        "job's last earlier sweep in which the same cell key has an AL."
+                    ),
+                    width=24,
+                    height=12,
+                    decimals=3,
+                    options={"showHeader": True, "cellHeight": "sm"},
+                    overrides=_change_colours(),
+                ),
+            ),
+            (
+                Panel(
+                    title="Latest sweep: acceptance per draft position",
+                    kind="barchart",
+                    sql=q.LATEST_SWEEP_PER_POSITION,
+                    description="accepted_per_pos[i] / drafts for each cell key.",
+                    width=24,
+                    height=10,
+                    unit="percentunit",
+                    decimals=1,
+                    options={
+                        "xField": "cell",
+                        "orientation": "horizontal",
+                        "showValue": "never",
+                        "legend": {"displayMode": "list", "placement": "bottom"},
+                    },
+                    # Rows are (cell, position, rate): one bar group per cell.
+                    transformations=(
+                        {
+                            "id": "groupingToMatrix",
+                            "options": {
+                                "rowField": "cell",
+                                "columnField": "position",
+                                "valueField": "rate",
+                            },
+                        },
+                        {
+                            "id": "renameByRegex",
+                            "options": {"regex": "^cell\\\\position$", "renamePattern": "cell"},
+                        },
+                    ),
+                ),
+            ),
+        ),
+    )

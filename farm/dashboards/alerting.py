@@ -1,0 +1,139 @@
+"""Grafana unified-alerting rules as code, for file provisioning (``apiVersion: 1``).
+
+Each rule is the usual three-step Grafana rule: ``A`` runs SQL on the farm's store
+(table format: every text column becomes a label, so each row is its own alert
+instance), ``B`` reduces each instance to its last value, ``C`` fires when that is
+above a threshold. Templates use ``.Values``/``.Labels``, never ``$``: provisioning
+expands ``$NAME`` as an environment variable in some fields.
+
+No contact point is provisioned: the rules carry the label ``team=mtp-farm`` so a
+team routes them with a notification policy of its own (see README, "Dashboards");
+until then Grafana's default policy and contact point apply.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from farm.dashboards import queries as q
+from farm.dashboards.model import DATASOURCE_UID
+
+__all__ = ["ALERT_FOLDER", "ALERT_GROUP", "AlertRule", "alert_provisioning", "alert_rules"]
+
+ALERT_FOLDER = "MTP farm"
+ALERT_GROUP = "mtp-farm"
+# The farm raises alerts once per sweep (nightly); checking every 5 minutes is plenty.
+_INTERVAL = "5m"
+_EXPRESSION_UID = "__expr__"
+
+
+class AlertRule(BaseModel):
+    """One rule: fires for every row of ``sql`` whose number is above ``threshold``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    uid: str
+    title: str
+    sql: str
+    threshold: float = 0
+    severity: Literal["critical", "warning"]
+    summary: str
+    description: str
+    # An empty result means nothing is wrong (no open alert, no sweep yet).
+    no_data_state: Literal["OK", "NoData", "Alerting"] = "OK"
+
+    def render(self) -> dict[str, Any]:
+        return {
+            "uid": self.uid,
+            "title": self.title,
+            "condition": "C",
+            "data": [
+                {
+                    "refId": "A",
+                    # The SQL ignores the time range; Grafana requires one all the same.
+                    "relativeTimeRange": {"from": 86400, "to": 0},
+                    "datasourceUid": DATASOURCE_UID,
+                    "model": {
+                        "refId": "A",
+                        "editorMode": "code",
+                        "format": "table",
+                        "rawQuery": True,
+                        "rawSql": self.sql,
+                    },
+                },
+                {
+                    "refId": "B",
+                    "datasourceUid": _EXPRESSION_UID,
+                    "model": {
+                        "refId": "B",
+                        "type": "reduce",
+                        "expression": "A",
+                        "reducer": "last",
+                    },
+                },
+                {
+                    "refId": "C",
+                    "datasourceUid": _EXPRESSION_UID,
+                    "model": {
+                        "refId": "C",
+                        "type": "threshold",
+                        "expression": "B",
+                        "conditions": [{"evaluator": {"type": "gt", "params": [self.threshold]}}],
+                    },
+                },
+            ],
+            "noDataState": self.no_data_state,
+            "execErrState": "Error",
+            "for": "0m",
+            "annotations": {"summary": self.summary, "description": self.description},
+            "labels": {"team": "mtp-farm", "severity": self.severity},
+            "isPaused": False,
+        }
+
+
+def alert_rules() -> tuple[AlertRule, ...]:
+    """The farm's rules: open farm alerts, and failed cells in each job's newest sweep."""
+    return (
+        AlertRule(
+            uid="mtp-farm-open-alerts",
+            title="Open farm alerts",
+            sql=q.ALERT_OPEN_ALERTS,
+            severity="warning",
+            summary='{{ index .Values "B" }} open {{ .Labels.farm_severity }} farm alert(s)',
+            description=(
+                "The farm raised regression alerts that nobody acknowledged yet. "
+                "`farm alerts list` shows them; `farm alerts ack ID` acknowledges."
+            ),
+        ),
+        AlertRule(
+            uid="mtp-farm-latest-sweep-failed-cells",
+            title="Latest sweep has failed cells",
+            sql=q.ALERT_FAILED_CELLS,
+            severity="critical",
+            summary=(
+                '{{ index .Values "B" }} failed cell(s) in the newest sweep of {{ .Labels.job }}'
+            ),
+            description=(
+                "Cells of the job's newest sweep failed or their build failed. "
+                "`farm report latest` names them; the Farm health dashboard shows the errors."
+            ),
+        ),
+    )
+
+
+def alert_provisioning() -> dict[str, Any]:
+    """The provisioning document (``provisioning/alerting/*.yaml``) with every rule."""
+    return {
+        "apiVersion": 1,
+        "groups": [
+            {
+                "orgId": 1,
+                "name": ALERT_GROUP,
+                "folder": ALERT_FOLDER,
+                "interval": _INTERVAL,
+                "rules": [r.render() for r in alert_rules()],
+            }
+        ],
+    }

@@ -1,0 +1,144 @@
+"""The "Farm health" dashboard: are sweeps running, which cells fail, what is open."""
+
+from __future__ import annotations
+
+from farm.dashboards import queries as q
+from farm.dashboards.model import Dashboard, Panel, QueryVariable
+
+__all__ = ["HEALTH_UID", "farm_health"]
+
+HEALTH_UID = "mtp-farm-health"
+
+_RED_ABOVE_ZERO = {
+    "color": {"mode": "thresholds"},
+    "thresholds": {
+        "mode": "absolute",
+        "steps": [{"color": "green", "value": None}, {"color": "red", "value": 1}],
+    },
+}
+_STAT_OPTIONS = {
+    "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+    "colorMode": "background",
+    "graphMode": "none",
+    "textMode": "value",
+}
+_BARS = {"custom": {"drawStyle": "bars", "fillOpacity": 80, "stacking": {"mode": "normal"}}}
+
+
+def farm_health() -> Dashboard:
+    """Sweeps by status, failed cells with their errors, cell durations by node, and
+    the store's open alerts."""
+    return Dashboard(
+        uid=HEALTH_UID,
+        title="Farm health",
+        description="Sweeps, failed cells, cell durations by node and open farm alerts.",
+        tags=("mtp-farm", "health"),
+        variables=(QueryVariable(name="job", label="job", sql=q.VARIABLE_JOBS),),
+        rows=(
+            (
+                Panel(
+                    title="Open alerts",
+                    kind="stat",
+                    sql=q.OPEN_ALERT_COUNT,
+                    description="Alerts in state open (not acknowledged) of the selected jobs.",
+                    width=6,
+                    height=4,
+                    defaults=_RED_ABOVE_ZERO,
+                    options=_STAT_OPTIONS,
+                ),
+                Panel(
+                    title="Failed cells in the latest sweep",
+                    kind="stat",
+                    sql=q.LATEST_FAILED_CELLS,
+                    description="failed + build_failed cells of each selected job's newest sweep.",
+                    width=6,
+                    height=4,
+                    defaults=_RED_ABOVE_ZERO,
+                    options=_STAT_OPTIONS,
+                ),
+                Panel(
+                    title="Sweeps per day by status",
+                    kind="timeseries",
+                    format="time_series",
+                    sql=q.SWEEPS_BY_STATUS,
+                    width=12,
+                    height=8,
+                    decimals=0,
+                    defaults=_BARS,
+                ),
+            ),
+            (
+                Panel(
+                    title="Sweeps",
+                    kind="table",
+                    sql=q.RECENT_SWEEPS,
+                    description="Sweeps in the time range with their cells by outcome.",
+                    width=24,
+                    height=8,
+                    overrides=(
+                        {
+                            "matcher": {"id": "byName", "options": "duration"},
+                            "properties": [{"id": "unit", "value": "s"}],
+                        },
+                    ),
+                ),
+            ),
+            (
+                Panel(
+                    title="Failed cells",
+                    kind="table",
+                    sql=q.FAILED_CELLS,
+                    description="Cells that failed or whose build failed, with the error.",
+                    width=24,
+                    height=9,
+                    options={"showHeader": True, "cellHeight": "sm"},
+                ),
+            ),
+            (
+                Panel(
+                    title="Cell durations by node",
+                    kind="barchart",
+                    sql=q.CELL_DURATIONS_BY_NODE,
+                    description="Engine start-up and generation seconds of cells that ran.",
+                    width=12,
+                    height=9,
+                    unit="s",
+                    options={"xField": "node", "showValue": "auto"},
+                    overrides=(
+                        {
+                            "matcher": {"id": "byName", "options": "cells"},
+                            "properties": [
+                                {
+                                    "id": "custom.hideFrom",
+                                    "value": {"viz": True, "legend": True, "tooltip": False},
+                                }
+                            ],
+                        },
+                    ),
+                ),
+                Panel(
+                    title="Engine start-up time by node",
+                    kind="timeseries",
+                    format="time_series",
+                    sql=q.STARTUP_BY_NODE,
+                    width=12,
+                    height=9,
+                    unit="s",
+                    defaults={"custom": {"drawStyle": "points", "pointSize": 6}},
+                ),
+            ),
+            (
+                Panel(
+                    title="Open and acknowledged alerts",
+                    kind="table",
+                    sql=q.OPEN_ALERTS,
+                    description=(
+                        "From the store's alert table (`farm alerts check`); acknowledge or "
+                        "resolve with `farm alerts ack|resolve`."
+                    ),
+                    width=24,
+                    height=9,
+                ),
+            ),
+        ),
+    )

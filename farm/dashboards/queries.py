@@ -1,0 +1,349 @@
+"""The SQL behind the farm's dashboards and alert rules (PostgreSQL dialect).
+
+Each query reads the store as ``farm.store`` writes it:
+
+- ``metric`` is long format: one row per counter of a variant run, ``position`` NULL
+  for the scalar counters (``drafts``, ``draft_tokens``, ``accepted``) and 0..k-1 for
+  ``accepted_per_pos`` (``farm.store.repository._counter_rows``).
+- A *cell key* is what makes results comparable across sweeps, as in
+  ``farm.analysis.history.HistoryKey``: family, engine, model, planned graph mode, MTP
+  depth, sliding window, thinking, workload; never the build or the sweep. Its label
+  is ``HistoryKey``'s text form.
+- Figures are ratios of summed counters, like ``SpecCounters``: AL = 1 + accepted /
+  drafts, acceptance rate = accepted / draft_tokens, position i = accepted_per_pos[i] /
+  drafts; accuracy is the share of correct among scored (``correct`` not NULL)
+  requests that did not fail (``farm.analysis.stats.accuracy``).
+- "Latest" and "previous" sweeps are by sweep id within one job, as ``farm alerts
+  check`` walks history (``farm.cli.reports._history_sweeps``).
+
+Dashboard queries use Grafana's ``$__timeFilter(column)`` macro and ``${var:sqlstring}``
+variables (each value single-quoted, quotes doubled: safe inside ``IN (...)``).
+Alert rule queries use neither: Grafana alerting has no dashboard variables.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ALERT_FAILED_CELLS",
+    "ALERT_OPEN_ALERTS",
+    "CELL_DURATIONS_BY_NODE",
+    "CELL_KEY_LABEL",
+    "FAILED_CELLS",
+    "LATEST_FAILED_CELLS",
+    "LATEST_SWEEP",
+    "LATEST_SWEEP_CELLS",
+    "LATEST_SWEEP_PER_POSITION",
+    "OPEN_ALERTS",
+    "OPEN_ALERT_COUNT",
+    "RECENT_SWEEPS",
+    "SERIES_ACCEPTANCE_LENGTH",
+    "SERIES_ACCEPTANCE_RATE",
+    "STARTUP_BY_NODE",
+    "SWEEPS_BY_STATUS",
+    "VARIABLE_ENGINE",
+    "VARIABLE_GRAPH_MODE",
+    "VARIABLE_JOBS",
+    "VARIABLE_JOB_LATEST_FIRST",
+    "VARIABLE_MODEL",
+    "VARIABLE_MTP_DEPTH",
+    "VARIABLE_THINKING",
+]
+
+# HistoryKey's str(): engine(family).model.graph.mtpN.swa-X.think-Y.workload
+CELL_KEY_LABEL = (
+    "format('%s(%s).%s.%s.mtp%s.swa-%s.think-%s.%s', c.engine, c.family, c.model, "
+    "c.planned_graph_mode, c.mtp_depth, c.sliding_window, {thinking}, {workload})"
+)
+
+_JOB = "s.job IN (${job:sqlstring})"
+
+
+def _axis_filters(thinking: str) -> str:
+    """The dashboard's axis variables, on cell ``c`` and the given thinking column."""
+    return (
+        "c.engine IN (${engine:sqlstring})\n"
+        "    AND c.model IN (${model:sqlstring})\n"
+        "    AND c.planned_graph_mode IN (${graph_mode:sqlstring})\n"
+        "    AND c.mtp_depth::text IN (${mtp_depth:sqlstring})\n"
+        f"    AND {thinking} IN (${{thinking:sqlstring}})"
+    )
+
+
+def _key_counters(time_filter: bool) -> str:
+    """CTE ``key_counters``: summed scalar counters per sweep and cell key (ok cells)."""
+    when = "$__timeFilter(s.started_at)\n    AND " if time_filter else ""
+    label = CELL_KEY_LABEL.format(thinking="v.thinking", workload="v.workload")
+    return f"""key_counters AS (
+  SELECT s.id AS sweep_id, s.job, s.started_at,
+    c.family, c.engine, c.model, c.planned_graph_mode AS graph_mode, c.mtp_depth,
+    c.sliding_window, v.thinking, v.workload,
+    {label} AS cell_key,
+    (sum(m.value) FILTER (WHERE m.name = 'drafts'))::float8 AS drafts,
+    (sum(m.value) FILTER (WHERE m.name = 'draft_tokens'))::float8 AS draft_tokens,
+    (sum(m.value) FILTER (WHERE m.name = 'accepted'))::float8 AS accepted
+  FROM sweep s
+  JOIN cell c ON c.sweep_id = s.id
+  JOIN variant_run v ON v.cell_row_id = c.id
+  JOIN metric m ON m.variant_run_id = v.id AND m.position IS NULL
+  WHERE {when}{_JOB}
+    AND c.status = 'ok'
+    AND {_axis_filters("v.thinking")}
+  GROUP BY s.id, s.job, s.started_at, c.family, c.engine, c.model, c.planned_graph_mode,
+    c.mtp_depth, c.sliding_window, v.thinking, v.workload
+)"""
+
+
+# The newest sweep of each selected job.
+_LATEST = f"""latest AS (
+  SELECT max(s.id) AS sweep_id FROM sweep s WHERE {_JOB} GROUP BY s.job
+)"""
+
+_KEY_COLUMNS = (
+    "family",
+    "engine",
+    "model",
+    "graph_mode",
+    "mtp_depth",
+    "sliding_window",
+    "thinking",
+    "workload",
+)
+
+
+def _same_key(a: str, b: str) -> str:
+    left = ", ".join(f"{a}.{k}" for k in _KEY_COLUMNS)
+    right = ", ".join(f"{b}.{k}" for k in _KEY_COLUMNS)
+    return f"({left}) = ({right})"
+
+
+# --- MTP acceptance overview ----------------------------------------------------------
+
+SERIES_ACCEPTANCE_LENGTH = f"""WITH {_key_counters(time_filter=True)}
+SELECT started_at AS "time", cell_key AS metric, 1 + accepted / drafts AS "AL"
+FROM key_counters
+WHERE drafts > 0
+ORDER BY 1, 2"""
+
+SERIES_ACCEPTANCE_RATE = f"""WITH {_key_counters(time_filter=True)}
+SELECT started_at AS "time", cell_key AS metric, accepted / draft_tokens AS "acceptance rate"
+FROM key_counters
+WHERE draft_tokens > 0
+ORDER BY 1, 2"""
+
+LATEST_SWEEP = f"""WITH {_LATEST}
+SELECT s.id AS sweep, s.job, s.status, s.started_at AS started, s.finished_at AS finished,
+  count(c.id) FILTER (WHERE c.status = 'ok') AS ok,
+  count(c.id) FILTER (WHERE c.status = 'failed') AS failed,
+  count(c.id) FILTER (WHERE c.status = 'build_failed') AS build_failed,
+  count(c.id) FILTER (WHERE c.status = 'planned') AS planned
+FROM latest l
+JOIN sweep s ON s.id = l.sweep_id
+LEFT JOIN cell c ON c.sweep_id = s.id
+GROUP BY s.id
+ORDER BY s.id DESC"""
+
+# One row per planned variant of the latest sweep's cells (failed cells included, from
+# the plan stored on the cell), with the change against the same key's previous sweep.
+LATEST_SWEEP_CELLS = f"""WITH {_LATEST},
+{_key_counters(time_filter=False)},
+planned AS (
+  SELECT s.id AS sweep_id, s.job, c.id AS cell_row_id, c.ordinal, c.status,
+    c.family, c.engine, c.model, c.planned_graph_mode AS graph_mode, c.mtp_depth,
+    c.sliding_window, pv.thinking, pv.workload
+  FROM latest l
+  JOIN sweep s ON s.id = l.sweep_id
+  JOIN cell c ON c.sweep_id = s.id
+  CROSS JOIN LATERAL json_to_recordset(c.variants) AS pv(thinking text, workload text)
+  WHERE {_axis_filters("pv.thinking")}
+),
+scored AS (
+  SELECT v.cell_row_id, v.thinking, v.workload,
+    avg(CASE WHEN r.correct THEN 1.0 ELSE 0.0 END)::float8 AS accuracy,
+    count(*) AS scored
+  FROM variant_run v
+  JOIN request_record r ON r.variant_run_id = v.id
+  WHERE v.cell_row_id IN (SELECT cell_row_id FROM planned)
+    AND r.error IS NULL AND r.correct IS NOT NULL
+  GROUP BY v.cell_row_id, v.thinking, v.workload
+),
+figures AS (
+  SELECT p.*, 1 + k.accepted / NULLIF(k.drafts, 0) AS al,
+    k.accepted / NULLIF(k.draft_tokens, 0) AS acceptance_rate,
+    a.accuracy, a.scored, prev.sweep_id AS previous_sweep, prev.al AS previous_al
+  FROM planned p
+  LEFT JOIN key_counters k ON k.sweep_id = p.sweep_id AND {_same_key("k", "p")}
+  LEFT JOIN scored a ON a.cell_row_id = p.cell_row_id
+    AND a.thinking = p.thinking AND a.workload = p.workload
+  LEFT JOIN LATERAL (
+    SELECT h.sweep_id, 1 + h.accepted / h.drafts AS al
+    FROM key_counters h
+    WHERE h.job = p.job AND h.sweep_id < p.sweep_id AND h.drafts > 0
+      AND {_same_key("h", "p")}
+    ORDER BY h.sweep_id DESC
+    LIMIT 1
+  ) prev ON TRUE
+)
+SELECT job, sweep_id AS sweep, engine, family, model, graph_mode AS "graph mode",
+  mtp_depth AS "MTP depth", sliding_window AS "sliding window", thinking, workload, status,
+  al AS "AL", acceptance_rate AS "acceptance rate", accuracy, scored AS "scored requests",
+  previous_sweep AS "previous sweep", previous_al AS "previous AL",
+  al - previous_al AS "AL change", (al - previous_al) / previous_al AS "AL change rel"
+FROM figures
+ORDER BY job, ordinal, thinking, workload"""
+
+LATEST_SWEEP_PER_POSITION = f"""WITH {_LATEST},
+runs AS (
+  SELECT {CELL_KEY_LABEL.format(thinking="v.thinking", workload="v.workload")} AS cell_key,
+    v.id AS run_id
+  FROM latest l
+  JOIN cell c ON c.sweep_id = l.sweep_id
+  JOIN variant_run v ON v.cell_row_id = c.id
+  WHERE c.status = 'ok'
+    AND {_axis_filters("v.thinking")}
+),
+drafts AS (
+  SELECT r.cell_key, sum(m.value)::float8 AS drafts
+  FROM runs r JOIN metric m ON m.variant_run_id = r.run_id
+  WHERE m.name = 'drafts' AND m.position IS NULL
+  GROUP BY r.cell_key
+),
+positions AS (
+  SELECT r.cell_key, m.position, sum(m.value)::float8 AS accepted
+  FROM runs r JOIN metric m ON m.variant_run_id = r.run_id
+  WHERE m.name = 'accepted_per_pos' AND m.position IS NOT NULL
+  GROUP BY r.cell_key, m.position
+)
+SELECT p.cell_key AS cell, 'pos ' || p.position AS position, p.accepted / d.drafts AS rate
+FROM positions p
+JOIN drafts d ON d.cell_key = p.cell_key
+WHERE d.drafts > 0
+ORDER BY p.cell_key, p.position"""
+
+# --- Farm health ----------------------------------------------------------------------
+
+SWEEPS_BY_STATUS = f"""SELECT date_trunc('day', s.started_at AT TIME ZONE 'UTC') AS "time",
+  s.status AS metric, count(*) AS sweeps
+FROM sweep s
+WHERE $__timeFilter(s.started_at)
+  AND {_JOB}
+GROUP BY 1, 2
+ORDER BY 1, 2"""
+
+RECENT_SWEEPS = f"""SELECT s.id AS sweep, s.job, s.status, s.host, s.started_at AS started,
+  extract(epoch FROM s.finished_at - s.started_at)::float8 AS duration,
+  count(c.id) FILTER (WHERE c.status = 'ok') AS ok,
+  count(c.id) FILTER (WHERE c.status = 'failed') AS failed,
+  count(c.id) FILTER (WHERE c.status = 'build_failed') AS build_failed,
+  count(c.id) FILTER (WHERE c.status = 'planned') AS planned
+FROM sweep s
+LEFT JOIN cell c ON c.sweep_id = s.id
+WHERE $__timeFilter(s.started_at)
+  AND {_JOB}
+GROUP BY s.id
+ORDER BY s.id DESC"""
+
+FAILED_CELLS = f"""SELECT s.id AS sweep, s.job, s.started_at AS started, c.cell_id AS cell,
+  c.status, c.node, c.engine, c.model, c.planned_graph_mode AS "graph mode",
+  c.mtp_depth AS "MTP depth", c.sliding_window AS "sliding window", c.error
+FROM cell c
+JOIN sweep s ON s.id = c.sweep_id
+WHERE $__timeFilter(s.started_at)
+  AND {_JOB}
+  AND c.status IN ('failed', 'build_failed')
+ORDER BY s.id DESC, c.ordinal"""
+
+CELL_DURATIONS_BY_NODE = f"""SELECT coalesce(c.node, 'unknown') AS node,
+  avg(c.startup_s)::float8 AS "startup (mean)",
+  max(c.startup_s)::float8 AS "startup (max)",
+  avg(c.generation_s)::float8 AS "generation (mean)",
+  max(c.generation_s)::float8 AS "generation (max)",
+  count(*) AS cells
+FROM cell c
+JOIN sweep s ON s.id = c.sweep_id
+WHERE $__timeFilter(s.started_at)
+  AND {_JOB}
+  AND c.status IN ('ok', 'failed')
+GROUP BY 1
+ORDER BY 1"""
+
+STARTUP_BY_NODE = f"""SELECT c.started_at AS "time", coalesce(c.node, 'unknown') AS metric,
+  c.startup_s::float8 AS "startup"
+FROM cell c
+JOIN sweep s ON s.id = c.sweep_id
+WHERE $__timeFilter(s.started_at)
+  AND {_JOB}
+  AND c.startup_s IS NOT NULL
+ORDER BY 1, 2"""
+
+# Alerts name no job; one belongs to the job of the last sweep that showed it.
+OPEN_ALERTS = f"""SELECT a.id, a.state, a.severity, a.kind, a.metric, a.summary, a.occurrences,
+  a.first_sweep_id AS "first sweep", a.last_sweep_id AS "last sweep",
+  a.opened_sweep_id AS "opened by sweep", a.updated_at AS updated,
+  a.acknowledged_by AS "acknowledged by", s.job
+FROM alert a
+JOIN sweep s ON s.id = a.last_sweep_id
+WHERE a.state IN ('open', 'acknowledged')
+  AND {_JOB}
+ORDER BY CASE a.severity WHEN 'critical' THEN 0 ELSE 1 END, a.updated_at DESC, a.id DESC"""
+
+OPEN_ALERT_COUNT = f"""SELECT count(*) AS "open alerts"
+FROM alert a
+JOIN sweep s ON s.id = a.last_sweep_id
+WHERE a.state = 'open'
+  AND {_JOB}"""
+
+LATEST_FAILED_CELLS = f"""WITH {_LATEST}
+SELECT count(c.id) AS "failed cells in latest sweep"
+FROM latest l
+JOIN cell c ON c.sweep_id = l.sweep_id
+WHERE c.status IN ('failed', 'build_failed')"""
+
+# --- variables ------------------------------------------------------------------------
+
+# Most recently run job first, so the dashboard opens on it.
+VARIABLE_JOB_LATEST_FIRST = "SELECT job FROM sweep GROUP BY job ORDER BY max(id) DESC"
+VARIABLE_JOBS = "SELECT DISTINCT job FROM sweep ORDER BY job"
+
+
+def _cell_values(column: str) -> str:
+    return (
+        f"SELECT DISTINCT {column} FROM cell c JOIN sweep s ON s.id = c.sweep_id\n"
+        f"WHERE {_JOB}\nORDER BY 1"
+    )
+
+
+VARIABLE_ENGINE = _cell_values("c.engine")
+VARIABLE_MODEL = _cell_values("c.model")
+VARIABLE_GRAPH_MODE = _cell_values("c.planned_graph_mode")
+VARIABLE_MTP_DEPTH = f"""SELECT depth::text FROM (
+  SELECT DISTINCT c.mtp_depth AS depth FROM cell c JOIN sweep s ON s.id = c.sweep_id
+  WHERE {_JOB}
+) d
+ORDER BY depth"""
+# From the plan stored on each cell, so values of cells that failed are offered too.
+VARIABLE_THINKING = f"""SELECT DISTINCT pv.thinking
+FROM cell c
+JOIN sweep s ON s.id = c.sweep_id
+CROSS JOIN LATERAL json_to_recordset(c.variants) AS pv(thinking text, workload text)
+WHERE {_JOB}
+ORDER BY 1"""
+
+# --- alert rules (no variables, no time range: the whole store) ---------------------
+
+# One row (an alert instance) per severity with open alerts; the column is not called
+# "severity", which is the rule's own label.
+ALERT_OPEN_ALERTS = """SELECT severity AS farm_severity, count(*)::float8 AS open_alerts
+FROM alert
+WHERE state = 'open'
+GROUP BY severity
+ORDER BY severity"""
+
+# One row per job: failed or build_failed cells of its newest sweep (0 included, so an
+# instance resolves when the next sweep is clean).
+ALERT_FAILED_CELLS = """SELECT s.job,
+  (count(c.id) FILTER (WHERE c.status IN ('failed', 'build_failed')))::float8 AS failed_cells
+FROM sweep s
+LEFT JOIN cell c ON c.sweep_id = s.id
+WHERE s.id IN (SELECT max(id) FROM sweep GROUP BY job)
+GROUP BY s.job
+ORDER BY s.job"""
