@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from farm.dashboards.alerting import alert_rules
 from farm.dashboards.files import all_dashboards, default_out_dir, stale_files, write_files
 from farm.dashboards.provisioning import DASHBOARD_FOLDER
 from farm.errors import FarmError
@@ -76,13 +77,26 @@ def push(
         ),
     ] = None,
     timeout: Annotated[float, typer.Option(help="seconds per HTTP request")] = 10.0,
+    alerts: Annotated[
+        bool,
+        typer.Option(
+            "--alerts/--no-alerts",
+            help="also create or update the alert rules, in the same folder",
+        ),
+    ] = True,
 ) -> None:
-    """Upload the dashboards to Grafana; create the folder and data source if missing.
+    """Upload the dashboards and alert rules to Grafana; create the folder and data
+    source if missing.
 
     The token comes from GRAFANA_TOKEN (a service account token); it is never printed.
     """
     # Imported here: the HTTP client is needed by this command only.
-    from farm.dashboards.push import push_dashboards, store_connection
+    from farm.dashboards.push import (
+        PushedRule,
+        push_alert_rules,
+        push_dashboards,
+        store_connection,
+    )
 
     token = os.environ.get("GRAFANA_TOKEN", "")
     if not token:
@@ -100,3 +114,20 @@ def push(
         console.print("data source created")
     for uid, path in result.dashboards:
         console.print(f"pushed {uid}: {url.rstrip('/')}{path}")
+    if not alerts:
+        return
+
+    def report(rule: PushedRule) -> None:
+        console.print(f"{rule.action} alert rule {rule.uid}: {rule.title}")
+
+    try:
+        push_alert_rules(
+            url,
+            token,
+            alert_rules(),
+            folder_uid=result.folder_uid,
+            timeout=timeout,
+            on_saved=report,
+        )
+    except FarmError as exc:
+        raise _fail(str(exc).replace(token, "***")) from None

@@ -1,4 +1,5 @@
-"""Grafana unified-alerting rules as code, for file provisioning (``apiVersion: 1``).
+"""Grafana unified-alerting rules as code, for file provisioning (``apiVersion: 1``) and
+for Grafana's alerting provisioning HTTP API (``farm dashboards push``).
 
 Each rule is the usual three-step Grafana rule: ``A`` runs SQL on the farm's store
 (table format: every text column becomes a label, so each row is its own alert
@@ -20,12 +21,19 @@ from pydantic import BaseModel, ConfigDict
 from farm.dashboards import queries as q
 from farm.dashboards.model import DATASOURCE_UID
 
-__all__ = ["ALERT_FOLDER", "ALERT_GROUP", "AlertRule", "alert_provisioning", "alert_rules"]
+__all__ = [
+    "ALERT_FOLDER",
+    "ALERT_GROUP",
+    "ALERT_INTERVAL_S",
+    "AlertRule",
+    "alert_provisioning",
+    "alert_rules",
+]
 
 ALERT_FOLDER = "MTP farm"
 ALERT_GROUP = "mtp-farm"
 # The farm raises alerts once per sweep (nightly); checking every 5 minutes is plenty.
-_INTERVAL = "5m"
+ALERT_INTERVAL_S = 300
 _EXPRESSION_UID = "__expr__"
 
 
@@ -92,6 +100,17 @@ class AlertRule(BaseModel):
             "isPaused": False,
         }
 
+    def render_for_api(self, folder_uid: str, org_id: int = 1) -> dict[str, Any]:
+        """The rule as ``POST``/``PUT /api/v1/provisioning/alert-rules`` take it
+        (``ProvisionedAlertRule``): the file model plus where the rule lives. Grafana
+        uses the token's organisation whatever ``orgID`` says, but requires the field."""
+        return {
+            **self.render(),
+            "folderUID": folder_uid,
+            "ruleGroup": ALERT_GROUP,
+            "orgID": org_id,
+        }
+
 
 def alert_rules() -> tuple[AlertRule, ...]:
     """The farm's rules: open farm alerts, and failed cells in each job's newest sweep."""
@@ -123,6 +142,10 @@ def alert_rules() -> tuple[AlertRule, ...]:
     )
 
 
+def _duration(seconds: int) -> str:
+    return f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s"
+
+
 def alert_provisioning() -> dict[str, Any]:
     """The provisioning document (``provisioning/alerting/*.yaml``) with every rule."""
     return {
@@ -132,7 +155,7 @@ def alert_provisioning() -> dict[str, Any]:
                 "orgId": 1,
                 "name": ALERT_GROUP,
                 "folder": ALERT_FOLDER,
-                "interval": _INTERVAL,
+                "interval": _duration(ALERT_INTERVAL_S),
                 "rules": [r.render() for r in alert_rules()],
             }
         ],

@@ -1,4 +1,4 @@
-"""Upload the farm's dashboards to a running Grafana through its HTTP API.
+"""Upload the farm's dashboards and alert rules to a running Grafana through its HTTP API.
 
 Uses the ``grafana-client`` library; each step names the API it calls:
 
@@ -6,7 +6,15 @@ Uses the ``grafana-client`` library; each step names the API it calls:
 - ``GET /api/folders/:uid``, ``POST /api/folders`` - the folder, created if missing;
 - ``GET /api/datasources/uid/:uid``, ``POST /api/datasources`` - the farm's PostgreSQL
   data source under its fixed uid, created if missing (an existing one is left as is);
-- ``POST /api/dashboards/db`` - each dashboard, ``overwrite: true``, into the folder.
+- ``POST /api/dashboards/db`` - each dashboard, ``overwrite: true``, into the folder;
+- ``GET /api/v1/provisioning/alert-rules/:uid``, then ``POST /api/v1/provisioning/alert-rules``
+  or ``PUT /api/v1/provisioning/alert-rules/:uid`` - each alert rule under its fixed uid,
+  so a second push updates it instead of adding a copy;
+- ``GET``/``PUT /api/v1/provisioning/folder/:folderUid/rule-groups/:group`` - the rule
+  group's evaluation interval (a group made by the first rule gets Grafana's default).
+
+See https://grafana.com/docs/grafana/latest/developers/http_api/alerting_provisioning/
+for the alerting endpoints' contract.
 
 The token (a service account token) is sent as a bearer token and never appears in
 an error message: every message is scrubbed of it before it is raised.
@@ -17,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import requests
@@ -31,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, SecretStr
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from farm.dashboards.alerting import ALERT_GROUP, ALERT_INTERVAL_S, AlertRule
 from farm.dashboards.model import DATASOURCE_UID, Dashboard
 from farm.dashboards.provisioning import DASHBOARD_FOLDER, DASHBOARD_FOLDER_UID, datasource
 from farm.errors import FarmError
@@ -38,8 +47,10 @@ from farm.errors import FarmError
 __all__ = [
     "GrafanaError",
     "PushResult",
+    "PushedRule",
     "StoreConnection",
     "folder_uid",
+    "push_alert_rules",
     "push_dashboards",
     "store_connection",
 ]
@@ -74,6 +85,16 @@ class PushResult(BaseModel):
     folder_created: bool
     datasource_created: bool
     dashboards: tuple[tuple[str, str], ...]  # (uid, URL path Grafana answered)
+
+
+class PushedRule(BaseModel):
+    """One alert rule a push saved, and whether Grafana had it before."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    uid: str
+    title: str
+    action: Literal["created", "updated"]
 
 
 def folder_uid(name: str) -> str:
@@ -113,8 +134,20 @@ def _api(url: str, token: str, timeout: float) -> GrafanaApi:
     )
 
 
-def _call(what: str, url: str, token: str, call: Callable[[], _T]) -> _T:
-    """Run one API call; turn every failure into a GrafanaError without the token."""
+def _refusal(exc: GrafanaException) -> str:
+    """Grafana's own reason: the ``message`` of its JSON error body when it has one
+    (grafana-client's message for a 400 is the whole body's repr)."""
+    body = exc.response
+    if isinstance(body, dict) and body.get("message"):
+        return f"(HTTP {exc.status_code}): {body['message']}"
+    return f"(HTTP {exc.status_code}): {exc.message}"
+
+
+def _call(what: str, url: str, token: str, call: Callable[[], _T], *, hint: str = "") -> _T:
+    """Run one API call; turn every failure into a GrafanaError without the token.
+
+    ``hint`` (what to do) is added when Grafana refuses the request itself.
+    """
 
     def fail(message: str) -> GrafanaError:
         return GrafanaError(message.replace(token, "***") if token else message)
@@ -127,9 +160,11 @@ def _call(what: str, url: str, token: str, call: Callable[[], _T]) -> _T:
             raise fail(
                 f"Grafana at {url} refused the token in GRAFANA_TOKEN (HTTP {code}) while "
                 f"trying to {what}; use a service account token with the Editor role "
-                "(or Admin, to create the data source)"
+                "(or Admin, to create the data source; before Grafana 11, also to "
+                "provision alert rules)"
             ) from None
-        raise fail(f"Grafana at {url} refused to {what}: {exc.message}") from None
+        advice = f"; {hint}" if hint else ""
+        raise fail(f"Grafana at {url} refused to {what} {_refusal(exc)}{advice}") from None
     except requests.exceptions.InvalidURL as exc:
         raise fail(f"bad Grafana URL {url!r}: {exc}") from None
     except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
@@ -231,6 +266,84 @@ def push_dashboards(
         folder_created=not folder_found,
         datasource_created=not ds_found,
         dashboards=tuple(pushed),
+    )
+
+
+def push_alert_rules(
+    url: str,
+    token: str,
+    rules: Sequence[AlertRule],
+    *,
+    folder_uid: str,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    on_saved: Callable[[PushedRule], None] | None = None,
+) -> tuple[PushedRule, ...]:
+    """Create or update each rule, by its uid, in group ``ALERT_GROUP`` of the folder,
+    then set the group's evaluation interval to ``ALERT_INTERVAL_S`` seconds.
+
+    Run it after :func:`push_dashboards`: the folder and the data source the rules query
+    must exist. Rules are saved without ``X-Disable-Provenance``, so Grafana's UI shows
+    them as provisioned and read-only, like the file-provisioned ones: they are edited
+    in code. ``on_saved`` hears of each rule as soon as it is saved, so a caller can
+    report the rules saved before a failure. Raises GrafanaError as
+    :func:`push_dashboards` does; a refused rule is named with Grafana's reason.
+    """
+    if not token:
+        raise GrafanaError("no Grafana token: set GRAFANA_TOKEN to a service account token")
+    provisioning = _api(url, token, timeout).alertingprovisioning
+    pushed = []
+    for rule in rules:
+        body = rule.render_for_api(folder_uid)
+        found = _exists(
+            f"look up alert rule {rule.uid}",
+            url,
+            token,
+            partial(provisioning.get_alertrule, rule.uid),
+        )
+        save = (
+            partial(provisioning.update_alertrule, rule.uid, body)
+            if found
+            else partial(provisioning.create_alertrule, body)
+        )
+        _call(
+            f"save alert rule {rule.title!r} (uid {rule.uid})",
+            url,
+            token,
+            save,
+            hint="the rule is generated by farm/dashboards/alerting.py; "
+            "`farm dashboards push --no-alerts` pushes the dashboards without it",
+        )
+        saved = PushedRule(uid=rule.uid, title=rule.title, action="updated" if found else "created")
+        pushed.append(saved)
+        if on_saved is not None:
+            on_saved(saved)
+    if rules:
+        _set_group_interval(provisioning, url, token, folder_uid)
+    return tuple(pushed)
+
+
+def _set_group_interval(provisioning: Any, url: str, token: str, folder_uid: str) -> None:
+    group = _call(
+        f"read alert rule group {ALERT_GROUP!r}",
+        url,
+        token,
+        partial(provisioning.get_rule_group, folder_uid, ALERT_GROUP),
+    )
+    if not isinstance(group, dict):
+        raise GrafanaError(
+            f"{url} answered, but not like Grafana's HTTP API, while trying to read "
+            f"alert rule group {ALERT_GROUP!r}"
+        )
+    if group.get("interval") == ALERT_INTERVAL_S:
+        return
+    # The PUT replaces the group's rules with the body's, so the body keeps every rule
+    # the group holds, a team's own ones included.
+    body = {**group, "title": ALERT_GROUP, "folderUid": folder_uid, "interval": ALERT_INTERVAL_S}
+    _call(
+        f"set the evaluation interval of alert rule group {ALERT_GROUP!r}",
+        url,
+        token,
+        partial(provisioning.update_rule_group, folder_uid, ALERT_GROUP, body),
     )
 
 

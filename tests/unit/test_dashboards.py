@@ -24,10 +24,12 @@ from farm.dashboards import (
     DATASOURCE_UID,
     Dashboard,
     Panel,
+    alert_rules,
     all_dashboards,
     render_files,
     stale_files,
 )
+from farm.dashboards.alerting import ALERT_GROUP, ALERT_INTERVAL_S
 from farm.dashboards.files import (
     ALERTING_FILE,
     DASHBOARD_PROVIDER_FILE,
@@ -215,6 +217,21 @@ def test_alert_rules_parse_and_query_the_farm_data_source() -> None:
         assert "$" not in json.dumps(rule["labels"]) + json.dumps(rule["annotations"])
     assert "contactPoints" not in doc  # left for the team (documented in the header)
     assert "contact point" in render_files()[ALERTING_FILE].lower()
+
+
+def test_alert_rules_for_the_api_are_the_file_rules_placed_in_folder_and_group() -> None:
+    (group,) = _yaml(ALERTING_FILE)["groups"]
+    assert (group["name"], group["interval"]) == (ALERT_GROUP, "5m")
+    assert ALERT_INTERVAL_S == 300 and ALERT_INTERVAL_S % 10 == 0  # Grafana's base interval
+    for rule in alert_rules():
+        assert rule.render_for_api("some-folder") == {
+            **rule.render(),
+            "folderUID": "some-folder",
+            "ruleGroup": ALERT_GROUP,
+            "orgID": 1,
+        }
+        # Grafana refuses a uid longer than 40 or with other characters (400 on push).
+        assert re.fullmatch(r"[A-Za-z0-9_-]{1,40}", rule.uid), rule.uid
 
 
 # --- interpolation -------------------------------------------------------------------------
