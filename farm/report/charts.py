@@ -363,7 +363,9 @@ def heatmap_svg(grid: Grid, title: str = "", uid: str = "hm") -> str:
     cw, ch = 112.0, 44.0
     n_rows, n_cols = len(grid.rows), len(grid.cols)
     header_lines = max((len(c) for c in grid.cols), default=1)
-    left = 24 + max((len(r) for r in grid.rows), default=10) * _CHAR_W
+    # Wide enough for the row names and for the rows' axis label above them, which
+    # would otherwise run under the first column's header.
+    left = 24 + max(max((len(r) for r in grid.rows), default=10), len(grid.row_axis) + 6) * _CHAR_W
     top = 30 + 15 * header_lines
     width = max(left + cw * n_cols, left + _LEGEND_W) + 16
     grid_bottom = top + ch * n_rows
