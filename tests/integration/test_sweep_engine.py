@@ -122,23 +122,31 @@ def _kill_first_server_mid_variant(home: Path, stop: threading.Event) -> list[st
             ln.startswith(gauges) and float(ln.split()[-1]) > 0 for ln in metrics.splitlines()
         )
 
+    # Earlier sweeps in this FARM_HOME (farm selftest's, say) left logs of that name.
+    earlier = set(home.glob("logs/sweep-*"))
+
     def watch() -> None:
         # The server is found once; then /metrics is polled without pause, because the
         # tiny model answers a request in a fraction of a second on an idle machine.
-        server: tuple[int, int] | None = None
+        server: tuple[Path, int, int] | None = None  # log, pid, port
         while not stop.is_set() and not killed:
-            logs = sorted(home.glob("logs/sweep-*/*.mtp1.swa-on.log"))
             if server is None:
-                server = next(filter(None, map(server_of, logs)), None)
-                if server is None:
+                logs = [
+                    p
+                    for d in sorted(set(home.glob("logs/sweep-*")) - earlier)
+                    for p in d.glob("*.mtp1.swa-on.log")
+                ]
+                found = [(log, *pid_port) for log in logs if (pid_port := server_of(log))]
+                if not found:
                     time.sleep(0.05)
                     continue
-            pid, port = server
+                server = found[0]
+            log, pid, port = server
             if not Path(f"/proc/{pid}").exists():
                 return
             if busy(port):
                 os.kill(pid, signal.SIGKILL)
-                killed.append(logs[0].name)
+                killed.append(log.name)
 
     threading.Thread(target=watch, daemon=True).start()
     return killed
