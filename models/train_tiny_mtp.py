@@ -22,7 +22,7 @@ The PyTorch model below re-implements exactly what vLLM computes:
   steps, with the attention of step s seeing step-1 keys of earlier positions and
   the chain's own keys, as the drafter's KV cache does at inference.
 
-Usage (CPU, ~13 min on 2 idle cores)::
+Usage (CPU, 8.5 min on 2 idle cores)::
 
     python models/train_tiny_mtp.py --out models/tiny-mtp
 
