@@ -233,17 +233,22 @@ class _BuildRecorder:
             self._errors.setdefault(engine, []).append(f"on {label}: {build}")
             self._events.build_placed(engine, label, build)
         else:
-            with store.Session(self._db) as session:
-                store.record_build(session, self._sweep_id, build)
-                store.record_build_location(
-                    session,
-                    store.BuildLocation(
-                        build_id=build.build_id,
-                        node_id=node_id,
-                        host=str(node.get("NodeManagerHostname", "")),
-                        env_dir=build.env_dir,
-                    ),
-                )
+            try:
+                with store.Session(self._db) as session:
+                    store.record_build(session, self._sweep_id, build)
+                    store.record_build_location(
+                        session,
+                        store.BuildLocation(
+                            build_id=build.build_id,
+                            node_id=node_id,
+                            host=str(node.get("NodeManagerHostname", "")),
+                            env_dir=build.env_dir,
+                        ),
+                    )
+            except (StoreError, SQLAlchemyError) as exc:
+                # Builds land while cells run: a store that is down now must not stop
+                # the sweep; only where the build lives goes unrecorded.
+                label += f" (not recorded, the store refused it: {type(exc).__name__})"
             self._ready.setdefault(engine, build)
             self._events.build_placed(engine, label, None)
         if not self._builds.waiting(engine):

@@ -21,9 +21,10 @@ from typer.testing import CliRunner
 from farm import store
 from farm.cli.main import app
 from farm.orchestrate.fake import fake_build, fake_run_cell
+from farm.orchestrate.ray_pool import LineSink
 from farm.plan import ServerCell
-from farm.records import CellResult
-from farm.spec import parse_job
+from farm.records import BuildInfo, CellResult
+from farm.spec import EngineSpec, parse_job
 from farm.spool import spooled
 from farm.sweep import SweepEvents, SweepOptions, run_sweep
 
@@ -214,3 +215,45 @@ def test_resume_flushes_the_spool_first_and_reruns_nothing_it_held(
     assert len(outcome.flushed) == 5
     assert outcome.ok == () and outcome.failed == ()  # every cell was already measured
     assert set(_stored(url, sweep_id).values()) == {"ok"}
+
+
+class _BuildWhileDown(_StoreGoesAway):
+    """Records how each build was placed; brings the store back after the 3rd result."""
+
+    def __init__(self, proxy: TcpProxy) -> None:
+        super().__init__(proxy, back_after=3)
+        self.placed: list[str] = []
+
+    def build_placed(self, engine: str, node: str, error: str | None) -> None:
+        self.placed.append(node)
+
+    def cell_done(self, cell: ServerCell, result: CellResult) -> None:
+        self.done += 1
+        if self.done == self.back_after:
+            self.proxy.start()
+
+
+def test_a_build_landing_while_the_store_is_down_does_not_stop_the_sweep(
+    proxied_url: tuple[str, TcpProxy], tmp_path: Path, ray_local: None
+) -> None:
+    url, proxy = proxied_url
+    events = _BuildWhileDown(proxy)
+
+    def build_as_the_store_goes(engine: EngineSpec, cache: Path, say: LineSink) -> BuildInfo:
+        proxy.stop()  # builds land while cells run; the store may be gone by then
+        return fake_build(engine, cache, say)
+
+    (tmp_path / "p.jsonl").write_text('{"id": "p0", "prompt": "1+1"}\n')
+    job = parse_job(JOB, base_dir=str(tmp_path))
+    options = SweepOptions(
+        db_url=url,
+        home=tmp_path / "home",
+        runner=fake_run_cell,
+        builder=build_as_the_store_goes,
+    )
+    outcome = run_sweep(job, JOB, options, events)
+    assert len(outcome.ok) == 6 and not outcome.failed and outcome.spooled == ()
+    (placed,) = events.placed
+    assert "not recorded, the store refused it" in placed
+    assert len(events.spooled_ids) >= 2  # the first results, while it was down
+    assert set(_stored(url, outcome.sweep_id).values()) == {"ok"}
