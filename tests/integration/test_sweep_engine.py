@@ -6,6 +6,7 @@ are small; they still run every stage of the pipeline for real.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -96,23 +97,56 @@ def test_local_slice_measures_real_mtp_and_lands_in_sqlite(
     assert "compiled" in shown.output and "0.32.0" not in shown.output
 
 
-def _kill_first_server_mid_variant(home: Path, stop: threading.Event) -> list[str]:
-    """Kill the engine API process of the first cell once it is serving requests."""
-    killed: list[str] = []
+def _parent(pid: int) -> int | None:
+    try:
+        # /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces.
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
-    def server_of(log: Path) -> tuple[int, int] | None:
+
+class _Killer:
+    """Kills the engine API process of the first mtp1/swa-on cell once it serves requests.
+
+    Each pass looks the server up again (a start retried on another port is a new
+    process) and polls its /metrics; ``seen`` counts, per (pid, port), the polls and
+    the busy ones, to say what happened when no kill came.
+    """
+
+    def __init__(self, home: Path) -> None:
+        # Earlier sweeps in this FARM_HOME (farm selftest's, say) left logs of that name.
+        self.earlier = set(home.glob("logs/sweep-*"))
+        self.home = home
+        self.killed: list[str] = []
+        self.seen: dict[tuple[int, int], list[int]] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _servers(self) -> list[tuple[Path, int, int]]:
+        logs = {
+            str(p): p
+            for d in set(self.home.glob("logs/sweep-*")) - self.earlier
+            for p in d.glob("*.mtp1.swa-on.log")
+        }
+        found = []
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
-                if os.readlink(f"/proc/{pid}/fd/1") != str(log):
+                log = logs.get(os.readlink(f"/proc/{pid}/fd/1"))
+                if log is None:
                     continue
                 argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"vllm.entrypoints.openai.api_server" in argv:
-                return int(pid), int(argv[argv.index(b"--port") + 1])
-        return None
+            if b"vllm.entrypoints.openai.api_server" in argv and b"--port" in argv:
+                found.append((log, int(pid), int(argv[argv.index(b"--port") + 1])))
+        # A child forked by the server (its engine core) shares its command line and
+        # log: the server is the one whose parent is not among them.
+        pids = {pid for _, pid, _ in found}
+        return [f for f in found if _parent(f[1]) not in pids]
 
-    def busy(port: int) -> bool:
+    @staticmethod
+    def _busy(port: int) -> bool:
         try:
             metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
         except httpx.HTTPError:
@@ -122,34 +156,23 @@ def _kill_first_server_mid_variant(home: Path, stop: threading.Event) -> list[st
             ln.startswith(gauges) and float(ln.split()[-1]) > 0 for ln in metrics.splitlines()
         )
 
-    # Earlier sweeps in this FARM_HOME (farm selftest's, say) left logs of that name.
-    earlier = set(home.glob("logs/sweep-*"))
-
-    def watch() -> None:
-        # The server is found once; then /metrics is polled without pause, because the
-        # tiny model answers a request in a fraction of a second on an idle machine.
-        server: tuple[Path, int, int] | None = None  # log, pid, port
-        while not stop.is_set() and not killed:
-            if server is None:
-                logs = [
-                    p
-                    for d in sorted(set(home.glob("logs/sweep-*")) - earlier)
-                    for p in d.glob("*.mtp1.swa-on.log")
-                ]
-                found = [(log, *pid_port) for log in logs if (pid_port := server_of(log))]
-                if not found:
-                    time.sleep(0.05)
-                    continue
-                server = found[0]
-            log, pid, port = server
-            if not Path(f"/proc/{pid}").exists():
-                return
-            if busy(port):
-                os.kill(pid, signal.SIGKILL)
-                killed.append(log.name)
-
-    threading.Thread(target=watch, daemon=True).start()
-    return killed
+    def _watch(self) -> None:
+        # No pause between polls: the tiny model answers a request in a fraction of a
+        # second on an idle machine.
+        while not self.stop.is_set() and not self.killed:
+            servers = self._servers()
+            if not servers:
+                time.sleep(0.05)
+            for log, pid, port in servers:
+                busy = self._busy(port)
+                counts = self.seen.setdefault((pid, port), [0, 0])
+                counts[0] += 1
+                counts[1] += busy
+                if busy:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                        self.killed.append(log.name)
+                    break
 
 
 def test_engine_killed_mid_run_fails_only_its_cell_in_postgres(
@@ -157,19 +180,19 @@ def test_engine_killed_mid_run_fails_only_its_cell_in_postgres(
 ) -> None:
     job = _slice(
         local_job,
-        12,
+        24,
         graph_mode=("eager",),
         mtp_depth=(1,),
         sliding_window=("on", "off"),
         thinking=("on",),  # long outputs: the watcher sees requests running
     )
-    stop = threading.Event()
-    killed = _kill_first_server_mid_variant(farm_home, stop)
+    killer = _Killer(farm_home)
     try:
         outcome = run_sweep(job, "name: kill", SweepOptions(db_url=pg_url, home=farm_home))
     finally:
-        stop.set()
-    assert killed == ["vllm-cpu.tiny-mtp.eager.mtp1.swa-on.log"]
+        killer.stop.set()
+    # seen: (pid, port) of each server found -> [polls, busy polls]
+    assert killer.killed == ["vllm-cpu.tiny-mtp.eager.mtp1.swa-on.log"], killer.seen
     assert outcome.failed == ("vllm-cpu.tiny-mtp.eager.mtp1.swa-on",)
     assert outcome.ok == ("vllm-cpu.tiny-mtp.eager.mtp1.swa-off",)
     record = _load(pg_url, outcome.sweep_id)
@@ -180,6 +203,6 @@ def test_engine_killed_mid_run_fails_only_its_cell_in_postgres(
     assert dead.error is not None and "engine exited with code -9" in dead.error
     assert dead.log_tail
     alive = by_id["vllm-cpu.tiny-mtp.eager.mtp1.swa-off"]
-    assert alive is not None and alive.status == "ok" and len(alive.variants[0].requests) == 12
+    assert alive is not None and alive.status == "ok" and len(alive.variants[0].requests) == 24
     # Sliding window off kept the context length: no silent cap to the window.
     assert alive.effective is not None and alive.effective.max_model_len == 512
