@@ -27,7 +27,6 @@ from farm.orchestrate import (
     Placement,
     RayPool,
     default_build,
-    node_label,
 )
 from farm.paths import farm_home
 from farm.plan import Plan, ServerCell, expand_matrix, select
@@ -166,7 +165,7 @@ def run_sweep(
                     estimates=estimates,
                     builds=builds,
                     on_start=lambda cell_id, node: events.cell_started(by_id[cell_id], node),
-                    on_build=_BuildRecorder(pool, builds, engine, sweep_id, events),
+                    on_build=_BuildRecorder(builds, engine, sweep_id, events),
                 )
                 for result in results:
                     land(by_id[result.cell_id], result)
@@ -214,23 +213,16 @@ def _build_targets(
 class _BuildRecorder:
     """Stores each build where it landed and tells the front end, per node and per engine."""
 
-    def __init__(
-        self, pool: RayPool, builds: NodeBuilds, db: Engine, sweep_id: int, events: SweepEvents
-    ) -> None:
-        self._nodes = {n["NodeID"]: n for n in pool.nodes()}
+    def __init__(self, builds: NodeBuilds, db: Engine, sweep_id: int, events: SweepEvents) -> None:
         self._builds = builds
         self._db = db
         self._sweep_id = sweep_id
         self._events = events
-        self._ready: dict[str, BuildInfo] = {}
-        self._errors: dict[str, list[str]] = {}
 
     def __call__(self, outcome: BuildOutcome) -> None:
         engine, node_id, build = outcome
-        node = self._nodes.get(node_id, {"NodeID": node_id})
-        label = node_label(node)
+        label = self._builds.label(node_id)
         if isinstance(build, str):
-            self._errors.setdefault(engine, []).append(f"on {label}: {build}")
             self._events.build_placed(engine, label, build)
         else:
             try:
@@ -241,7 +233,9 @@ class _BuildRecorder:
                         store.BuildLocation(
                             build_id=build.build_id,
                             node_id=node_id,
-                            host=str(node.get("NodeManagerHostname", "")),
+                            host=str(
+                                self._builds.nodes.get(node_id, {}).get("NodeManagerHostname", "")
+                            ),
                             env_dir=build.env_dir,
                         ),
                     )
@@ -249,11 +243,11 @@ class _BuildRecorder:
                 # Builds land while cells run: a store that is down now must not stop
                 # the sweep; only where the build lives goes unrecorded.
                 label += f" (not recorded, the store refused it: {type(exc).__name__})"
-            self._ready.setdefault(engine, build)
             self._events.build_placed(engine, label, None)
         if not self._builds.waiting(engine):
-            error = None if engine in self._ready else "\n".join(self._errors[engine])
-            self._events.build_done(engine, self._ready.get(engine), error)
+            ready = self._builds.ready.get(engine)
+            first = next(iter(ready.values())) if ready else None
+            self._events.build_done(engine, first, None if first else self._builds.failures(engine))
 
 
 def _remaining(plan: Plan, stored: SweepRecord, done: set[str]) -> Plan:

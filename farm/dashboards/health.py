@@ -25,6 +25,20 @@ _STAT_OPTIONS = {
 _BARS = {"custom": {"drawStyle": "bars", "fillOpacity": 80, "stacking": {"mode": "normal"}}}
 
 
+def _trouble_count(title: str, sql: str, description: str) -> Panel:
+    """A small stat panel of a count that should be zero: red from one up."""
+    return Panel(
+        title=title,
+        kind="stat",
+        sql=sql,
+        description=description,
+        width=6,
+        height=4,
+        defaults=_RED_ABOVE_ZERO,
+        options=_STAT_OPTIONS,
+    )
+
+
 def farm_health() -> Dashboard:
     """Sweeps by status, failed cells with their errors, cell durations by node, and
     the store's open alerts."""
@@ -36,25 +50,15 @@ def farm_health() -> Dashboard:
         variables=(QueryVariable(name="job", label="job", sql=q.VARIABLE_JOBS),),
         rows=(
             (
-                Panel(
-                    title="Open alerts",
-                    kind="stat",
-                    sql=q.OPEN_ALERT_COUNT,
-                    description="Alerts in state open (not acknowledged) of the selected jobs.",
-                    width=6,
-                    height=4,
-                    defaults=_RED_ABOVE_ZERO,
-                    options=_STAT_OPTIONS,
+                _trouble_count(
+                    "Open alerts",
+                    q.OPEN_ALERT_COUNT,
+                    "Alerts in state open (not acknowledged) of the selected jobs.",
                 ),
-                Panel(
-                    title="Failed cells in the latest sweep",
-                    kind="stat",
-                    sql=q.LATEST_FAILED_CELLS,
-                    description="failed + build_failed cells of each selected job's newest sweep.",
-                    width=6,
-                    height=4,
-                    defaults=_RED_ABOVE_ZERO,
-                    options=_STAT_OPTIONS,
+                _trouble_count(
+                    "Failed cells in the latest sweep",
+                    q.LATEST_FAILED_CELLS,
+                    "failed + build_failed cells of each selected job's newest sweep.",
                 ),
                 Panel(
                     title="Sweeps per day by status",

@@ -267,8 +267,6 @@ class RayPool:
             for task, placement in tasks
         ]
         dispatcher = Dispatcher({i: _capacity(n) for i, n in nodes.items()}, jobs, order)
-        ready: dict[str, dict[str, BuildInfo]] = {}  # engine -> node -> its build there
-        build_errors: dict[str, list[str]] = {}
         remote = ray.remote(_run_remote)
         pending: dict[Any, CellTask] = {}
         checked = time.monotonic()
@@ -279,10 +277,7 @@ class RayPool:
                 if on_build:
                     on_build((engine, node, build))
                 if isinstance(build, str):
-                    where = node_label(nodes[node]) if node in nodes else node[:8]
-                    build_errors.setdefault(engine, []).append(f"on {where}: {build}")
                     continue
-                ready.setdefault(engine, {})[node] = build
                 dispatcher.allow(
                     (
                         j.key
@@ -296,17 +291,15 @@ class RayPool:
                 if builds is not None and builds.waiting(engine):
                     continue
                 dispatcher.drop(job.key)
-                if builds is not None and not ready.get(engine):
-                    errors = build_errors.get(engine) or [
-                        f"no node of the cluster may run {engine}"
-                    ]
-                    yield _failed(job.key, "\n".join(errors), "build_failed")
+                if builds is not None and not builds.ready.get(engine):
+                    error = builds.failures(engine) or f"no node of the cluster may run {engine}"
+                    yield _failed(job.key, error, "build_failed")
                 else:
                     yield _failed(job.key, "no live node that holds its build can hold it any more")
             recheck = False
             for start in dispatcher.starts():
                 task, placement = by_id[start.key]
-                there = ready.get(task.engine.name, {}).get(start.node)
+                there = builds.ready.get(task.engine.name, {}).get(start.node) if builds else None
                 if there is not None:
                     task = task.model_copy(update={"build": there})
                 options = placement.options(start.key)
@@ -374,6 +367,10 @@ class NodeBuilds:
         say: Callable[[str, str], None] | None = None,
     ) -> None:
         here = _driver_node()
+        self.nodes = {n["NodeID"]: n for n in _alive_nodes()}
+        # Outcomes taken so far: engine -> node id -> the build there / why it failed.
+        self.ready: dict[str, dict[str, BuildInfo]] = {}
+        self.failed: dict[str, dict[str, str]] = {}
         self._refs: dict[Any, tuple[str, tuple[str, ...]]] = {}
         self._landed: queue.SimpleQueue[BuildOutcome] = queue.SimpleQueue()
         self._waiting = {name: len(nodes) for name, (_, nodes) in targets.items()}
@@ -459,9 +456,22 @@ class NodeBuilds:
                 out.append(self._landed.get_nowait())
             except queue.Empty:
                 break
-        for name, _, _ in out:
+        for name, node, build in out:
             self._waiting[name] -= 1
+            if isinstance(build, str):
+                self.failed.setdefault(name, {})[node] = build
+            else:
+                self.ready.setdefault(name, {})[node] = build
         return out
+
+    def label(self, node: str) -> str:
+        """``host:node-id-prefix`` of a node, as cells record it."""
+        return node_label(self.nodes.get(node, {"NodeID": node}))
+
+    def failures(self, engine: str) -> str:
+        """Each node's reason ``engine`` failed to build there, one line per node."""
+        failed = self.failed.get(engine, {})
+        return "\n".join(f"on {self.label(node)}: {error}" for node, error in failed.items())
 
 
 def _ignore(line: str) -> None:
