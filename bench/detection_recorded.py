@@ -41,6 +41,7 @@ from farm.records import (
     SweepRecord,
     VariantResult,
 )
+from farm.store.export import read_sweep_export
 
 __all__ = ["minimum_detectable", "run_recorded"]
 
@@ -298,13 +299,10 @@ def run_recorded(directory: Path, rng: np.random.Generator, resamples: int, reps
     config = CheckConfig(resamples=resamples)
     canaries = directory / "canaries.json"
     if canaries.exists():
-        sweep = SweepRecord.model_validate_json(canaries.read_text())
+        sweep = read_sweep_export(canaries)
         table_canaries(sweep, config)
         table_subsets(sweep, config, rng, draws=max(reps // 5, 4))
-    repeats = [
-        SweepRecord.model_validate_json(p.read_text())
-        for p in sorted(directory.glob("clean-repeat-*.json"))
-    ]
+    repeats = [read_sweep_export(p) for p in sorted(directory.glob("clean-repeat-*.json"))]
     if len(repeats) >= 2:
         table_repeats(repeats, config)
         table_power(repeats, config, rng, reps)

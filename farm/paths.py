@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from farm.settings import get_settings
 
 __all__ = ["farm_home"]
 
 
 def farm_home() -> Path:
-    """The farm's folder: database, engine builds, wheels, logs (FARM_HOME, ~/.mtp-farm)."""
-    home = Path(os.environ.get("FARM_HOME", "~/.mtp-farm")).expanduser()
+    """The farm's folder: database, engine builds, wheels, logs (FARM_HOME, ~/.mtp-farm).
+
+    Created when missing.
+    """
+    home = get_settings().paths.home
     home.mkdir(parents=True, exist_ok=True)
     return home

@@ -8,15 +8,28 @@ excluded with a reason, never silently dropped.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from farm.axes import (
+    AXIS_NAMES,
+    REQUEST_AXES,
+    SERVER_AXES,
+    Axis,
+    AxisValue,
+    GraphMode,
+    OnOff,
+    axes_text,
+    fold_axis_values,
+    parse_axis_value,
+    variant_label,
+)
+from farm.comparable import ComparableKey, workload_identity
 from farm.errors import PlanError
-from farm.spec import GraphMode, JobSpec, OnOff
+from farm.spec import JobSpec
 
 __all__ = [
     "FULL_GRAPH_MODES",
@@ -26,6 +39,7 @@ __all__ = [
     "ServerCell",
     "Variant",
     "expand_matrix",
+    "parse_only",
     "select",
 ]
 
@@ -56,44 +70,116 @@ class Capabilities(_Frozen):
 
 
 class Variant(_Frozen):
-    thinking: OnOff
-    workload: str
+    """One request-level variant of a server cell: a value of every request axis.
+
+    ``workload_identity`` is :func:`farm.comparable.workload_identity` of its workload.
+    """
+
+    axes: dict[str, AxisValue]
+    workload_identity: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fold(cls, data: Any) -> Any:
+        return fold_axis_values(data, "request")
+
+    @model_validator(mode="after")
+    def _complete(self) -> Variant:
+        _require_axes(self.axes, REQUEST_AXES, "variant")
+        return self
+
+    def __hash__(self) -> int:
+        return hash((tuple(self.axes.items()), self.workload_identity))
+
+    @property
+    def thinking(self) -> OnOff:
+        return cast(OnOff, self.axes["thinking"])
+
+    @property
+    def workload(self) -> str:
+        return str(self.axes["workload"])
 
     @property
     def key(self) -> str:
-        return f"think-{self.thinking}.{self.workload}"
+        """``think-on.arith``: the variant's part of a label."""
+        return axes_text(self.axes)
+
+
+def _require_axes(values: dict[str, AxisValue], wanted: tuple[Axis, ...], what: str) -> None:
+    missing = [a.name for a in wanted if a.name not in values]
+    unknown = set(values) - {a.name for a in wanted}
+    if missing or unknown:
+        raise ValueError(f"{what} axes: missing {missing}, unknown {sorted(unknown)}")
 
 
 class ServerCell(_Frozen):
-    """One engine server's worth of work."""
+    """One engine server's worth of work.
 
-    engine: str
+    ``axes`` holds the value of every server axis as requested; ``planned_graph_mode``
+    is the mode the engine will really run (its adapter's remap).
+    """
+
     family: str
-    model: str
-    graph_mode: GraphMode
+    axes: dict[str, AxisValue]
     planned_graph_mode: str
-    mtp_depth: int
-    sliding_window: OnOff
     remaps: tuple[str, ...] = ()
     variants: tuple[Variant, ...]
-    fingerprint: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fold(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items() if k != "fingerprint"}  # pre-key rows
+        return fold_axis_values(data, "server")
+
+    @model_validator(mode="after")
+    def _complete(self) -> ServerCell:
+        _require_axes(self.axes, SERVER_AXES, "server cell")
+        return self
+
+    def __hash__(self) -> int:
+        return hash((self.cell_id, self.planned_graph_mode, self.variants))
+
+    @property
+    def engine(self) -> str:
+        return str(self.axes["engine"])
+
+    @property
+    def model(self) -> str:
+        return str(self.axes["model"])
+
+    @property
+    def graph_mode(self) -> GraphMode:
+        return cast(GraphMode, self.axes["graph_mode"])
+
+    @property
+    def mtp_depth(self) -> int:
+        return int(self.axes["mtp_depth"])
+
+    @property
+    def sliding_window(self) -> OnOff:
+        return cast(OnOff, self.axes["sliding_window"])
 
     @property
     def cell_id(self) -> str:
-        return (
-            f"{self.engine}.{self.model}.{self.graph_mode}"
-            f".mtp{self.mtp_depth}.swa-{self.sliding_window}"
-        )
+        return axes_text(self.axes)
 
     @property
-    def axes(self) -> dict[str, Any]:
-        return {
-            "engine": self.engine,
-            "model": self.model,
-            "graph_mode": self.graph_mode,
-            "mtp_depth": self.mtp_depth,
-            "sliding_window": self.sliding_window,
-        }
+    def key(self) -> ComparableKey:
+        """The server-level comparable key (what schedule estimates match on)."""
+        return ComparableKey.of_cell(self)
+
+    def variant_key(self, axes: Mapping[str, AxisValue]) -> ComparableKey:
+        """The comparable key of the variant with request-axis values ``axes`` (a
+        planned :class:`Variant`'s or a result's); its workload identity is the planned
+        variant's, empty when the cell planned no such variant."""
+        planned = next((v for v in self.variants if v.axes == dict(axes)), None)
+        variant = planned or Variant(axes=dict(axes))
+        return ComparableKey.of(self, variant)
+
+    def variant_label(self, axes: Mapping[str, AxisValue]) -> str:
+        """``cell_id[think-on.arith]``: how reports and findings name a variant."""
+        return variant_label(self.cell_id, axes)
 
 
 class ExcludedCell(_Frozen):
@@ -119,17 +205,8 @@ def _matches(rule: dict[str, Any], combo: dict[str, Any]) -> bool:
     return all(k in combo and combo[k] == v for k, v in rule.items())
 
 
-def _fingerprint(job: JobSpec, axes: dict[str, Any]) -> str:
-    """Hash of what decides comparability: engine identity, model, server axes."""
-    engine = next(e for e in job.engines if e.name == axes["engine"])
-    model = next(m for m in job.models if m.name == axes["model"])
-    payload = {
-        "engine": engine.model_dump(mode="json", exclude={"name"}),
-        "model": model.model_dump(mode="json", exclude={"name", "path"}),
-        "axes": {k: v for k, v in axes.items() if k not in ("engine", "model")},
-    }
-    blob = json.dumps(payload, sort_keys=True).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
+def _server_key(combo: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(combo[a.name] for a in SERVER_AXES)
 
 
 def expand_matrix(job: JobSpec, capabilities: dict[str, Capabilities]) -> Plan:
@@ -143,28 +220,11 @@ def expand_matrix(job: JobSpec, capabilities: dict[str, Capabilities]) -> Plan:
     missing = [e.name for e in job.engines if e.name not in capabilities]
     if missing:
         raise PlanError(f"no capabilities declared for engine(s) {missing}")
-    axes = job.axes
-    combos: list[dict[str, Any]] = [
-        {
-            "engine": e.name,
-            "model": m.name,
-            "graph_mode": g,
-            "mtp_depth": d,
-            "sliding_window": s,
-            "thinking": t,
-            "workload": w.name,
-        }
-        for e, m, g, d, s, t, w in itertools.product(
-            job.engines,
-            job.models,
-            axes.graph_mode,
-            axes.mtp_depth,
-            axes.sliding_window,
-            axes.thinking,
-            job.workloads,
-        )
+    values = job.axis_values()
+    combos = [
+        dict(zip(AXIS_NAMES, combo, strict=True))
+        for combo in itertools.product(*(values[name] for name in AXIS_NAMES))
     ]
-    server_keys = ("engine", "model", "graph_mode", "mtp_depth", "sliding_window")
     excluded: list[ExcludedCell] = []
     kept = []
     dropped_by: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -173,66 +233,57 @@ def expand_matrix(job: JobSpec, capabilities: dict[str, Capabilities]) -> Plan:
         if rule is None:
             kept.append(combo)
         else:
-            dropped_by.setdefault(tuple(combo[k] for k in server_keys), rule)
+            dropped_by.setdefault(_server_key(combo), rule)
     for rule in job.include:
-        _check_include(job, rule)
-        base = {"thinking": axes.thinking[0], "workload": job.workloads[0].name}
-        combo = {**base, **rule}
+        _check_include(rule)
+        combo = {a.name: values[a.name][0] for a in REQUEST_AXES} | rule
         if combo not in kept:
             kept.append(combo)
 
+    identities = {w.name: workload_identity(w) for w in job.workloads}
     grouped: dict[tuple[Any, ...], list[Variant]] = {}
     for combo in kept:
-        key = tuple(combo[k] for k in server_keys)
-        variant = Variant(thinking=combo["thinking"], workload=combo["workload"])
-        if variant not in grouped.setdefault(key, []):
-            grouped[key].append(variant)
+        variant = Variant(
+            axes={a.name: combo[a.name] for a in REQUEST_AXES},
+            workload_identity=identities[str(combo["workload"])],
+        )
+        if variant not in grouped.setdefault(_server_key(combo), []):
+            grouped[_server_key(combo)].append(variant)
     for key, rule in dropped_by.items():
         if key not in grouped:
-            excluded.append(
-                ExcludedCell(
-                    axes=dict(zip(server_keys, key, strict=True)), reason=f"job exclude rule {rule}"
-                )
-            )
+            excluded.append(ExcludedCell(axes=_server_axes(key), reason=f"job exclude rule {rule}"))
 
     cells: list[ServerCell] = []
-    seen_effective: dict[tuple[Any, ...], str] = {}
+    seen_effective: dict[ComparableKey, str] = {}
     for key, variants in grouped.items():
-        server_axes = dict(zip(server_keys, key, strict=True))
-        cell_or_reason = _apply_capabilities(job, server_axes, variants, capabilities)
+        cell_or_reason = _apply_capabilities(job, _server_axes(key), variants, capabilities)
         if isinstance(cell_or_reason, str):
-            excluded.append(ExcludedCell(axes=server_axes, reason=cell_or_reason))
+            excluded.append(ExcludedCell(axes=_server_axes(key), reason=cell_or_reason))
             continue
         cell = cell_or_reason
-        effective_key = (
-            cell.engine,
-            cell.model,
-            cell.planned_graph_mode,
-            cell.mtp_depth,
-            cell.sliding_window,
-        )
-        if effective_key in seen_effective:
+        if cell.key in seen_effective:
             excluded.append(
                 ExcludedCell(
-                    axes=server_axes,
-                    reason=f"runs the same server as {seen_effective[effective_key]} here",
+                    axes=_server_axes(key),
+                    reason=f"runs the same server as {seen_effective[cell.key]} here",
                 )
             )
             continue
-        seen_effective[effective_key] = cell.cell_id
+        seen_effective[cell.key] = cell.cell_id
         cells.append(cell)
     return Plan(job=job.name, cells=tuple(cells), excluded=tuple(excluded))
 
 
-def _check_include(job: JobSpec, rule: dict[str, Any]) -> None:
-    required = ("engine", "model", "graph_mode", "mtp_depth", "sliding_window")
-    absent = [k for k in required if k not in rule]
+def _server_axes(key: tuple[Any, ...]) -> dict[str, Any]:
+    return {a.name: v for a, v in zip(SERVER_AXES, key, strict=True)}
+
+
+def _check_include(rule: dict[str, Any]) -> None:
+    # Names and value types are checked with the job file (farm.spec); only the rule's
+    # completeness is the planner's business.
+    absent = [a.name for a in SERVER_AXES if a.name not in rule]
     if absent:
         raise PlanError(f"include rule {rule} must name every server axis; missing {absent}")
-    if rule["engine"] not in {e.name for e in job.engines}:
-        raise PlanError(f"include rule {rule}: unknown engine {rule['engine']!r}")
-    if rule["model"] not in {m.name for m in job.models}:
-        raise PlanError(f"include rule {rule}: unknown model {rule['model']!r}")
 
 
 def _apply_capabilities(
@@ -281,46 +332,46 @@ def _apply_capabilities(
     if not variants:
         return "no request-level variant left"
     return ServerCell(
-        engine=engine.name,
         family=engine.family,
-        model=model.name,
-        graph_mode=requested,
+        axes=axes,
         planned_graph_mode=planned,
-        mtp_depth=depth,
-        sliding_window=axes["sliding_window"],
         remaps=tuple(remaps),
         variants=tuple(variants),
-        fingerprint=_fingerprint(job, {**axes, "graph_mode": planned}),
     )
 
 
-def select(plan: Plan, only: dict[str, str]) -> Plan:
-    """Keep the slice of ``plan`` where every ``AXIS=VALUE`` in ``only`` holds."""
+def select(plan: Plan, only: dict[str, AxisValue]) -> Plan:
+    """Keep the slice of ``plan`` where every axis value in ``only`` holds.
 
-    def keep_cell(cell: ServerCell) -> bool:
-        return all(str(cell.axes[k]) == v for k, v in only.items() if k in cell.axes)
-
-    def keep_variant(v: Variant) -> bool:
-        return all(
-            str(getattr(v, k)) == val for k, val in only.items() if k in ("thinking", "workload")
-        )
-
-    unknown = set(only) - {
-        "engine",
-        "model",
-        "graph_mode",
-        "mtp_depth",
-        "sliding_window",
-        "thinking",
-        "workload",
-    }
+    ``only`` comes from :func:`parse_only`, which checks names and values.
+    """
+    unknown = set(only) - set(AXIS_NAMES)
     if unknown:
-        raise PlanError(f"--only: unknown axis {sorted(unknown)}")
+        raise PlanError(f"--only: unknown axis {sorted(unknown)}; axes: {', '.join(AXIS_NAMES)}")
+
+    def keep(values: dict[str, AxisValue]) -> bool:
+        return all(values[k] == v for k, v in only.items() if k in values)
+
     cells = []
     for cell in plan.cells:
-        if not keep_cell(cell):
+        if not keep(cell.axes):
             continue
-        variants = tuple(v for v in cell.variants if keep_variant(v))
+        variants = tuple(v for v in cell.variants if keep(v.axes))
         if variants:
             cells.append(cell.model_copy(update={"variants": variants}))
     return plan.model_copy(update={"cells": tuple(cells)})
+
+
+def parse_only(job: JobSpec, only: Mapping[str, str]) -> dict[str, AxisValue]:
+    """``--only`` text (axis name -> value) as axis values, checked against the job.
+
+    Raises PlanError naming the axis and the values the job has for it.
+    """
+    known = job.axis_values()
+    out: dict[str, AxisValue] = {}
+    for name, text in only.items():
+        try:
+            out[name] = parse_axis_value(name, text, known)
+        except (KeyError, ValueError) as exc:
+            raise PlanError(f"--only {name}={text}: {exc.args[0]}") from None
+    return out

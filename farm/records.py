@@ -7,14 +7,18 @@ reads them back. They are frozen so a result cannot change after it was measured
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Literal
+from datetime import UTC, datetime
+from typing import Any, Literal, cast, get_args
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
+from farm.axes import AxisValue, OnOff, fold_axis_values
 from farm.plan import ExcludedCell, ServerCell
 
 __all__ = [
+    "CELL_OUTCOMES",
+    "CELL_STATUSES",
+    "SWEEP_STATUSES",
     "BuildInfo",
     "CellResult",
     "CellStatus",
@@ -23,10 +27,17 @@ __all__ = [
     "SpecCounters",
     "StoredCell",
     "SweepRecord",
+    "SweepStatus",
     "VariantResult",
 ]
 
+# Status words, defined here only. A planned cell has no outcome yet; a sweep is
+# running until it ends ok (every cell ran), failed, or interrupted.
 CellStatus = Literal["ok", "failed", "build_failed"]
+CELL_OUTCOMES: tuple[CellStatus, ...] = get_args(CellStatus)
+CELL_STATUSES: tuple[str, ...] = ("planned", *CELL_OUTCOMES)
+SweepStatus = Literal["running", "ok", "failed", "interrupted"]
+SWEEP_STATUSES: tuple[SweepStatus, ...] = get_args(SweepStatus)
 
 
 class _Frozen(BaseModel):
@@ -76,14 +87,27 @@ class RequestRecord(_Frozen):
 
 
 class VariantResult(_Frozen):
-    """One request-level variant (thinking x workload) run against a cell's server."""
+    """One request-level variant (a value of each request axis) run against a cell's
+    server; ``axes`` as in :class:`farm.plan.Variant`."""
 
-    thinking: Literal["on", "off"]
-    workload: str
+    axes: dict[str, AxisValue]
     counters: SpecCounters
     requests: tuple[RequestRecord, ...]
     elapsed_s: float
     concurrency: int
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fold(cls, data: Any) -> Any:
+        return fold_axis_values(data, "request")
+
+    @property
+    def thinking(self) -> OnOff:
+        return cast(OnOff, self.axes["thinking"])
+
+    @property
+    def workload(self) -> str:
+        return str(self.axes["workload"])
 
 
 class EffectiveConfig(_Frozen):
@@ -115,6 +139,17 @@ class CellResult(_Frozen):
     error: str | None = None
     log_tail: str | None = None
     log_path: str | None = None
+
+    @classmethod
+    def never_ran(
+        cls, cell_id: str, error: str, status: CellStatus = "failed", node: str | None = None
+    ) -> CellResult:
+        """The result of a cell that did not get to run (its build failed, its task
+        was lost): no variants, started and finished now."""
+        now = datetime.now(UTC)
+        return cls(
+            cell_id=cell_id, status=status, started_at=now, finished_at=now, node=node, error=error
+        )
 
 
 class BuildInfo(_Frozen):

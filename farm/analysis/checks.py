@@ -52,7 +52,7 @@ from farm.analysis.verdicts import (
     judge,
     p_value,
 )
-from farm.records import StoredCell, SweepRecord, VariantResult
+from farm.records import SweepRecord, VariantResult
 
 __all__ = [
     "check_depth_invariance",
@@ -103,22 +103,10 @@ def _units(sweep: SweepRecord) -> tuple[list[_Unit], list[Note]]:
                 )
             )
             continue
-        units.extend(_Unit(ref=_ref(stored, v), variant=v) for v in result.variants)
+        units.extend(
+            _Unit(ref=VariantRef.of(stored.cell, v.axes), variant=v) for v in result.variants
+        )
     return units, notes
-
-
-def _ref(stored: StoredCell, v: VariantResult) -> VariantRef:
-    c = stored.cell
-    return VariantRef(
-        cell_id=c.cell_id,
-        engine=c.engine,
-        model=c.model,
-        graph_mode=c.planned_graph_mode,
-        mtp_depth=c.mtp_depth,
-        sliding_window=c.sliding_window,
-        thinking=v.thinking,
-        workload=v.workload,
-    )
 
 
 def _has_counters(ctx: _Context, check: CheckKind, *units: _Unit) -> bool:
@@ -214,17 +202,9 @@ def _spec_off(ctx: _Context, u: _Unit) -> _Unit | None:
     """The spec-off variant to judge ``u``'s greedy output against: same graph mode
     when it ran (isolates speculation from graph numerics, as in summary.py), else eager."""
     for graph in (u.ref.graph_mode, "eager"):
+        wanted = {**u.ref.axes(), "graph_mode": graph, "mtp_depth": 0}
         for other in ctx.units:
-            r = other.ref
-            if (
-                r.mtp_depth == 0
-                and r.graph_mode == graph
-                and r.engine == u.ref.engine
-                and r.model == u.ref.model
-                and r.sliding_window == u.ref.sliding_window
-                and r.thinking == u.ref.thinking
-                and r.workload == u.ref.workload
-            ):
+            if other.ref.axes() == wanted:
                 return other
     return None
 
@@ -350,8 +330,8 @@ def _patches(ctx: _Context, base_of: Mapping[str, str]) -> None:
 
 
 def _rest(u: _Unit) -> tuple[str | int, ...]:
-    r = u.ref
-    return (r.model, r.graph_mode, r.mtp_depth, r.sliding_window, r.thinking, r.workload)
+    """Every axis value but the engine's: a patched engine's run and its base's match."""
+    return tuple(v for k, v in u.ref.axes().items() if k != "engine")
 
 
 def check_depth_invariance(sweep: SweepRecord, config: CheckConfig | None = None) -> CheckReport:

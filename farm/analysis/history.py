@@ -1,8 +1,8 @@
 """Change points in a cell's acceptance over successive sweeps (nightlies).
 
-A series is keyed by what makes results comparable across builds - engine line,
-model, server axes, thinking, workload - and never by build or sweep id (the
-Conbench ``history_fingerprint`` idea). Its points are per-sweep AL estimates.
+A series is keyed by :class:`farm.comparable.ComparableKey` (what makes results
+comparable across builds, never build or sweep id). Its points are per-sweep AL
+estimates.
 
 Detection is a swappable :class:`ChangePointTest`:
 
@@ -35,7 +35,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.stats import AcceptanceSample, acceptance_stats
-from farm.plan import ServerCell
+from farm.comparable import ComparableKey
 from farm.records import SweepRecord
 
 __all__ = [
@@ -44,7 +44,6 @@ __all__ = [
     "EDivisive",
     "HistoryAnalysis",
     "HistoryConfig",
-    "HistoryKey",
     "HistoryPoint",
     "WindowedTTest",
     "analyze_histories",
@@ -58,44 +57,6 @@ FloatArray = npt.NDArray[np.float64]
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class HistoryKey(_Frozen):
-    """What makes two sweeps' results comparable (no build, version or sweep id).
-
-    ``engine`` is the job's name for a build line (e.g. ``vllm-ascend-main``), stable
-    across nightlies while the version moves; it keeps a patched line apart from its
-    base when both belong to one family.
-    """
-
-    family: str
-    engine: str
-    model: str
-    graph_mode: str
-    mtp_depth: int
-    sliding_window: str
-    thinking: str
-    workload: str
-
-    @classmethod
-    def of(cls, cell: ServerCell, thinking: str, workload: str) -> HistoryKey:
-        """The key of one request-level variant of ``cell``."""
-        return cls(
-            family=cell.family,
-            engine=cell.engine,
-            model=cell.model,
-            graph_mode=cell.planned_graph_mode,
-            mtp_depth=cell.mtp_depth,
-            sliding_window=cell.sliding_window,
-            thinking=thinking,
-            workload=workload,
-        )
-
-    def __str__(self) -> str:
-        return (
-            f"{self.engine}({self.family}).{self.model}.{self.graph_mode}.mtp{self.mtp_depth}"
-            f".swa-{self.sliding_window}.think-{self.thinking}.{self.workload}"
-        )
 
 
 class HistoryPoint(_Frozen):
@@ -141,7 +102,7 @@ class ChangePoint(_Frozen):
 class HistoryAnalysis(_Frozen):
     """Change points of one series, with the alert candidates among them."""
 
-    key: HistoryKey | None
+    key: ComparableKey | None
     points: int
     change_points: tuple[ChangePoint, ...]
 
@@ -327,7 +288,7 @@ def welch_pvalue(x: FloatArray, y: FloatArray) -> float:
 def analyze_history(
     points: Sequence[HistoryPoint],
     *,
-    key: HistoryKey | None = None,
+    key: ComparableKey | None = None,
     test: ChangePointTest | None = None,
     config: HistoryConfig | None = None,
     rng: np.random.Generator | None = None,
@@ -370,7 +331,7 @@ def analyze_history(
 
 
 def analyze_histories(
-    series: Mapping[HistoryKey, Sequence[HistoryPoint]],
+    series: Mapping[ComparableKey, Sequence[HistoryPoint]],
     *,
     test: ChangePointTest | None = None,
     config: HistoryConfig | None = None,
@@ -388,14 +349,14 @@ def analyze_histories(
 
 def series_from_sweeps(
     sweeps: Sequence[SweepRecord], *, resamples: int = 1000, seed: int = 0
-) -> dict[HistoryKey, tuple[HistoryPoint, ...]]:
+) -> dict[ComparableKey, tuple[HistoryPoint, ...]]:
     """Per-key AL series over ``sweeps`` (speculation-on variants of ok cells).
 
     The point is the variant's AL from its summed counters; the interval is a
     request-level bootstrap when per-request counters exist. Keys use the cell's
     engine name and family, never the build or the sweep.
     """
-    series: dict[HistoryKey, list[HistoryPoint]] = {}
+    series: dict[ComparableKey, list[HistoryPoint]] = {}
     for sweep in sweeps:
         for stored in sweep.cells:
             c, result = stored.cell, stored.result
@@ -405,7 +366,7 @@ def series_from_sweeps(
                 al = v.counters.mean_acceptance_length
                 if al is None:
                     continue
-                key = HistoryKey.of(c, v.thinking, v.workload)
+                key = c.variant_key(v.axes)
                 low = high = None
                 sample = AcceptanceSample.from_requests(v.requests)
                 if len(sample) and sample.drafts.sum() > 0:

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from farm.analysis.stats import AcceptanceSample
+from farm.axes import AxisValue
 from farm.plan import ServerCell, Variant
 from farm.records import (
     CellResult,
@@ -198,17 +199,18 @@ def simulate_sweep(
         for graph in graph_modes:
             for depth in depths:
                 for swa in sliding_windows:
-                    variants = tuple(Variant(thinking=t, workload="synthetic") for t in thinking)
+                    variants = tuple(
+                        Variant(axes={"thinking": t, "workload": "synthetic"}) for t in thinking
+                    )
+                    axes: dict[str, AxisValue] = {
+                        "engine": engine,
+                        "model": "synthetic",
+                        "graph_mode": graph,
+                        "mtp_depth": depth,
+                        "sliding_window": swa,
+                    }
                     cell = ServerCell(
-                        engine=engine,
-                        family="vllm",
-                        model="synthetic",
-                        graph_mode=graph,
-                        planned_graph_mode=graph,
-                        mtp_depth=depth,
-                        sliding_window=swa,
-                        variants=variants,
-                        fingerprint=f"{engine}.{graph}.{depth}.{swa}",
+                        family="vllm", axes=axes, planned_graph_mode=graph, variants=variants
                     )
                     results = []
                     for v in variants:
@@ -258,8 +260,7 @@ def _variant(v: Variant, requests: Sequence[RequestRecord]) -> VariantResult:
         ),
     )
     return VariantResult(
-        thinking=v.thinking,
-        workload=v.workload,
+        axes=v.axes,
         counters=total,
         requests=tuple(requests),
         elapsed_s=1.0,

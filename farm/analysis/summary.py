@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from farm.axes import REQUEST_AXES, AxisValue, variant_label
 from farm.records import BuildInfo, StoredCell, SweepRecord, VariantResult
 
 __all__ = ["VariantSummary", "patched_bases", "summarize_sweep"]
@@ -15,14 +16,10 @@ class VariantSummary(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     cell_id: str
-    engine: str
-    model: str
-    graph_mode: str
+    # Every server axis as requested, and the request axes of the variant (absent for a
+    # cell that ran no variant).
+    axes: dict[str, AxisValue]
     effective_graph_mode: str | None
-    mtp_depth: int
-    sliding_window: str
-    thinking: str | None
-    workload: str | None
     status: str
     error: str | None = None
     requests: int = 0
@@ -35,17 +32,27 @@ class VariantSummary(BaseModel):
     accuracy: float | None = None
     output_tokens_per_s: float | None = None
 
+    @property
+    def engine(self) -> str:
+        return str(self.axes["engine"])
 
-def _baseline_key(stored: StoredCell, variant: VariantResult) -> tuple[str, ...]:
-    c = stored.cell
-    return (
-        c.engine,
-        c.model,
-        c.planned_graph_mode,
-        c.sliding_window,
-        variant.thinking,
-        variant.workload,
-    )
+    @property
+    def mtp_depth(self) -> int:
+        return int(self.axes["mtp_depth"])
+
+    @property
+    def label(self) -> str | None:
+        """The variant's label (as findings name it), None for a cell without variants."""
+        request = {a.name: self.axes[a.name] for a in REQUEST_AXES if a.name in self.axes}
+        if not request:
+            return None
+        return variant_label(self.cell_id, request)
+
+
+def _baseline_key(stored: StoredCell, variant: VariantResult) -> tuple[AxisValue, ...]:
+    """Every axis but the MTP depth, with the planned graph mode."""
+    axes = stored.cell.variant_key(variant.axes).axis_values()
+    return tuple(v for k, v in axes.items() if k != "mtp_depth")
 
 
 def summarize_sweep(sweep: SweepRecord) -> tuple[VariantSummary, ...]:
@@ -56,7 +63,7 @@ def summarize_sweep(sweep: SweepRecord) -> tuple[VariantSummary, ...]:
     graph mode, sliding window, thinking and workload: under greedy decoding,
     speculation must not change the output (DESIGN.md section 5).
     """
-    baselines: dict[tuple[str, ...], dict[str, str]] = {}
+    baselines: dict[tuple[AxisValue, ...], dict[str, str]] = {}
     for stored in sweep.cells:
         if stored.cell.mtp_depth == 0 and stored.result is not None:
             for v in stored.result.variants:
@@ -68,21 +75,15 @@ def summarize_sweep(sweep: SweepRecord) -> tuple[VariantSummary, ...]:
         cell, result = stored.cell, stored.result
         common = {
             "cell_id": cell.cell_id,
-            "engine": cell.engine,
-            "model": cell.model,
-            "graph_mode": cell.graph_mode,
             "effective_graph_mode": result.effective.graph_mode
             if result and result.effective
             else None,
-            "mtp_depth": cell.mtp_depth,
-            "sliding_window": cell.sliding_window,
         }
         if result is None or not result.variants:
             rows.append(
                 VariantSummary(
                     **common,
-                    thinking=None,
-                    workload=None,
+                    axes=cell.axes,
                     status=result.status if result else "planned",
                     error=result.error if result else None,
                 )
@@ -101,8 +102,7 @@ def summarize_sweep(sweep: SweepRecord) -> tuple[VariantSummary, ...]:
             rows.append(
                 VariantSummary(
                     **common,
-                    thinking=v.thinking,
-                    workload=v.workload,
+                    axes={**cell.axes, **v.axes},
                     status=result.status,
                     error=result.error,
                     requests=len(v.requests),

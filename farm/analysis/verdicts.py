@@ -7,13 +7,16 @@ notifications and :mod:`farm.analysis.attribution` can use them without the chec
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from statistics import NormalDist
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.stats import Interval
+from farm.axes import AxisValue
+from farm.comparable import ComparableKey
+from farm.plan import ServerCell
 
 __all__ = [
     "CheckConfig",
@@ -66,24 +69,33 @@ class CheckConfig(_Frozen):
 
 
 class VariantRef(_Frozen):
-    """One request-level variant of a server cell, with all its axis values."""
+    """One request-level variant of a server cell: its cell id and comparable key."""
 
     cell_id: str
-    engine: str
-    model: str
-    graph_mode: str
-    mtp_depth: int
-    sliding_window: str
-    thinking: str
-    workload: str
+    key: ComparableKey
+    label: str
+
+    @classmethod
+    def of(cls, cell: ServerCell, axes: Mapping[str, AxisValue]) -> VariantRef:
+        """The variant of ``cell`` with request-axis values ``axes``."""
+        return cls(cell_id=cell.cell_id, key=cell.variant_key(axes), label=cell.variant_label(axes))
 
     @property
-    def label(self) -> str:
-        return f"{self.cell_id}[think-{self.thinking}.{self.workload}]"
+    def engine(self) -> str:
+        return self.key.engine
 
-    def axes(self) -> dict[str, str | int]:
+    @property
+    def graph_mode(self) -> str:
+        """The graph mode the engine ran (the planned one)."""
+        return str(self.key.value("graph_mode"))
+
+    @property
+    def mtp_depth(self) -> int:
+        return int(self.key.value("mtp_depth"))
+
+    def axes(self) -> dict[str, AxisValue]:
         """Axis name -> value, the input shape of :mod:`farm.analysis.attribution`."""
-        return self.model_dump(exclude={"cell_id"})
+        return self.key.axis_values()
 
 
 class Verdict(_Frozen):

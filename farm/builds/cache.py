@@ -1,4 +1,10 @@
-"""The build cache on disk: list what is there, prune what is old."""
+"""The build cache on disk: list what is there, prune what is old.
+
+Each finished build has a marker, ``build.json``: its :class:`~farm.records.BuildInfo`
+with ``format_version`` (:mod:`farm.fileformat`; a marker without one is version 1).
+A marker that cannot be read is reported with its path and reason, never skipped
+silently, and its build is left in place.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +14,30 @@ import time
 from pathlib import Path
 
 from filelock import FileLock, Timeout
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from farm.builds.sources import USED_MARK
+from farm.fileformat import UnreadableFileError, read_versioned, write_versioned
 from farm.records import BuildInfo
 
 __all__ = [
+    "BUILD_FORMAT",
     "MARKER",
     "SOURCE_FILE",
+    "BuildScan",
     "CachedBuild",
     "list_builds",
     "prune_builds",
     "prune_sources",
+    "read_marker",
+    "scan_builds",
     "touch_build",
+    "write_marker",
 ]
 
 MARKER = "build.json"
+BUILD_FORMAT = 1
+"""The marker format this code writes and reads (``format_version``)."""
 SOURCE_FILE = "source.json"  # the resolved source, written next to the marker
 _LAST_USED = "last_used"
 
@@ -35,6 +49,25 @@ class CachedBuild(BaseModel):
     size_bytes: int
     last_used: float
     source: str = Field(description="where the engine came from, with its content hash")
+
+
+class BuildScan(BaseModel):
+    """The readable builds of a cache, and the markers that cannot be read."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    builds: tuple[CachedBuild, ...] = ()
+    unreadable: tuple[str, ...] = ()  # "<marker>: unreadable ...: <reason>; <what to do>"
+
+
+def write_marker(env_dir: Path, info: BuildInfo) -> None:
+    """Mark the build in ``env_dir`` finished: write its ``build.json`` (atomically)."""
+    write_versioned(env_dir / MARKER, info, BUILD_FORMAT, indent=2)
+
+
+def read_marker(path: Path) -> BuildInfo:
+    """The build a ``build.json`` describes. Raises UnreadableFileError (path, reason)."""
+    return read_versioned(path, BuildInfo, version=BUILD_FORMAT, what="build marker")
 
 
 def touch_build(env_dir: Path) -> None:
@@ -66,13 +99,16 @@ def _source_label(path: Path, info: BuildInfo) -> str:
     return str(label)
 
 
-def list_builds(cache_dir: Path, sizes: bool = True) -> list[CachedBuild]:
-    """Every finished build under ``cache_dir``, most recently used first."""
+def scan_builds(cache_dir: Path, sizes: bool = True) -> BuildScan:
+    """Every finished build under ``cache_dir``, most recently used first, and every
+    marker that cannot be read (with its path and the reason)."""
     builds = []
+    unreadable = []
     for marker in sorted((cache_dir / "builds").glob(f"*/{MARKER}")):
         try:
-            info = BuildInfo.model_validate_json(marker.read_text())
-        except (OSError, ValidationError):
+            info = read_marker(marker)
+        except UnreadableFileError as exc:
+            unreadable.append(str(exc))
             continue
         used = marker.parent / _LAST_USED
         last = used.stat().st_mtime if used.exists() else marker.stat().st_mtime
@@ -84,11 +120,19 @@ def list_builds(cache_dir: Path, sizes: bool = True) -> list[CachedBuild]:
                 source=_source_label(marker.parent / SOURCE_FILE, info),
             )
         )
-    return sorted(builds, key=lambda b: -b.last_used)
+    ordered = sorted(builds, key=lambda b: -b.last_used)
+    return BuildScan(builds=tuple(ordered), unreadable=tuple(unreadable))
+
+
+def list_builds(cache_dir: Path, sizes: bool = True) -> list[CachedBuild]:
+    """Every readable build under ``cache_dir``, most recently used first
+    (:func:`scan_builds` also names the unreadable markers)."""
+    return list(scan_builds(cache_dir, sizes).builds)
 
 
 def prune_builds(cache_dir: Path, older_than_days: float, dry_run: bool = False) -> list[BuildInfo]:
-    """Remove builds unused for ``older_than_days``; skip builds locked by a running build."""
+    """Remove builds unused for ``older_than_days``; skip builds locked by a running build
+    and builds whose marker cannot be read (:func:`scan_builds` names them)."""
     cutoff = time.time() - older_than_days * 86400
     removed = []
     root = cache_dir / "builds"

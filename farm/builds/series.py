@@ -8,7 +8,6 @@ and parsing diffs; running GNU ``patch`` lives in :mod:`farm.builds.patches`.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
@@ -18,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from farm.errors import BuildError
+from farm.settings import get_settings
 from farm.yamlfile import line_of, load_mapping, validation_problems
 
 __all__ = [
@@ -384,8 +384,8 @@ def load_series(folder: str | Path) -> PatchSeries:
 
 def bundled_patches_dir() -> Path:
     """The repository's ``patches/`` folder (``FARM_PATCHES_DIR`` overrides it)."""
-    override = os.environ.get("FARM_PATCHES_DIR")
-    return Path(override) if override else Path(__file__).resolve().parents[2] / "patches"
+    override = get_settings().paths.patches_dir
+    return override if override is not None else Path(__file__).resolve().parents[2] / "patches"
 
 
 def select_patches(series: PatchSeries, names: tuple[str, ...] | list[str]) -> tuple[Patch, ...]:

@@ -29,13 +29,14 @@ from pathlib import Path
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 
-from farm.builds.cache import MARKER, SOURCE_FILE, touch_build
+from farm.builds.cache import MARKER, SOURCE_FILE, read_marker, touch_build, write_marker
 from farm.builds.patches import apply_patch_series
 from farm.builds.series import Patch, Target, bundled_patches_dir, load_series, select_patches
 from farm.builds.sources import ResolvedSource, installable, resolve_source
 from farm.engines import adapter_for
 from farm.engines.base import BuildRecipe
 from farm.errors import BuildError, FarmError
+from farm.fileformat import UnreadableFileError
 from farm.records import BuildInfo
 from farm.spec import EngineSpec
 
@@ -183,7 +184,7 @@ def ensure_build(engine: EngineSpec, cache_dir: Path, on_line: LineSink | None =
         py_files = [str(site / f) for f in touched if f.endswith(".py")]
         if py_files:
             _run([info.python, "-m", "py_compile", *py_files], "compile the patched files", say)
-        (env_dir / MARKER).write_text(info.model_dump_json(indent=2))
+        write_marker(env_dir, info)
         touch_build(env_dir)
         return info
 
@@ -209,8 +210,10 @@ def _ensure_base(
     )
     with FileLock(str(env_dir.with_suffix(".lock"))):
         if (env_dir / MARKER).exists() and Path(info.python).exists():
-            touch_build(env_dir)
-            return _cached_info(env_dir, info)
+            cached = _cached_info(env_dir, info, say)
+            if cached is not None:
+                touch_build(env_dir)
+                return cached
         shutil.rmtree(env_dir, ignore_errors=True)
         say(f"building {engine.name} ({source.label}) into {env_dir}")
         _run([sys.executable, "-m", "venv", str(env_dir)], "create the virtual environment", say)
@@ -224,7 +227,7 @@ def _ensure_base(
         if source.kind != "pypi":
             info = info.model_copy(update={"version": _installed_version(info, say)})
         (env_dir / SOURCE_FILE).write_text(source.model_dump_json(indent=2))
-        (env_dir / MARKER).write_text(info.model_dump_json(indent=2))
+        write_marker(env_dir, info)
         touch_build(env_dir)
         return info
 
@@ -271,12 +274,14 @@ def _installed_version(info: BuildInfo, say: LineSink) -> str:
     return proc.stdout.strip()
 
 
-def _cached_info(env_dir: Path, fresh: BuildInfo) -> BuildInfo:
-    """``fresh`` with the version the finished build recorded (what pip installed)."""
+def _cached_info(env_dir: Path, fresh: BuildInfo, say: LineSink) -> BuildInfo | None:
+    """``fresh`` with the version the finished build recorded (what pip installed), or
+    None (said why) when its marker cannot be read: the build is then made again."""
     try:
-        recorded = BuildInfo.model_validate_json((env_dir / MARKER).read_text())
-    except (OSError, ValueError):
-        return fresh
+        recorded = read_marker(env_dir / MARKER)
+    except UnreadableFileError as exc:
+        say(f"{exc}; rebuilding {env_dir.name}")
+        return None
     return fresh.model_copy(update={"version": recorded.version})
 
 

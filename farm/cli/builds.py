@@ -6,23 +6,32 @@ import time
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from farm.builds.cache import list_builds, prune_builds, prune_sources
+from farm.builds.cache import prune_builds, prune_sources, scan_builds
+from farm.cli.common import console
 from farm.paths import farm_home
 
+__all__ = ["builds_app"]
+
 builds_app = typer.Typer(help="Engine builds cached under FARM_HOME/cache.", no_args_is_help=True)
-console = Console()
+
+
+def _print_unreadable(lines: tuple[str, ...]) -> None:
+    for line in lines:
+        console.print(Text.assemble(("unreadable", "red"), f" {line}"), soft_wrap=True)
 
 
 @builds_app.command("list")
 def list_() -> None:
-    """Cached builds with their inputs, size on disk and last use."""
+    """Cached builds with their inputs, size on disk and last use; then the build markers
+    that cannot be read."""
     table = Table(title=f"builds in {farm_home() / 'cache'}")
     for col in ("build id", "engine", "package", "source", "patches", "size", "last used"):
         table.add_column(col)
-    for b in list_builds(farm_home() / "cache"):
+    scan = scan_builds(farm_home() / "cache")
+    for b in scan.builds:
         age_h = (time.time() - b.last_used) / 3600
         table.add_row(
             b.info.build_id,
@@ -34,6 +43,7 @@ def list_() -> None:
             f"{age_h:.1f} h ago",
         )
     console.print(table)
+    _print_unreadable(scan.unreadable)
 
 
 @builds_app.command("gc")
@@ -43,7 +53,8 @@ def gc(
 ) -> None:
     """Remove builds and fetched git repositories not used for a while.
 
-    Never removes one that is being built or fetched.
+    Never removes one that is being built or fetched, nor one whose marker cannot be
+    read (listed: remove it by hand once you know what it is).
     """
     removed = prune_builds(farm_home() / "cache", older_than_days, dry_run)
     verb = "would remove" if dry_run else "removed"
@@ -52,4 +63,5 @@ def gc(
     repos = prune_sources(farm_home() / "cache", older_than_days, dry_run)
     for repo in repos:
         console.print(f"{verb} git source {repo}")
+    _print_unreadable(scan_builds(farm_home() / "cache", sizes=False).unreadable)
     console.print(f"{verb} {len(removed)} build(s), {len(repos)} git source(s)")

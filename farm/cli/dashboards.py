@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.text import Text
 
+from farm.cli.common import fail
 from farm.dashboards.alerting import alert_rules
 from farm.dashboards.files import all_dashboards, default_out_dir, stale_files, write_files
 from farm.dashboards.provisioning import DASHBOARD_FOLDER
 from farm.errors import FarmError
+from farm.settings import get_settings
 
 __all__ = ["dashboards_app"]
 
@@ -34,11 +34,6 @@ def _out(out: Path | None) -> Path:
     return out if out is not None else default_out_dir()
 
 
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    err_console.print(Text(f"error: {message}", style="red"))
-    return typer.Exit(code)
-
-
 @dashboards_app.command("build")
 def build(out: OutOption = None) -> None:
     """Write the dashboards' JSON and Grafana's provisioning files (other files stay)."""
@@ -55,15 +50,30 @@ def check(out: OutOption = None) -> None:
     if stale:
         for rel, problem in stale.items():
             err_console.print(f"{folder / rel}: {problem}", soft_wrap=True)
-        raise _fail(
+        raise fail(
             f"{len(stale)} generated file(s) out of date; run `farm dashboards build`", code=1
         )
     console.print(f"dashboards in {folder} match the code")
 
 
+def _grafana_target(url: str | None, db: str | None) -> tuple[str, str, str | None]:
+    """Grafana's URL, its token and the store URL: the options, else the settings."""
+    settings = get_settings()
+    url = url or settings.grafana.url
+    if not url:
+        raise fail("give --url or set GRAFANA_URL to Grafana's base URL")
+    if settings.grafana.token is None:
+        raise fail("set GRAFANA_TOKEN to a Grafana service account token")
+    if db is None and settings.store.db_url is not None:
+        db = settings.store.db_url.get_secret_value()
+    return url, settings.grafana.token.get_secret_value(), db
+
+
 @dashboards_app.command("push")
 def push(
-    url: Annotated[str, typer.Option("--url", envvar="GRAFANA_URL", help="Grafana's base URL")],
+    url: Annotated[
+        str | None, typer.Option("--url", help="Grafana's base URL; default: GRAFANA_URL")
+    ] = None,
     folder: Annotated[str, typer.Option(help="Grafana folder for the dashboards")] = (
         DASHBOARD_FOLDER
     ),
@@ -71,9 +81,8 @@ def push(
         str | None,
         typer.Option(
             "--db",
-            envvar="FARM_DB_URL",
-            help="PostgreSQL URL of the store as Grafana reaches it; used only to create "
-            "the data source when Grafana lacks it",
+            help="PostgreSQL URL of the store as Grafana reaches it (default: FARM_DB_URL); "
+            "used only to create the data source when Grafana lacks it",
         ),
     ] = None,
     timeout: Annotated[float, typer.Option(help="seconds per HTTP request")] = 10.0,
@@ -98,16 +107,14 @@ def push(
         store_connection,
     )
 
-    token = os.environ.get("GRAFANA_TOKEN", "")
-    if not token:
-        raise _fail("set GRAFANA_TOKEN to a Grafana service account token")
+    url, token, db = _grafana_target(url, db)
     try:
         store = store_connection(db) if db else None
         result = push_dashboards(
             url, token, all_dashboards(), folder=folder, store=store, timeout=timeout
         )
     except FarmError as exc:
-        raise _fail(str(exc).replace(token, "***")) from None
+        raise fail(str(exc).replace(token, "***")) from None
     made = " (created)" if result.folder_created else ""
     console.print(f"folder {folder!r} uid {result.folder_uid}{made}")
     if result.datasource_created:
@@ -130,4 +137,4 @@ def push(
             on_saved=report,
         )
     except FarmError as exc:
-        raise _fail(str(exc).replace(token, "***")) from None
+        raise fail(str(exc).replace(token, "***")) from None

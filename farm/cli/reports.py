@@ -1,134 +1,59 @@
-"""`farm alerts list|ack|resolve|check`, `farm compare`, and report files (Markdown, HTML).
+"""`farm report` (a stored sweep as a matrix, or a Markdown/HTML report file) and
+`farm compare` (two sweeps, for a pull request).
 
-Commands only call into the stages: the store for sweeps and alerts, the analysis for
-checks and history, ``farm.report`` to render, ``farm.notify`` to deliver.
+Commands only call into the stages: the store for sweeps, the analysis for checks and
+history, ``farm.report`` to render, ``farm.notify.github`` to post.
 """
 
 from __future__ import annotations
 
-import getpass
-import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from enum import StrEnum
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
-from rich.console import Console
-from rich.table import Table
 from rich.text import Text
-from sqlmodel import Session
 
-from farm import store
 from farm.analysis.checks import check_sweep
-from farm.analysis.history import HistoryKey, HistoryPoint, analyze_histories, series_from_sweeps
+from farm.analysis.compare import compare_sweeps
+from farm.analysis.history import series_from_sweeps
 from farm.analysis.summary import patched_bases, summarize_sweep
-from farm.analysis.verdicts import CheckConfig
-from farm.errors import FarmError
-from farm.notify.candidates import alert_candidates_from_history, alert_candidates_from_report
-from farm.notify.github import DEFAULT_API_URL, GitHubClient, parse_pr_ref
-from farm.notify.registry import notifiers_from_env, send_all
-from farm.records import SweepRecord
-from farm.report.html import render_html
-from farm.report.markdown import compare_sweeps, render_comparison, render_markdown
-from farm.store.alerts import (
-    acknowledge,
-    list_alerts,
-    mark_notified,
-    pending_notifications,
-    raise_alerts,
-    resolve,
+from farm.cli.common import (
+    DbOption,
+    SweepArg,
+    console,
+    err_console,
+    fail,
+    open_session,
+    parse_pairs,
+    resolve_sweep,
 )
+from farm.errors import FarmError
+from farm.notify.github import DEFAULT_API_URL, GitHubClient, parse_pr_ref
+from farm.records import SweepRecord
+from farm.report import render_matrix
+from farm.report.findings import render_findings
+from farm.report.html import render_html
+from farm.report.markdown import render_comparison, render_markdown
+from farm.settings import get_settings
+from farm.store import load_sweep
+from farm.store.repository import history_sweeps
 
-__all__ = [
-    "ReportFormat",
-    "alerts_app",
-    "compare",
-    "export",
-    "render_report",
-    "report_files",
-]
+__all__ = ["ReportFormat", "render_report", "report_files", "reports_app", "show_sweep"]
 
 ReportFormat = Literal["md", "html"]
 
-alerts_app = typer.Typer(
-    help="Regression alerts: raise them from a sweep, list, acknowledge, resolve.",
-    no_args_is_help=True,
-)
-console = Console()
-err_console = Console(stderr=True)
-
-# Same option as farm.cli.main.DbOption (not imported: main imports this module).
-DbOption = Annotated[
-    str | None,
-    typer.Option("--db", envvar="FARM_DB_URL", help="SQLAlchemy URL; default: SQLite in FARM_HOME"),
-]
+reports_app = typer.Typer()
 
 
-class StateChoice(StrEnum):
-    """The states `farm alerts list --state` accepts."""
-
-    open = "open"
-    acknowledged = "acknowledged"
-    resolved = "resolved"
-
-
-def _fail(exc: FarmError) -> typer.Exit:
-    err_console.print(Text(f"error: {exc}", style="red"))
-    return typer.Exit(2)
-
-
-@contextmanager
-def _session(db: str | None) -> Iterator[Session]:
-    engine = store.open_store(db or store.default_db_url())
-    try:
-        with Session(engine) as session:
-            yield session
-    finally:
-        engine.dispose()
-
-
-def _sweep_id(session: Session, sweep: str | int) -> int:
-    if sweep == "latest":
-        found = store.latest_sweep_id(session)
-        if found is None:
-            raise FarmError("the store holds no sweep yet; run `farm run JOB.yaml`")
-        return found
-    try:
-        return int(sweep)
-    except ValueError:
-        raise FarmError(f"sweep {sweep!r}: expected a sweep id or 'latest'") from None
-
-
-def _pairs(values: Sequence[str] | None, option: str) -> dict[str, str]:
-    out = {}
-    for item in values or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key or not value:
-            raise typer.BadParameter(f"{option} {item!r}: expected A=B")
-        out[key] = value
-    return out
-
-
-def _history_sweeps(session: Session, record: SweepRecord, count: int) -> list[SweepRecord]:
-    """Up to ``count`` sweeps of the same job ending with ``record``, oldest first."""
-    if count <= 1:
-        return [record]
-    ids = [
-        s.id
-        for s in store.list_sweeps(session, limit=max(200, 10 * count))
-        if s.job == record.job and s.id < record.sweep_id
-    ][: count - 1]
-    return [*(store.load_sweep(session, i) for i in sorted(ids)), record]
-
-
-def _history(
-    session: Session, record: SweepRecord, count: int
-) -> dict[HistoryKey, tuple[HistoryPoint, ...]] | None:
-    if count <= 1:
-        return None
-    return series_from_sweeps(_history_sweeps(session, record, count))
+def show_sweep(record: SweepRecord, title: str) -> None:
+    """Print ``record`` as a matrix, then the within-sweep checks' findings."""
+    console.print(render_matrix(title, summarize_sweep(record)))
+    checks = check_sweep(record, patched_bases(record.builds))
+    if checks.findings:
+        console.print(render_findings(checks))
+    else:
+        console.print(f"within-sweep checks: no finding in {len(checks.verdicts)} comparisons")
 
 
 def render_report(
@@ -141,10 +66,12 @@ def render_report(
     trends over the last ``history`` sweeps of the same job. Returns (sweep id, text).
     Raises FarmError.
     """
-    with _session(db) as session:
-        sweep_id = _sweep_id(session, sweep)
-        record = store.load_sweep(session, sweep_id)
-        trends = _history(session, record, history)
+    with open_session(db) as session:
+        sweep_id = resolve_sweep(session, sweep)
+        record = load_sweep(session, sweep_id)
+        trends = (
+            series_from_sweeps(history_sweeps(session, record, history)) if history > 1 else None
+        )
     report = check_sweep(record, patched_bases(record.builds))
     summaries = summarize_sweep(record)
     if fmt == "html":
@@ -171,130 +98,58 @@ def report_files(
     return paths
 
 
-@alerts_app.command("list")
-def list_command(
-    state: Annotated[StateChoice | None, typer.Option(help="only alerts in this state")] = None,
-    limit: Annotated[int, typer.Option(help="at most this many, newest first")] = 50,
+@reports_app.command()
+def report(
+    sweep: SweepArg = "latest",
     db: DbOption = None,
-) -> None:
-    """List alerts, most recently updated first."""
-    try:
-        with _session(db) as session:
-            alerts = list_alerts(session, state.value if state else None, limit)
-    except FarmError as exc:
-        raise _fail(exc) from None
-    if not alerts:
-        console.print(f"no {state.value + ' ' if state else ''}alerts")
-        return
-    table = Table(title=f"{len(alerts)} alert(s)")
-    for col in ("id", "state", "severity", "check", "cell", "sweeps", "summary"):
-        table.add_column(col, overflow="fold")
-    for a in alerts:
-        sweeps = f"{a.first_sweep_id}..{a.last_sweep_id} ({a.occurrences}x)"
-        who = f"\n{a.state} by {a.acknowledged_by}" if a.acknowledged_by else ""
-        note = f"\nnote: {a.note}" if a.note else ""
-        style = "red" if a.severity == "critical" and a.state == "open" else ""
-        table.add_row(
-            Text(str(a.id)),
-            Text(a.state + who, style=style),
-            Text(a.severity, style=style),
-            Text(f"{a.kind} {a.metric or ''}".strip()),
-            Text(str(a.details.cell)),
-            Text(sweeps),
-            Text(a.summary + note),
-        )
-    console.print(table)
-
-
-@alerts_app.command("ack")
-def ack_command(
-    alert_id: Annotated[int, typer.Argument(help="alert id (`farm alerts list`)")],
-    note: Annotated[str | None, typer.Option(help="why, or who is on it")] = None,
-    by: Annotated[str | None, typer.Option(help="who acknowledges; default: $USER")] = None,
-    db: DbOption = None,
-) -> None:
-    """Acknowledge an alert: it stays listed but is not notified again."""
-    try:
-        with _session(db) as session:
-            record = acknowledge(session, alert_id, by or getpass.getuser(), note)
-    except FarmError as exc:
-        raise _fail(exc) from None
-    console.print(Text(f"alert {record.id} acknowledged by {record.acknowledged_by}"))
-
-
-@alerts_app.command("resolve")
-def resolve_command(
-    alert_id: Annotated[int, typer.Argument(help="alert id (`farm alerts list`)")],
-    note: Annotated[str | None, typer.Option(help="what fixed it (PR, build)")] = None,
-    db: DbOption = None,
-) -> None:
-    """Resolve an alert; a newer sweep that shows the same regression re-opens it."""
-    try:
-        with _session(db) as session:
-            record = resolve(session, alert_id, note)
-    except FarmError as exc:
-        raise _fail(exc) from None
-    console.print(Text(f"alert {record.id} resolved"))
-
-
-@alerts_app.command("check")
-def check_command(
-    sweep: Annotated[str, typer.Argument(help="sweep id or 'latest'")] = "latest",
-    base_of: Annotated[
-        list[str] | None,
-        typer.Option(help="PATCHED=BASE engine pair; default: inferred from the builds"),
+    fmt: Annotated[
+        str | None, typer.Option("--format", help="md or html: write a report file")
     ] = None,
-    history: Annotated[
-        int, typer.Option(help="also look for change points over this many sweeps of the job")
-    ] = 0,
-    notify: Annotated[
-        bool, typer.Option(help="send new alerts to the channels set in FARM_NOTIFY_*")
-    ] = True,
-    db: DbOption = None,
+    out: Annotated[Path | None, typer.Option("--out", help="default: sweep-<id>.<format>")] = None,
 ) -> None:
-    """Run the checks on a stored sweep, record alerts (deduplicated), notify new ones.
+    """Show a stored sweep as a matrix: acceptance, AL, per position, greedy agreement.
 
-    Exit status 1 when a notification channel failed (the alerts stay pending).
+    With --format md|html, write a report with the checks' verdicts, a heatmap of the
+    change in AL across the matrix, per-position bars and trends instead.
     """
+    if fmt is not None:
+        if fmt not in ("md", "html"):
+            raise typer.BadParameter("expected md or html", param_hint="--format")
+        try:
+            written, text = render_report(sweep, db, "html" if fmt == "html" else "md")
+        except FarmError as exc:
+            raise fail(exc) from None
+        path = out or Path(f"sweep-{written}.{fmt}")
+        path.write_text(text, encoding="utf-8")
+        console.print(f"wrote {path}")
+        return
     try:
-        with _session(db) as session:
-            sweep_id = _sweep_id(session, sweep)
-            record = store.load_sweep(session, sweep_id)
-            mapping = _pairs(base_of, "--base-of") or patched_bases(record.builds)
-            report = check_sweep(record, mapping, CheckConfig())
-            candidates = alert_candidates_from_report(report, record)
-            if history > 1:
-                series = series_from_sweeps(_history_sweeps(session, record, history))
-                candidates += alert_candidates_from_history(analyze_histories(series), sweep_id)
-            alerts = raise_alerts(session, sweep_id, candidates)
-            fresh = [a for a in alerts if a.needs_notification]
-            channels = notifiers_from_env() if notify else []
-            pending = pending_notifications(session) if channels else []
-            errors = send_all(channels, pending)
-            if pending and not errors:
-                # A failed channel leaves every alert pending: the next check sends
-                # again, a duplicate in the channels that worked rather than silence.
-                mark_notified(session, [a.id for a in pending])
+        with open_session(db) as session:
+            record = load_sweep(session, resolve_sweep(session, sweep))
     except FarmError as exc:
-        raise _fail(exc) from None
-    console.print(
-        Text(
-            f"sweep {sweep_id}: {len(report.verdicts)} comparisons, {len(report.findings)} "
-            f"finding(s); {len(alerts)} alert(s) raised, {len(fresh)} not yet notified"
-        )
+        raise fail(exc) from None
+    started = f"{record.started_at:%Y-%m-%d %H:%M}"
+    title = f"sweep {record.sweep_id} ({record.job}, {record.status}, started {started})"
+    show_sweep(record, title)
+    for e in record.excluded:
+        console.print(f"excluded {e.label}: {e.reason}", highlight=False)
+
+
+def _post_to_github(ref_text: str, text: str) -> None:
+    """Post ``text`` as a comment on pull request ``ref_text``; only warn without a token."""
+    ref = parse_pr_ref(ref_text)
+    github = get_settings().github
+    if github.token is None:
+        err_console.print(Text(f"GITHUB_TOKEN is not set; not posting to {ref}", style="yellow"))
+        return
+    client = GitHubClient(
+        token=github.token.get_secret_value(), api_url=github.api_url or DEFAULT_API_URL
     )
-    for a in fresh:
-        console.print(Text(f"  #{a.id} {a.severity} {a.summary}"))
-    if pending:
-        names = ", ".join(n.name for n in channels)
-        console.print(Text(f"sent {len(pending)} alert(s) to {names}"))
-    for err in errors:
-        err_console.print(Text(f"notification failed: {err}", style="red"))
-    if errors:
-        err_console.print(Text("alerts are stored; the next `farm alerts check` sends them again"))
-        raise typer.Exit(1)
+    url = client.post_issue_comment(ref, text)
+    err_console.print(Text(f"posted to {ref}: {url}"))
 
 
+@reports_app.command()
 def compare(
     baseline: Annotated[int, typer.Argument(help="baseline sweep id")],
     candidate: Annotated[int, typer.Argument(help="candidate sweep id")],
@@ -314,50 +169,24 @@ def compare(
 ) -> None:
     """Compare two sweeps cell by cell: pass / regress / improve, AL difference with its
     interval, as Markdown ready for a pull request."""
+    if post_github is not None:
+        try:
+            parse_pr_ref(post_github)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--post-github") from None
+    engine_map = parse_pairs(map_engine, "--map-engine")
     try:
-        ref = parse_pr_ref(post_github) if post_github else None
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--post-github") from None
-    try:
-        with _session(db) as session:
-            base = store.load_sweep(session, baseline)
-            cand = store.load_sweep(session, candidate)
-        comparison = compare_sweeps(base, cand, engine_map=_pairs(map_engine, "--map-engine"))
+        with open_session(db) as session:
+            base = load_sweep(session, baseline)
+            cand = load_sweep(session, candidate)
+        comparison = compare_sweeps(base, cand, engine_map=engine_map)
         text = render_comparison(comparison)
         typer.echo(text)
         if out is not None:
             out.write_text(text, encoding="utf-8")
-        if ref is not None:
-            token = os.environ.get("GITHUB_TOKEN")
-            if not token:
-                err_console.print(
-                    Text(f"GITHUB_TOKEN is not set; not posting to {ref}", style="yellow")
-                )
-            else:
-                api = os.environ.get("FARM_GITHUB_API") or DEFAULT_API_URL
-                url = GitHubClient(token=token, api_url=api).post_issue_comment(ref, text)
-                err_console.print(Text(f"posted to {ref}: {url}"))
+        if post_github is not None:
+            _post_to_github(post_github, text)
     except FarmError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     if fail_on_regression and comparison.count("regress"):
         raise typer.Exit(1)
-
-
-def export(
-    sweep: Annotated[str, typer.Argument(help="sweep id or 'latest'")] = "latest",
-    out: Annotated[Path | None, typer.Option(help="write here instead of standard output")] = None,
-    db: DbOption = None,
-) -> None:
-    """Write a stored sweep (cells, builds, every request's counters) as JSON, the
-    input of `bench/detection.py --recorded` and of analyses away from the store."""
-    try:
-        with _session(db) as session:
-            record = store.load_sweep(session, _sweep_id(session, sweep))
-    except FarmError as exc:
-        raise _fail(exc) from None
-    text = record.model_dump_json(indent=1)
-    if out is None:
-        typer.echo(text)
-    else:
-        out.write_text(text + "\n", encoding="utf-8")
-        err_console.print(Text(f"sweep {record.sweep_id} -> {out}"))

@@ -2,54 +2,62 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
-from rich.console import Console
+from rich.text import Text
 
 from farm import store
+from farm.cli.common import DbOption, console, db_url, fail
 from farm.errors import FarmError
 from farm.paths import farm_home
-from farm.spool import flush_spool, spooled
+from farm.store.spool import flush_spool, scan_spool
 
 __all__ = ["spool_app"]
 
 spool_app = typer.Typer(help="Results spooled to disk when the store refused them.")
-console = Console()
 
-DbOption = Annotated[
-    str | None,
-    typer.Option("--db", envvar="FARM_DB_URL", help="SQLAlchemy URL; default: SQLite in FARM_HOME"),
-]
+
+def _print_unreadable(lines: tuple[str, ...]) -> None:
+    for line in lines:
+        console.print(Text.assemble(("unreadable", "red"), f" {line}"), soft_wrap=True)
 
 
 @spool_app.command("list")
 def list_spool(db: DbOption = None) -> None:
-    """List the spooled results meant for the store."""
-    url = db or store.default_db_url()
+    """List the spooled results meant for the store, and spool files that cannot be read."""
+    url = db_url(db)
     try:
-        paths = spooled(farm_home(), url)
+        scan = scan_spool(farm_home(), url)
     except FarmError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(2) from None
-    for path in paths:
+        raise fail(exc) from None
+    for path in scan.files:
         console.print(str(path), highlight=False)
-    console.print(f"{len(paths)} spooled result(s) for {store.mask_url(url)}", highlight=False)
+    _print_unreadable(scan.unreadable)
+    unreadable = f", {len(scan.unreadable)} unreadable" if scan.unreadable else ""
+    console.print(
+        f"{len(scan.files)} spooled result(s) for {store.mask_url(url)}{unreadable}",
+        highlight=False,
+    )
 
 
 @spool_app.command("flush")
 def flush(db: DbOption = None) -> None:
-    """Write every result spooled for the store into it; exit 1 if any is still refused."""
-    url = db or store.default_db_url()
+    """Write every result spooled for the store into it; exit 1 if any is still refused
+    or cannot be read (those files stay where they are)."""
+    url = db_url(db)
     try:
-        report = flush_spool(store.open_store(url), farm_home(), url)
+        engine = store.open_store(url)
+        try:
+            report = flush_spool(engine, farm_home(), url)
+        finally:
+            engine.dispose()
     except FarmError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        raise fail(exc) from None
     for line in report.stored:
         console.print(f"stored {line}", highlight=False)
     for line in report.kept:
-        console.print(f"[yellow]kept[/yellow] {line}", highlight=False)
-    console.print(f"{len(report.stored)} stored, {len(report.kept)} still spooled")
-    if report.kept:
+        console.print(Text.assemble(("kept", "yellow"), f" {line}"), soft_wrap=True)
+    _print_unreadable(report.unreadable)
+    unreadable = f", {len(report.unreadable)} unreadable" if report.unreadable else ""
+    console.print(f"{len(report.stored)} stored, {len(report.kept)} still spooled{unreadable}")
+    if report.kept or report.unreadable:
         raise typer.Exit(1)

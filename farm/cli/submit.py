@@ -13,13 +13,14 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import BaseModel, ConfigDict
-from rich.console import Console
 
+from farm.cli.common import console, fail
 from farm.orchestrate.jobs import JobServer, SubmitError
+from farm.settings import get_settings
 
-__all__ = ["Submission", "SubmitError", "make_submission", "submit"]
+__all__ = ["Submission", "SubmitError", "make_submission", "submit", "submit_app"]
 
-console = Console()
+submit_app = typer.Typer()
 
 # Never uploaded: the local venv and caches are large and machine-specific.
 _EXCLUDES = (".venv", ".git", "**/__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache")
@@ -74,11 +75,16 @@ def make_submission(
     )
 
 
+@submit_app.command()
 def submit(
     job_file: Annotated[Path | None, typer.Argument(help="job spec (YAML) to run")] = None,
     address: Annotated[
-        str, typer.Option(envvar="RAY_API_SERVER_ADDRESS", help="the head's dashboard URL")
-    ] = "http://127.0.0.1:8265",
+        str | None,
+        typer.Option(
+            help="the head's dashboard URL; default: RAY_API_SERVER_ADDRESS, "
+            "else http://127.0.0.1:8265"
+        ),
+    ] = None,
     working_dir: Annotated[Path, typer.Option(help="uploaded as the job's folder")] = Path("."),
     db: Annotated[str | None, typer.Option("--db", help="store URL for the sweep")] = None,
     only: Annotated[list[str] | None, typer.Option("--only", help="AXIS=VALUE")] = None,
@@ -96,6 +102,7 @@ def submit(
     stop: Annotated[str | None, typer.Option("--stop", metavar="ID", help="stop a job")] = None,
 ) -> None:
     """Submit `farm run JOB` to a Ray cluster as a Ray Job, or show or stop a submitted one."""
+    address = address or get_settings().ray.api_server_address
     try:
         server = JobServer(address)
         if status or logs or stop:
@@ -112,8 +119,7 @@ def submit(
         spec = make_submission(job_file, working_dir, only, db, resume, dry_run)
         job_id = server.submit(spec.entrypoint, spec.runtime_env, spec.metadata)
     except SubmitError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        raise fail(exc) from None
     console.print(f"submitted [bold]{job_id}[/bold]: {spec.entrypoint}", highlight=False)
     console.print(f"`farm submit --status {job_id}` / `--logs {job_id}` (address {address})")
     if not wait:

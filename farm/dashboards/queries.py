@@ -5,16 +5,16 @@ Each query reads the store as ``farm.store`` writes it:
 - ``metric`` is long format: one row per counter of a variant run, ``position`` NULL
   for the scalar counters (``drafts``, ``draft_tokens``, ``accepted``) and 0..k-1 for
   ``accepted_per_pos`` (``farm.store.repository._counter_rows``).
-- A *cell key* is what makes results comparable across sweeps, as in
-  ``farm.analysis.history.HistoryKey``: family, engine, model, planned graph mode, MTP
-  depth, sliding window, thinking, workload; never the build or the sweep. Its label
-  is ``HistoryKey``'s text form.
+- A *cell key* is what makes results comparable across sweeps: the variant's
+  ``farm.comparable.ComparableKey``, stored by ``farm.store`` as
+  ``variant_run.comparable_key`` (indexed; also in each planned variant of
+  ``cell.variants``) with its text form in ``variant_run.key_label``.
 - Figures are ratios of summed counters, like ``SpecCounters``: AL = 1 + accepted /
   drafts, acceptance rate = accepted / draft_tokens, position i = accepted_per_pos[i] /
   drafts; accuracy is the share of correct among scored (``correct`` not NULL)
   requests that did not fail (``farm.analysis.stats.accuracy``).
 - "Latest" and "previous" sweeps are by sweep id within one job, as ``farm alerts
-  check`` walks history (``farm.cli.reports._history_sweeps``).
+  check`` walks history (``farm.store.repository.history_sweeps``).
 
 Dashboard queries use Grafana's ``$__timeFilter(column)`` macro and ``${var:sqlstring}``
 variables (each value single-quoted, quotes doubled: safe inside ``IN (...)``).
@@ -27,7 +27,6 @@ __all__ = [
     "ALERT_FAILED_CELLS",
     "ALERT_OPEN_ALERTS",
     "CELL_DURATIONS_BY_NODE",
-    "CELL_KEY_LABEL",
     "FAILED_CELLS",
     "LATEST_FAILED_CELLS",
     "LATEST_SWEEP",
@@ -49,13 +48,14 @@ __all__ = [
     "VARIABLE_THINKING",
 ]
 
-# HistoryKey's str(): engine(family).model.graph.mtpN.swa-X.think-Y.workload
-CELL_KEY_LABEL = (
-    "format('%s(%s).%s.%s.mtp%s.swa-%s.think-%s.%s', c.engine, c.family, c.model, "
-    "c.planned_graph_mode, c.mtp_depth, c.sliding_window, {thinking}, {workload})"
-)
-
 _JOB = "s.job IN (${job:sqlstring})"
+
+# The planned variants of cell ``c`` (``farm.store`` keeps them as JSON, each with its
+# request-axis values under ``axes`` and its comparable key).
+_PLANNED_VARIANTS = (
+    "SELECT e->'axes'->>'thinking' AS thinking, e->'axes'->>'workload' AS workload, "
+    "e->>'comparable_key' AS comparable_key FROM json_array_elements(c.variants) e"
+)
 
 
 def _axis_filters(thinking: str) -> str:
@@ -72,12 +72,8 @@ def _axis_filters(thinking: str) -> str:
 def _key_counters(time_filter: bool) -> str:
     """CTE ``key_counters``: summed scalar counters per sweep and cell key (ok cells)."""
     when = "$__timeFilter(s.started_at)\n    AND " if time_filter else ""
-    label = CELL_KEY_LABEL.format(thinking="v.thinking", workload="v.workload")
     return f"""key_counters AS (
-  SELECT s.id AS sweep_id, s.job, s.started_at,
-    c.family, c.engine, c.model, c.planned_graph_mode AS graph_mode, c.mtp_depth,
-    c.sliding_window, v.thinking, v.workload,
-    {label} AS cell_key,
+  SELECT s.id AS sweep_id, s.job, s.started_at, v.comparable_key, v.key_label AS cell_key,
     (sum(m.value) FILTER (WHERE m.name = 'drafts'))::float8 AS drafts,
     (sum(m.value) FILTER (WHERE m.name = 'draft_tokens'))::float8 AS draft_tokens,
     (sum(m.value) FILTER (WHERE m.name = 'accepted'))::float8 AS accepted
@@ -88,8 +84,7 @@ def _key_counters(time_filter: bool) -> str:
   WHERE {when}{_JOB}
     AND c.status = 'ok'
     AND {_axis_filters("v.thinking")}
-  GROUP BY s.id, s.job, s.started_at, c.family, c.engine, c.model, c.planned_graph_mode,
-    c.mtp_depth, c.sliding_window, v.thinking, v.workload
+  GROUP BY s.id, s.job, s.started_at, v.comparable_key, v.key_label
 )"""
 
 
@@ -97,24 +92,6 @@ def _key_counters(time_filter: bool) -> str:
 _LATEST = f"""latest AS (
   SELECT max(s.id) AS sweep_id FROM sweep s WHERE {_JOB} GROUP BY s.job
 )"""
-
-_KEY_COLUMNS = (
-    "family",
-    "engine",
-    "model",
-    "graph_mode",
-    "mtp_depth",
-    "sliding_window",
-    "thinking",
-    "workload",
-)
-
-
-def _same_key(a: str, b: str) -> str:
-    left = ", ".join(f"{a}.{k}" for k in _KEY_COLUMNS)
-    right = ", ".join(f"{b}.{k}" for k in _KEY_COLUMNS)
-    return f"({left}) = ({right})"
-
 
 # --- MTP acceptance overview ----------------------------------------------------------
 
@@ -149,11 +126,11 @@ LATEST_SWEEP_CELLS = f"""WITH {_LATEST},
 planned AS (
   SELECT s.id AS sweep_id, s.job, c.id AS cell_row_id, c.ordinal, c.status,
     c.family, c.engine, c.model, c.planned_graph_mode AS graph_mode, c.mtp_depth,
-    c.sliding_window, pv.thinking, pv.workload
+    c.sliding_window, pv.thinking, pv.workload, pv.comparable_key
   FROM latest l
   JOIN sweep s ON s.id = l.sweep_id
   JOIN cell c ON c.sweep_id = s.id
-  CROSS JOIN LATERAL json_to_recordset(c.variants) AS pv(thinking text, workload text)
+  CROSS JOIN LATERAL ({_PLANNED_VARIANTS}) pv
   WHERE {_axis_filters("pv.thinking")}
 ),
 scored AS (
@@ -171,14 +148,14 @@ figures AS (
     k.accepted / NULLIF(k.draft_tokens, 0) AS acceptance_rate,
     a.accuracy, a.scored, prev.sweep_id AS previous_sweep, prev.al AS previous_al
   FROM planned p
-  LEFT JOIN key_counters k ON k.sweep_id = p.sweep_id AND {_same_key("k", "p")}
+  LEFT JOIN key_counters k ON k.sweep_id = p.sweep_id AND k.comparable_key = p.comparable_key
   LEFT JOIN scored a ON a.cell_row_id = p.cell_row_id
     AND a.thinking = p.thinking AND a.workload = p.workload
   LEFT JOIN LATERAL (
     SELECT h.sweep_id, 1 + h.accepted / h.drafts AS al
     FROM key_counters h
     WHERE h.job = p.job AND h.sweep_id < p.sweep_id AND h.drafts > 0
-      AND {_same_key("h", "p")}
+      AND h.comparable_key = p.comparable_key
     ORDER BY h.sweep_id DESC
     LIMIT 1
   ) prev ON TRUE
@@ -193,8 +170,7 @@ ORDER BY job, ordinal, thinking, workload"""
 
 LATEST_SWEEP_PER_POSITION = f"""WITH {_LATEST},
 runs AS (
-  SELECT {CELL_KEY_LABEL.format(thinking="v.thinking", workload="v.workload")} AS cell_key,
-    v.id AS run_id
+  SELECT v.key_label AS cell_key, v.id AS run_id
   FROM latest l
   JOIN cell c ON c.sweep_id = l.sweep_id
   JOIN variant_run v ON v.cell_row_id = c.id
@@ -324,7 +300,7 @@ ORDER BY depth"""
 VARIABLE_THINKING = f"""SELECT DISTINCT pv.thinking
 FROM cell c
 JOIN sweep s ON s.id = c.sweep_id
-CROSS JOIN LATERAL json_to_recordset(c.variants) AS pv(thinking text, workload text)
+CROSS JOIN LATERAL ({_PLANNED_VARIANTS}) pv
 WHERE {_JOB}
 ORDER BY 1"""
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from farm.engines.base import BuildRecipe, Completion, EngineAdapter, ServerLaunch
+from farm.engines.base import BuildRecipe, Completion, EngineAdapter, EngineProcess, ServerLaunch
 from farm.engines.sglang import SglangAdapter
 from farm.engines.vllm import VllmAdapter
 from farm.errors import PlanError
@@ -14,6 +14,7 @@ __all__ = [
     "BuildRecipe",
     "Completion",
     "EngineAdapter",
+    "EngineProcess",
     "ServerLaunch",
     "adapter_for",
     "job_capabilities",

@@ -2,22 +2,65 @@
 
 An adapter turns a planned cell into the exact argv, environment and request
 bodies of its engine, and reads the engine's answers (metrics, responses, logs)
-back into the farm's records. It holds all engine-specific knowledge; it starts
-nothing itself (the runner does the I/O).
+back into the farm's records. It holds all engine-specific knowledge.
+
+Its server runs as an ``EngineProcess`` (start, wait ready, stop, device release),
+the interface the runner drives. This module holds what every family shares (a
+subprocess in its own session on a loopback port, led by a keeper that kills the
+group when the worker dies, with an explicit environment, its output appended to
+the cell's log, a health poll, SIGTERM then SIGKILL to the group, the log scan);
+each adapter's subclass names the log lines that mean its engine cannot serve.
+
+What an engine answers is read through ``EngineAdapter.completion_from_response``
+and ``counters_from_metrics``: whatever an adapter cannot read (malformed JSON,
+wrong types, a counter that is not a count) becomes an ``EngineOutputError`` that
+names what was wrong, never an IndexError out of the runner.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
+import httpx
 from pydantic import BaseModel, ConfigDict
 
+from farm.engines.devices import DeviceReleaseCheck, release_checks, wait_released
+from farm.engines.environment import child_environment
+from farm.errors import EngineError
 from farm.plan import Capabilities, ServerCell, Variant
 from farm.records import EffectiveConfig, SpecCounters
 from farm.spec import EngineSpec, ModelSpec, WorkloadSpec
 
-__all__ = ["BuildRecipe", "Completion", "EngineAdapter", "ServerLaunch"]
+__all__ = [
+    "COMMON_FATAL_PATTERNS",
+    "BuildRecipe",
+    "Completion",
+    "EngineAdapter",
+    "EngineOutputError",
+    "EngineProcess",
+    "ServerLaunch",
+    "count_value",
+    "last_exception_line",
+    "read_completion",
+]
+
+
+class EngineOutputError(EngineError):
+    """An engine answered something its adapter cannot read: a body that is not
+    JSON or not shaped as a completion, a metric that is not a count."""
 
 
 class _Frozen(BaseModel):
@@ -56,6 +99,14 @@ class EngineAdapter(ABC):
     """One engine family (vLLM and its plugins, sglang, ...)."""
 
     family: ClassVar[str]
+    # The family's engine process: its fatal log lines and device release checks.
+    process_type: ClassVar[type[EngineProcess]]
+
+    def process(
+        self, launch: ServerLaunch, port: int, log_path: Path, npu_ids: tuple[int, ...] = ()
+    ) -> EngineProcess:
+        """The engine process serving ``launch`` on ``port``, not started yet (``start``)."""
+        return self.process_type(launch, port, log_path, npu_ids)
 
     @abstractmethod
     def build_recipe(self, engine: EngineSpec) -> BuildRecipe:
@@ -90,7 +141,28 @@ class EngineAdapter(ABC):
 
     @abstractmethod
     def read_counters(self, metrics_text: str) -> SpecCounters:
-        """Server-wide cumulative speculative counters from a metrics scrape."""
+        """Server-wide cumulative speculative counters from a metrics scrape
+        (read each sample's value with ``count_value``)."""
+
+    def completion_from_response(self, raw: bytes | str) -> Completion:
+        """``parse_completion`` of a raw response body; EngineOutputError when it
+        cannot be read (see ``read_completion``)."""
+        return read_completion(self.parse_completion, raw)
+
+    def counters_from_metrics(self, metrics_text: str) -> SpecCounters:
+        """``read_counters`` of a metrics scrape; EngineOutputError (naming the sample)
+        when the text is not Prometheus exposition or a counter is not a count."""
+        try:
+            counters = self.read_counters(metrics_text)
+        except EngineOutputError:
+            raise
+        except _SHAPE_ERRORS as exc:
+            raise EngineOutputError(
+                f"metrics are not readable Prometheus text ({_reason(exc)}): "
+                f"{_excerpt(metrics_text)}"
+            ) from None
+        _check_counts(counters, "metrics counters")
+        return counters
 
     def request_counters_from_log(self, log_text: str) -> dict[str, SpecCounters]:
         """Per-request counters the engine wrote to its log, keyed by response id.
@@ -105,3 +177,323 @@ class EngineAdapter(ABC):
         self, cell: ServerCell, log_text: str, models: dict[str, Any], hf_config: dict[str, Any]
     ) -> EffectiveConfig:
         """What the engine really runs, from its start-up log, model listing and config."""
+
+
+# What a parser meets in a body of the wrong shape (pydantic's ValidationError is a
+# ValueError): a missing key, an empty list, a string where a mapping was expected.
+_SHAPE_ERRORS = (LookupError, TypeError, ValueError, AttributeError, ArithmeticError)
+_EXCERPT = 200
+
+
+def _excerpt(raw: bytes | str) -> str:
+    text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+    return repr(text[:_EXCERPT]) + ("..." if len(text) > _EXCERPT else "")
+
+
+def _reason(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def read_completion(parse: Callable[[dict[str, Any]], Completion], raw: bytes | str) -> Completion:
+    """``parse`` (an adapter's ``parse_completion``) of a raw response body.
+
+    Raises EngineOutputError (what was wrong, with an excerpt of the body) when the
+    body is not a JSON object, lacks what ``parse`` reads, has values of the wrong
+    type, or carries negative per-request counters.
+    """
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise EngineOutputError(f"completion is not JSON ({exc}): {_excerpt(raw)}") from None
+    if not isinstance(body, dict):
+        raise EngineOutputError(f"completion is not a JSON object: {_excerpt(raw)}")
+    try:
+        done = parse(body)
+    except _SHAPE_ERRORS as exc:
+        raise EngineOutputError(
+            f"completion has not the expected shape ({_reason(exc)}): {_excerpt(raw)}"
+        ) from None
+    if done.counters is not None:
+        _check_counts(done.counters, "per-request counters")
+    return done
+
+
+def count_value(name: str, labels: dict[str, str], value: float) -> int:
+    """A Prometheus sample's value as a count; EngineOutputError naming the sample
+    when it is NaN, infinite or negative (counters only ever grow from 0)."""
+    if not math.isfinite(value) or value < 0:
+        shown = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        raise EngineOutputError(f"metric {name}{{{shown}}} is {value}, not a count")
+    return int(value)
+
+
+def _check_counts(counters: SpecCounters, what: str) -> None:
+    values = {
+        "drafts": counters.drafts,
+        "draft_tokens": counters.draft_tokens,
+        "accepted": counters.accepted,
+        **{f"accepted_per_pos[{i}]": v for i, v in enumerate(counters.accepted_per_pos)},
+    }
+    negative = {k: v for k, v in values.items() if v < 0}
+    if negative:
+        raise EngineOutputError(f"{what} are negative: {negative}")
+
+
+# Root causes any family prints at start-up; each adapter's process adds its own.
+# Lines that only wrap a root cause (a worker "hit an exception", the engine core
+# "failed") are ``wrapper_patterns``: they count only when no root cause is in the log.
+# A traceback's final ``XError: ...`` line is kept apart (``last_exception_line``)
+# because engines also log exceptions they catch.
+_PORT_TAKEN = re.compile(r"address already in use", re.IGNORECASE)
+COMMON_FATAL_PATTERNS: tuple[re.Pattern[str], ...] = (
+    # torch (CUDA) and torch_npu allocator messages; vLLM and sglang both raise them.
+    re.compile(r"(?:CUDA|NPU) out of memory"),
+    re.compile(r"OutOfMemoryError"),
+    # Python's shapes of an unsupported configuration (vLLM's feature checks raise them).
+    re.compile(
+        r"(?:ValueError|NotImplementedError|TypeError): .*(?:not supported|unsupported|"
+        r"is not implemented|not yet supported)"
+    ),
+    # Port taken between choosing it and binding it (uvicorn, zmq).
+    _PORT_TAKEN,
+)
+# A worker's prefix, e.g. "(EngineCore_DP0 pid=123) " (vLLM) or "[2025-01-01 ...] " (sglang).
+_PREFIX = re.compile(r"^(?:\([\w.-]+ pid=\d+\)\s*)?(?:\[[^\]]*\]\s*)?")
+_EXCEPTION = re.compile(r"^(?:[\w.]+\.)?(?:[A-Z]\w*(?:Error|Exception|Exit)): \S.*")
+_MAX_LINE = 500
+# pydantic prints the reason on the line after "N validation error(s) for X".
+_DETAIL_FOLLOWS = re.compile(r"validation errors? for \w+\s*$")
+_KEEPER = Path(__file__).with_name("group_keeper.py")
+# After a fatal line the engine usually exits within seconds; one that is neither
+# gone nor healthy by then hangs on a dead worker.
+_FATAL_GRACE_S = 15.0
+# A killed server refuses connections a moment before its exit status can be collected.
+_EXIT_WAIT_S = 3.0
+# How long SIGKILLed processes may take to be reaped; one stuck in the kernel longer
+# is left to the release check, which names it.
+_KILL_WAIT_S = 10.0
+
+
+def _clean(line: str) -> str:
+    return _PREFIX.sub("", line.rstrip(), count=1).strip()
+
+
+def last_exception_line(log_text: str) -> str | None:
+    """The last ``SomeError: message`` line (a traceback's conclusion), or None."""
+    found = None
+    for line in log_text.splitlines():
+        cleaned = _clean(line)
+        if _EXCEPTION.match(cleaned):
+            found = cleaned
+    return found
+
+
+class EngineProcess:
+    """One engine server process: start it, wait until it serves, stop it, see its
+    devices released.
+
+    The constructor only records what to run; ``start`` starts it. Subclasses (one
+    per adapter) set ``fatal_patterns`` and ``wrapper_patterns``, and may widen
+    ``release_checks`` or ``port_taken``.
+    """
+
+    fatal_patterns: ClassVar[tuple[re.Pattern[str], ...]] = COMMON_FATAL_PATTERNS
+    wrapper_patterns: ClassVar[tuple[re.Pattern[str], ...]] = ()
+
+    def __init__(
+        self, launch: ServerLaunch, port: int, log_path: Path, npu_ids: tuple[int, ...] = ()
+    ) -> None:
+        self.launch = launch
+        self.port = port
+        self.log_path = log_path
+        self.npu_ids = npu_ids
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL of the server (the adapters bind it to the loopback address)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        """Process id of the server's group leader (its keeper), also the id of the
+        process group."""
+        return self._started().pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The server's exit status (the keeper exits with it); None while it runs."""
+        return self._started().returncode
+
+    def _started(self) -> subprocess.Popen[bytes]:
+        if self._proc is None:
+            raise EngineError(f"engine process for {self.launch.argv[:3]} used before start()")
+        return self._proc
+
+    def environment(self) -> dict[str, str]:
+        """The server's whole environment: the launch's variables over what
+        ``farm.engines.environment`` lets through (never the farm's secrets)."""
+        return child_environment(self.launch.env)
+
+    def start(self) -> None:
+        """Start the server in its own session (process group), its output appended
+        to the log, with ``environment()``.
+
+        The group's leader is a keeper (``farm.engines.group_keeper``) that runs the
+        server and SIGKILLs the whole group, the server's own workers included, when
+        the process that called ``start`` dies.
+        """
+        keeper = (sys.executable, "-I", "-S", str(_KEEPER), str(os.getpid()))
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                (*keeper, *self.launch.argv),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.environment(),
+                start_new_session=True,
+            )
+
+    def wait_ready(self, timeout_s: float, fatal_grace_s: float = _FATAL_GRACE_S) -> None:
+        """Return when the health endpoint answers 200; raise EngineError naming the
+        engine's own error line when it exits, or prints a fatal line and neither
+        exits nor becomes healthy within ``fatal_grace_s``, or is not ready after
+        ``timeout_s``."""
+        proc = self._started()
+        url = self.url + self.launch.health_path
+        deadline = time.monotonic() + timeout_s
+        scan = _LogScan(self.log_path, self.fatal_line)
+        fatal: str | None = None
+        fatal_at = 0.0
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                fatal = scan.poll()
+                raise EngineError(
+                    f"engine exited with code {proc.returncode} during start-up"
+                    + _because(fatal or last_exception_line(scan.text()))
+                )
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if fatal is None:
+                fatal = scan.poll()
+                fatal_at = time.monotonic()
+            elif time.monotonic() - fatal_at > fatal_grace_s:
+                raise EngineError(
+                    f"engine reported a fatal error at start and did not exit within "
+                    f"{fatal_grace_s:.0f} s: {fatal}"
+                )
+            time.sleep(0.5)
+        raise EngineError(
+            f"engine not ready after {timeout_s:.0f} s ({url})"
+            + _because(last_exception_line(scan.text()))
+        )
+
+    def exited(self, within_s: float = _EXIT_WAIT_S) -> bool:
+        """Whether the server has exited, waiting up to ``within_s``: a killed server
+        refuses connections a moment before its exit status can be collected.
+        Blocks; in an event loop use ``aexited``."""
+        try:
+            self._started().wait(timeout=within_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    async def aexited(self, within_s: float = _EXIT_WAIT_S, poll_s: float = 0.05) -> bool:
+        """``exited`` for an event loop: polls without blocking it."""
+        proc = self._started()
+        deadline = time.monotonic() + within_s
+        while proc.poll() is None:
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(poll_s)
+        return True
+
+    def stop(self, grace_s: float, kill_wait_s: float = _KILL_WAIT_S) -> None:
+        """SIGTERM the server's process group, SIGKILL what is left after ``grace_s``.
+
+        Waits at most ``grace_s + kill_wait_s``: a process the kernel does not reap
+        after SIGKILL is left for ``wait_released`` to report.
+        """
+        proc = self._started()
+        if proc.poll() is None:
+            self._signal_group(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=grace_s)
+        # Engine workers live in the same group and may outlive the API process.
+        self._signal_group(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=kill_wait_s)
+
+    def _signal_group(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, sig)
+
+    def release_checks(self) -> tuple[DeviceReleaseCheck, ...]:
+        """What must be free before the next cell may take this engine's devices:
+        its process group gone, and the NPUs idle where ``npu-smi`` exists."""
+        return release_checks(self.pid, self.npu_ids)
+
+    def wait_released(self, timeout_s: float, poll_s: float = 0.5) -> tuple[str, ...]:
+        """Wait until ``release_checks`` see the devices free (call after ``stop``).
+
+        Returns what still holds them after ``timeout_s`` (empty when free).
+        """
+        return wait_released(self.release_checks(), timeout_s, poll_s)
+
+    @classmethod
+    def fatal_line(cls, log_text: str) -> str | None:
+        """The first line of ``log_text`` that matches a fatal pattern (root causes
+        before wrappers), cleaned of its worker prefix (with the reason appended when
+        it is on the next line); None when there is none."""
+        lines = log_text.splitlines()
+        for patterns in (cls.fatal_patterns, cls.wrapper_patterns):
+            for i, line in enumerate(lines):
+                if any(p.search(line) for p in patterns):
+                    found = _clean(line)
+                    if _DETAIL_FOLLOWS.search(found) and i + 1 < len(lines):
+                        found = f"{found}: {_clean(lines[i + 1])}"
+                    return found[:_MAX_LINE]
+        return None
+
+    @classmethod
+    def port_taken(cls, error: str) -> bool:
+        """Whether a start-up error says the port was taken (worth one more try)."""
+        return _PORT_TAKEN.search(error) is not None
+
+
+def _because(line: str | None) -> str:
+    return f": {line}" if line else ""
+
+
+class _LogScan:
+    """Reads a growing log incrementally and remembers its first fatal line."""
+
+    def __init__(self, path: Path, find_fatal: Callable[[str], str | None]) -> None:
+        self._path = path
+        self._find_fatal = find_fatal
+        self._offset = 0
+        self._partial = ""
+        self.fatal: str | None = None
+
+    def poll(self) -> str | None:
+        try:
+            with open(self._path, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except OSError:
+            return self.fatal
+        self._offset += len(chunk)
+        text = self._partial + chunk.decode(errors="replace")
+        complete, _, self._partial = text.rpartition("\n")
+        if self.fatal is None and complete:
+            self.fatal = self._find_fatal(complete)
+        return self.fatal
+
+    def text(self) -> str:
+        self.poll()
+        try:
+            return self._path.read_text(errors="replace")
+        except OSError:
+            return ""

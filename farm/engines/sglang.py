@@ -16,7 +16,15 @@ from typing import Any, ClassVar
 from packaging.utils import canonicalize_name
 from prometheus_client.parser import text_string_to_metric_families
 
-from farm.engines.base import BuildRecipe, Completion, EngineAdapter, ServerLaunch
+from farm.engines.base import (
+    COMMON_FATAL_PATTERNS,
+    BuildRecipe,
+    Completion,
+    EngineAdapter,
+    EngineProcess,
+    ServerLaunch,
+    count_value,
+)
 from farm.engines.dialects import (
     SGLANG_GRAPH,
     SGLANG_REQUEST,
@@ -29,6 +37,7 @@ from farm.spec import EngineSpec, ModelSpec, WorkloadSpec
 
 __all__ = [
     "SglangAdapter",
+    "SglangProcess",
     "accept_length_from_server_info",
     "counters_from_meta_info",
     "read_window_gauges",
@@ -62,10 +71,27 @@ def is_npu_engine(engine: EngineSpec) -> bool:
     return any(m and canonicalize_name(m[1]) in _NPU_PACKAGES for m in names)
 
 
+class SglangProcess(EngineProcess):
+    """An sglang server process (``sglang.launch_server``)."""
+
+    fatal_patterns: ClassVar[tuple[re.Pattern[str], ...]] = (
+        *COMMON_FATAL_PATTERNS,
+        # python/sglang/srt/model_executor/model_runner.py, cuda/npu graph runner.
+        re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static"),
+        re.compile(r"Capture (?:cuda|npu) graph failed"),
+    )
+    wrapper_patterns: ClassVar[tuple[re.Pattern[str], ...]] = (
+        # managers/scheduler.py, entrypoints/http_server.py.
+        re.compile(r"Scheduler hit an exception"),
+        re.compile(r"Initialization failed\. warmup error"),
+    )
+
+
 class SglangAdapter(EngineAdapter):
     """sglang's OpenAI-compatible server with NEXTN (MTP) speculative decoding."""
 
     family: ClassVar[str] = "sglang"
+    process_type: ClassVar[type[EngineProcess]] = SglangProcess
 
     def build_recipe(self, engine: EngineSpec) -> BuildRecipe:
         # The PyPI wheel depends on CUDA torch, flashinfer and sgl-kernel. On Ascend
@@ -277,9 +303,10 @@ class SglangAdapter(EngineAdapter):
                     "sglang:generation_tokens_total",
                     "sglang:num_requests_total",
                 ):
-                    totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+                    value = count_value(sample.name, sample.labels, sample.value)
+                    totals[sample.name] = totals.get(sample.name, 0.0) + value
                 elif sample.name == "sglang:spec_num_draft_tokens":
-                    width = max(width, sample.value)
+                    width = max(width, count_value(sample.name, sample.labels, sample.value))
         drafts = int(totals.get("sglang:spec_verify_calls_total", 0))
         if not drafts:
             return SpecCounters()

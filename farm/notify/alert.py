@@ -4,10 +4,9 @@ Pure: pydantic only. The store (:mod:`farm.store.alerts`) turns an
 :class:`AlertCandidate` into a row and gives back an :class:`AlertRecord`; notifiers,
 reports and the CLI read records and never see a row.
 
-An alert is identified by its :attr:`AlertCandidate.key`: the *cell key* (what makes
-results comparable across nightlies - engine line and family, model, server axes,
-thinking, workload; never the build or the sweep, the Conbench ``history_fingerprint``
-idea) plus the cause (check kind and metric). The same regression seen by the next
+An alert is identified by its :attr:`AlertCandidate.key`: the cell's
+:class:`farm.comparable.ComparableKey` (never the build or the sweep) plus the cause
+(check kind and metric). The same regression seen by the next
 nightly updates the open alert instead of raising a second one.
 """
 
@@ -19,6 +18,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from farm.comparable import ComparableKey
+
 __all__ = [
     "ALERT_STATES",
     "SEVERITIES",
@@ -28,7 +29,6 @@ __all__ = [
     "AlertKind",
     "AlertRecord",
     "AlertState",
-    "CellKey",
     "FigureInterval",
     "Severity",
     "alert_key",
@@ -53,31 +53,6 @@ class _Stored(BaseModel):
     # Details are stored as JSON and read back by whichever farm version runs next:
     # fields an older or newer farm wrote and this one does not know are ignored.
     model_config = ConfigDict(frozen=True, extra="ignore")
-
-
-class CellKey(_Stored):
-    """The comparable identity of a variant (or of a server cell, without thinking and
-    workload). Same text form as :class:`farm.analysis.history.HistoryKey`."""
-
-    family: str
-    engine: str
-    model: str
-    graph_mode: str
-    mtp_depth: int
-    sliding_window: str
-    thinking: str | None = None
-    workload: str | None = None
-
-    def __str__(self) -> str:
-        text = (
-            f"{self.engine}({self.family}).{self.model}.{self.graph_mode}.mtp{self.mtp_depth}"
-            f".swa-{self.sliding_window}"
-        )
-        if self.thinking is not None:
-            text += f".think-{self.thinking}"
-        if self.workload is not None:
-            text += f".{self.workload}"
-        return text
 
 
 class FigureInterval(_Stored):
@@ -146,7 +121,7 @@ class AlertDetails(_Stored):
     sweep's regressions (:mod:`farm.analysis.attribution`), when it covers this cell.
     """
 
-    cell: CellKey
+    cell: ComparableKey
     sweep_id: int
     figures: tuple[AlertFigure, ...] = ()
     attribution: str | None = None
@@ -203,6 +178,7 @@ class AlertRecord(_Frozen):
         return self.state == "open" and self.notified_at is None
 
 
-def alert_key(cell: CellKey, kind: AlertKind, metric: str | None) -> str:
-    """The deduplication key: cause (kind, metric) and cell key, never build or sweep."""
-    return f"{kind}:{metric or '-'}:{cell}"
+def alert_key(cell: ComparableKey, kind: AlertKind, metric: str | None) -> str:
+    """The deduplication key: cause (kind, metric) and the comparable key's label (the
+    text alerts were keyed by before the key had a fingerprint), never build or sweep."""
+    return f"{kind}:{metric or '-'}:{cell.label}"

@@ -15,12 +15,11 @@ from collections.abc import Iterable, Sequence
 from farm.analysis.attribution import Attribution, attribute, labels_from_report
 from farm.analysis.history import HistoryAnalysis
 from farm.analysis.stats import Interval
-from farm.analysis.verdicts import CheckReport, Finding, VariantRef, Verdict
+from farm.analysis.verdicts import CheckReport, Finding, Verdict
 from farm.notify.alert import (
     AlertCandidate,
     AlertDetails,
     AlertFigure,
-    CellKey,
     FigureInterval,
     Severity,
     alert_key,
@@ -46,22 +45,18 @@ def alert_candidates_from_report(
 ) -> list[AlertCandidate]:
     """Alert candidates for the findings of ``report`` on ``sweep``.
 
-    ``sweep`` supplies what the verdicts do not carry: each engine's family (part of
-    the cell key) and the failed cells, which become ``cell_failed`` candidates unless
+    ``sweep`` supplies what the verdicts do not carry: the failed cells, which become
+    ``cell_failed`` candidates unless
     ``include_failed_cells`` is false. Candidates come in finding order, failed cells
     last.
     """
-    families = {s.cell.engine: s.cell.family for s in sweep.cells}
     rule = _attribution(report)
     grouped: dict[str, list[Finding]] = {}
     for finding in report.findings:
         v = finding.verdict
-        key = alert_key(_cell_key(v.candidate, families), v.check, v.metric)
+        key = alert_key(v.candidate.key, v.check, v.metric)
         grouped.setdefault(key, []).append(finding)
-    out = [
-        _from_findings(key, findings, families, rule, sweep.sweep_id)
-        for key, findings in grouped.items()
-    ]
+    out = [_from_findings(key, findings, rule, sweep.sweep_id) for key, findings in grouped.items()]
     if include_failed_cells:
         out.extend(_failed(stored, sweep.sweep_id) for stored in _failed_cells(sweep.cells))
     return out
@@ -81,17 +76,7 @@ def alert_candidates_from_history(
     for analysis in analyses:
         if analysis.key is None:
             continue
-        k = analysis.key
-        cell = CellKey(
-            family=k.family,
-            engine=k.engine,
-            model=k.model,
-            graph_mode=k.graph_mode,
-            mtp_depth=k.mtp_depth,
-            sliding_window=k.sliding_window,
-            thinking=k.thinking,
-            workload=k.workload,
-        )
+        cell = analysis.key
         for cp in analysis.alerts:
             if cp.index < analysis.points - recent:
                 continue
@@ -131,12 +116,6 @@ def _attribution(report: CheckReport) -> Attribution | None:
     return attribute(labels_from_report(report))
 
 
-def _cell_key(ref: VariantRef, families: dict[str, str]) -> CellKey:
-    return CellKey(
-        family=families.get(ref.engine, ref.engine), **ref.model_dump(exclude={"cell_id"})
-    )
-
-
 def _figure(v: Verdict) -> AlertFigure:
     ref = v.reference_value.estimate
     relative = v.difference.estimate / ref if ref else None
@@ -172,12 +151,11 @@ def _severity(figures: Iterable[AlertFigure]) -> Severity:
 def _from_findings(
     key: str,
     findings: list[Finding],
-    families: dict[str, str],
     rule: Attribution | None,
     sweep_id: int,
 ) -> AlertCandidate:
     first = findings[0].verdict
-    cell = _cell_key(first.candidate, families)
+    cell = first.candidate.key
     figures = tuple(_figure(f.verdict) for f in findings)
     matched = rule is not None and bool(rule.terms) and rule.matches(first.candidate.axes())
     details = AlertDetails(
@@ -216,14 +194,7 @@ def _failed_cells(cells: Iterable[StoredCell]) -> Iterable[StoredCell]:
 def _failed(stored: StoredCell, sweep_id: int) -> AlertCandidate:
     c, result = stored.cell, stored.result
     assert result is not None
-    cell = CellKey(
-        family=c.family,
-        engine=c.engine,
-        model=c.model,
-        graph_mode=c.planned_graph_mode,
-        mtp_depth=c.mtp_depth,
-        sliding_window=c.sliding_window,
-    )
+    cell = c.key
     error = (result.error or "no error recorded").strip()
     first_line = error.splitlines()[0] if error else ""
     return AlertCandidate(

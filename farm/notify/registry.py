@@ -1,11 +1,13 @@
-"""Which notifiers are configured (from the environment) and sending to all of them."""
+"""Which notifiers are configured (:class:`farm.settings.NotifySettings`) and sending
+to all of them."""
 
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Protocol
+
+from pydantic import SecretStr
 
 from farm.notify.alert import AlertRecord
 from farm.notify.feishu import FeishuNotifier
@@ -13,20 +15,14 @@ from farm.notify.http import NotifyError, RetryPolicy
 from farm.notify.slack import SlackNotifier
 from farm.notify.webhook import WebhookNotifier
 from farm.notify.wecom import WeComNotifier
+from farm.settings import NotifySettings, env_vars, get_settings
 
-__all__ = ["ENV_VARS", "Notifier", "notifiers_from_env", "send_all"]
+__all__ = ["ENV_VARS", "Notifier", "configured_notifiers", "send_all"]
 
 log = logging.getLogger("farm.notify")
 
-ENV_VARS = {
-    "FARM_NOTIFY_WEBHOOK_URL": "generic webhook: the alert JSON, one POST per alert",
-    "FARM_NOTIFY_WEBHOOK_SECRET": "optional: HMAC-SHA256 signature header for the webhook",
-    "FARM_NOTIFY_SLACK_URL": "Slack incoming webhook URL",
-    "FARM_NOTIFY_FEISHU_URL": "Feishu/Lark custom bot webhook URL",
-    "FARM_NOTIFY_FEISHU_SECRET": "optional: the Feishu bot's signing secret",
-    "FARM_NOTIFY_FEISHU_FORMAT": "optional: interactive (default) or text",
-    "FARM_NOTIFY_WECOM_URL": "WeCom group bot webhook URL (with key=...)",
-}
+ENV_VARS: dict[str, str] = env_vars(NotifySettings)
+"""The channels' environment variables (``FARM_NOTIFY_*``), with their descriptions."""
 
 
 class Notifier(Protocol):
@@ -42,38 +38,39 @@ class Notifier(Protocol):
         ...
 
 
-def notifiers_from_env(
-    env: Mapping[str, str] | None = None, policy: RetryPolicy | None = None
+def _secret(value: SecretStr | None) -> str | None:
+    return value.get_secret_value() if value is not None else None
+
+
+def configured_notifiers(
+    settings: NotifySettings | None = None, policy: RetryPolicy | None = None
 ) -> list[Notifier]:
-    """One notifier per channel whose URL is set in ``env`` (default: ``os.environ``).
+    """One notifier per channel whose URL is set (default: the environment's settings).
 
     Raises NotifyError for an invalid ``FARM_NOTIFY_FEISHU_FORMAT``.
     """
-    env = os.environ if env is None else env
+    cfg = settings if settings is not None else get_settings().notify
     policy = policy or RetryPolicy()
     out: list[Notifier] = []
-    if url := env.get("FARM_NOTIFY_WEBHOOK_URL"):
-        out.append(
-            WebhookNotifier(url, secret=env.get("FARM_NOTIFY_WEBHOOK_SECRET"), policy=policy)
-        )
-    if url := env.get("FARM_NOTIFY_SLACK_URL"):
+    if url := _secret(cfg.webhook_url):
+        out.append(WebhookNotifier(url, secret=_secret(cfg.webhook_secret), policy=policy))
+    if url := _secret(cfg.slack_url):
         out.append(SlackNotifier(url, policy=policy))
-    if url := env.get("FARM_NOTIFY_FEISHU_URL"):
-        fmt = env.get("FARM_NOTIFY_FEISHU_FORMAT") or "interactive"
+    if url := _secret(cfg.feishu_url):
+        fmt = cfg.feishu_format
         if fmt not in ("interactive", "text"):
             raise NotifyError(
                 f"FARM_NOTIFY_FEISHU_FORMAT={fmt!r}: expected 'interactive' or 'text'"
             )
-        secret = env.get("FARM_NOTIFY_FEISHU_SECRET")
         out.append(
             FeishuNotifier(
                 url,
-                secret=secret,
+                secret=_secret(cfg.feishu_secret),
                 msg_type="text" if fmt == "text" else "interactive",
                 policy=policy,
             )
         )
-    if url := env.get("FARM_NOTIFY_WECOM_URL"):
+    if url := _secret(cfg.wecom_url):
         out.append(WeComNotifier(url, policy=policy))
     return out
 

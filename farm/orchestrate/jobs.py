@@ -9,13 +9,13 @@ header.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 from ray.job_submission import JobSubmissionClient
 
 from farm.errors import FarmError
+from farm.settings import get_settings
 
 __all__ = ["JobServer", "SubmitError"]
 
@@ -30,8 +30,8 @@ class JobServer:
     """The job server of one Ray cluster, at its dashboard ``address``."""
 
     def __init__(self, address: str) -> None:
-        token = os.environ.get("RAY_AUTH_TOKEN")
-        headers = {"Authorization": f"Bearer {token}"} if token else None
+        token = get_settings().ray.auth_token
+        headers = {"Authorization": f"Bearer {token.get_secret_value()}"} if token else None
         self.address = address
         try:
             self._client = JobSubmissionClient(address, headers=headers)

@@ -229,7 +229,7 @@ class RayPool:
         say: Callable[[str, str], None] | None = None,
     ) -> NodeBuilds:
         """Start building each engine on the nodes ``targets`` names for it; see NodeBuilds."""
-        return NodeBuilds(targets, shared_dir, local_cache, builder, say)
+        return NodeBuilds(targets, shared_dir, local_cache, builder, say).start()
 
     def run(
         self,
@@ -253,96 +253,154 @@ class RayPool:
         real engine runner); tests pass a fake one.
         """
         nodes = {n["NodeID"]: n for n in _alive_nodes()}
-        by_id = {t.cell.cell_id: (t, p) for t, p in tasks}
-        fits = {
+        dispatch = _Dispatch(
+            nodes, tasks, estimates or {}, order, builds, runner or _default_runner, on_start
+        )
+        checked = time.monotonic()
+        recheck = True  # once at the start: a cell may fit no node at all
+        while True:
+            for outcome in builds.take() if builds else ():
+                recheck = True
+                if on_build:
+                    on_build(outcome)
+                dispatch.allow(outcome)
+            if recheck:
+                yield from dispatch.drop_unplaceable()
+            recheck = False
+            dispatch.submit_starts()
+            if dispatch.finished:
+                return
+            done = dispatch.wait()
+            if time.monotonic() - checked >= _NODE_CHECK_S:
+                checked = time.monotonic()
+                recheck = dispatch.drop_dead_nodes()
+            yield from dispatch.collect(done)
+
+
+class _Dispatch:
+    """The state of one ``RayPool.run``: which cell runs where, what is in flight."""
+
+    def __init__(
+        self,
+        nodes: dict[str, dict[str, Any]],
+        tasks: list[tuple[CellTask, Placement]],
+        estimates: Mapping[str, float],
+        order: Order,
+        builds: NodeBuilds | None,
+        runner: CellRunner,
+        on_start: Callable[[str, str], None] | None,
+    ) -> None:
+        self.nodes = nodes
+        self.by_id = {t.cell.cell_id: (t, p) for t, p in tasks}
+        self.fits = {
             t.cell.cell_id: frozenset(i for i, n in nodes.items() if p.fits(n)) for t, p in tasks
         }
         jobs = [
             Job(
                 key=task.cell.cell_id,
                 need=placement.holds,
-                estimate_s=(estimates or {}).get(task.cell.cell_id, 0.0),
-                nodes=frozenset() if builds is not None else fits[task.cell.cell_id],
+                estimate_s=estimates.get(task.cell.cell_id, 0.0),
+                nodes=frozenset() if builds is not None else self.fits[task.cell.cell_id],
             )
             for task, placement in tasks
         ]
-        dispatcher = Dispatcher({i: _capacity(n) for i, n in nodes.items()}, jobs, order)
-        remote = ray.remote(_run_remote)
-        pending: dict[Any, CellTask] = {}
-        checked = time.monotonic()
-        recheck = True  # once at the start: a cell may fit no node at all
-        while True:
-            for engine, node, build in builds.take() if builds else ():
-                recheck = True
-                if on_build:
-                    on_build((engine, node, build))
-                if isinstance(build, str):
-                    continue
-                dispatcher.allow(
-                    (
-                        j.key
-                        for j in dispatcher.pending
-                        if by_id[j.key][0].engine.name == engine and node in fits[j.key]
-                    ),
-                    node,
-                )
-            for job in dispatcher.never_fits() if recheck else ():
-                engine = by_id[job.key][0].engine.name
-                if builds is not None and builds.waiting(engine):
-                    continue
-                dispatcher.drop(job.key)
-                if builds is not None and not builds.ready.get(engine):
-                    error = builds.failures(engine) or f"no node of the cluster may run {engine}"
-                    yield _failed(job.key, error, "build_failed")
-                else:
-                    yield _failed(job.key, "no live node that holds its build can hold it any more")
-            recheck = False
-            for start in dispatcher.starts():
-                task, placement = by_id[start.key]
-                there = builds.ready.get(task.engine.name, {}).get(start.node) if builds else None
-                if there is not None:
-                    task = task.model_copy(update={"build": there})
-                options = placement.options(start.key)
-                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
-                    start.node, soft=True
-                )
-                pending[remote.options(**options).remote(task, runner or _default_runner)] = task
-                if on_start:
-                    on_start(start.key, node_label(nodes[start.node]))
-            if not pending and not (dispatcher.pending and builds is not None and builds.busy):
-                return
-            # Cells not yet placed wait on builds: look at them as they land.
-            watch = list(pending) + (builds.refs if builds else [])
-            local = builds is not None and builds.local_busy
-            timeout = _LOCAL_BUILD_POLL_S if local else _NODE_CHECK_S
-            if watch:
-                done, _ = ray.wait(watch, num_returns=1, timeout=timeout)
-            else:
-                done = []
-                time.sleep(timeout)
-            if time.monotonic() - checked >= _NODE_CHECK_S:
-                checked = time.monotonic()
-                alive = {n["NodeID"] for n in _alive_nodes()}
-                for node in set(nodes) - alive:
-                    # Cells that were there are re-run by Ray (max_retries) elsewhere.
-                    dispatcher.lose_node(node)
-                    nodes.pop(node)
-                    recheck = True
-            done = [r for r in done if r in pending]
-            if not done:
+        self.dispatcher = Dispatcher({i: _capacity(n) for i, n in nodes.items()}, jobs, order)
+        self.builds = builds
+        self.runner = runner
+        self.on_start = on_start
+        self.remote = ray.remote(_run_remote)
+        self.pending: dict[Any, CellTask] = {}
+
+    def allow(self, outcome: BuildOutcome) -> None:
+        """Let the cells of a build that landed run on its node."""
+        engine, node, build = outcome
+        if isinstance(build, str):
+            return
+        self.dispatcher.allow(
+            (
+                j.key
+                for j in self.dispatcher.pending
+                if self.by_id[j.key][0].engine.name == engine and node in self.fits[j.key]
+            ),
+            node,
+        )
+
+    def drop_unplaceable(self) -> Iterator[CellResult]:
+        """A failed result for each cell that no node can hold any more."""
+        builds = self.builds
+        for job in self.dispatcher.never_fits():
+            engine = self.by_id[job.key][0].engine.name
+            if builds is not None and builds.waiting(engine):
                 continue
-            # Take every cell that has finished by now, so one dispatch pass serves them.
-            rest = [r for r in pending if r != done[0]]
-            if rest:
-                done += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
-            for ref in done:
-                task = pending.pop(ref)
-                dispatcher.finish(task.cell.cell_id)
-                try:
-                    yield ray.get(ref)
-                except RayError as exc:
-                    error = f"Ray task failed: {type(exc).__name__}: {str(exc)[:2000]}"
-                    yield _failed(task.cell.cell_id, error)
+            self.dispatcher.drop(job.key)
+            if builds is not None and not builds.ready.get(engine):
+                error = builds.failures(engine) or f"no node of the cluster may run {engine}"
+                yield _failed(job.key, error, "build_failed")
+            else:
+                yield _failed(job.key, "no live node that holds its build can hold it any more")
+
+    def submit_starts(self) -> None:
+        """Submit each cell the dispatcher starts now, pinned to its node."""
+        builds = self.builds
+        for start in self.dispatcher.starts():
+            task, placement = self.by_id[start.key]
+            there = builds.ready.get(task.engine.name, {}).get(start.node) if builds else None
+            if there is not None:
+                task = task.model_copy(update={"build": there})
+            options = placement.options(start.key)
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(start.node, soft=True)
+            self.pending[self.remote.options(**options).remote(task, self.runner)] = task
+            if self.on_start:
+                self.on_start(start.key, node_label(self.nodes[start.node]))
+
+    @property
+    def finished(self) -> bool:
+        """Nothing runs, and nothing waits for a build that may still land."""
+        builds = self.builds
+        return not self.pending and not (
+            self.dispatcher.pending and builds is not None and builds.busy
+        )
+
+    def wait(self) -> list[Any]:
+        """Wait a little for a cell (or a build) to finish; the references done."""
+        builds = self.builds
+        # Cells not yet placed wait on builds: look at them as they land.
+        watch = list(self.pending) + (builds.refs if builds else [])
+        local = builds is not None and builds.local_busy
+        timeout = _LOCAL_BUILD_POLL_S if local else _NODE_CHECK_S
+        if watch:
+            done, _ = ray.wait(watch, num_returns=1, timeout=timeout)
+            return list(done)
+        time.sleep(timeout)
+        return []
+
+    def drop_dead_nodes(self) -> bool:
+        """Forget the nodes that died; whether any did."""
+        alive = {n["NodeID"] for n in _alive_nodes()}
+        lost = set(self.nodes) - alive
+        for node in lost:
+            # Cells that were there are re-run by Ray (max_retries) elsewhere.
+            self.dispatcher.lose_node(node)
+            self.nodes.pop(node)
+        return bool(lost)
+
+    def collect(self, done: list[Any]) -> Iterator[CellResult]:
+        """The results of the cells in ``done`` and of every other cell finished by now."""
+        done = [r for r in done if r in self.pending]
+        if not done:
+            return
+        # Take every cell that has finished by now, so one dispatch pass serves them.
+        rest = [r for r in self.pending if r != done[0]]
+        if rest:
+            done += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+        for ref in done:
+            task = self.pending.pop(ref)
+            self.dispatcher.finish(task.cell.cell_id)
+            try:
+                yield ray.get(ref)
+            except RayError as exc:
+                error = f"Ray task failed: {type(exc).__name__}: {str(exc)[:2000]}"
+                yield _failed(task.cell.cell_id, error)
 
 
 class NodeBuilds:
@@ -366,38 +424,51 @@ class NodeBuilds:
         builder: BuildRunner,
         say: Callable[[str, str], None] | None = None,
     ) -> None:
-        here = _driver_node()
-        self.nodes = {n["NodeID"]: n for n in _alive_nodes()}
+        """Record what to build where; ``start`` starts the builds."""
+        self._targets = dict(targets)
+        self._shared_dir = shared_dir
+        self._local_cache = local_cache
+        self._builder = builder
+        self._say = say
+        self.nodes: dict[str, dict[str, Any]] = {}
         # Outcomes taken so far: engine -> node id -> the build there / why it failed.
         self.ready: dict[str, dict[str, BuildInfo]] = {}
         self.failed: dict[str, dict[str, str]] = {}
         self._refs: dict[Any, tuple[str, tuple[str, ...]]] = {}
         self._landed: queue.SimpleQueue[BuildOutcome] = queue.SimpleQueue()
         self._waiting = {name: len(nodes) for name, (_, nodes) in targets.items()}
+        self._local: threading.Thread | None = None
+
+    def start(self) -> NodeBuilds:
+        """Submit the builds on other nodes as Ray tasks and start the driver node's
+        own in a thread; returns ``self``."""
+        here = _driver_node()
+        self.nodes = {n["NodeID"]: n for n in _alive_nodes()}
+        shared = self._shared_dir
         remote = ray.remote(_build_remote)
         local: list[EngineSpec] = []
-        for name, (engine, nodes) in targets.items():
+        for name, (engine, nodes) in self._targets.items():
             if not nodes:
                 continue
-            groups = [(nodes[0], tuple(nodes))] if shared_dir else [(n, (n,)) for n in nodes]
+            groups = [(nodes[0], tuple(nodes))] if shared else [(n, (n,)) for n in nodes]
             for node, stands_for in groups:
-                if node == here and not shared_dir:
+                if node == here and not shared:
                     local.append(engine)
                     continue
                 strategy = NodeAffinitySchedulingStrategy(node, soft=False)
                 ref = remote.options(
                     num_cpus=1, scheduling_strategy=strategy, name=f"build {name}"
-                ).remote(engine, shared_dir, builder)
+                ).remote(engine, shared, self._builder)
                 self._refs[ref] = (name, stands_for)
-        self._local: threading.Thread | None = None
         if local and here is not None:
             self._local = threading.Thread(
                 target=self._build_here,
-                args=(local, here, local_cache, builder, say),
+                args=(local, here, self._local_cache, self._builder, self._say),
                 name="farm-driver-build",
                 daemon=True,
             )
             self._local.start()
+        return self
 
     def _build_here(
         self,

@@ -20,6 +20,7 @@ from typing import Literal
 from farm.analysis.history import HistoryPoint
 from farm.analysis.summary import VariantSummary
 from farm.analysis.verdicts import CheckReport, Verdict
+from farm.axes import REQUEST_AXES, SERVER_AXES, AxisValue, axis
 from farm.records import CellResult, SweepRecord
 
 __all__ = [
@@ -107,60 +108,66 @@ def _graph_rank(mode: str) -> tuple[int, str]:
     return (GRAPH_ORDER.index(mode) if mode in GRAPH_ORDER else len(GRAPH_ORDER), mode)
 
 
-def _label(cell_id: str, thinking: str, workload: str) -> str:
-    # Same form as farm.analysis.verdicts.VariantRef.label.
-    return f"{cell_id}[think-{thinking}.{workload}]"
+# Which axes lay out the grid: server axes down (graph mode first, the reference axis
+# of mode "graph"), request axes and the engine/model lists across.
+_ROW_AXES = tuple(a.name for a in SERVER_AXES if a.source == "axes")
+_COL_AXES = (
+    *(a.name for a in REQUEST_AXES),
+    *(a.name for a in SERVER_AXES if a.source != "axes"),
+)
 
 
 @dataclass(frozen=True)
 class _Slot:
-    """A planned variant: where it sits in the grid and what it measured."""
+    """A planned variant: its axis values (planned graph mode) and what it measured."""
 
-    engine: str
-    model: str
-    graph: str
-    depth: int
-    swa: str
-    thinking: str
-    workload: str
+    axes: dict[str, AxisValue]
     label: str
     al: float | None
     failed: bool
     error: str
 
     @property
-    def row(self) -> tuple[str, int, str]:
-        return (self.graph, self.depth, self.swa)
+    def row(self) -> tuple[AxisValue, ...]:
+        return tuple(self.axes[k] for k in _ROW_AXES)
 
     @property
-    def col(self) -> tuple[str, str, str, str]:
-        return (self.thinking, self.workload, self.engine, self.model)
+    def col(self) -> tuple[AxisValue, ...]:
+        return tuple(self.axes[k] for k in _COL_AXES)
+
+    def moved(self, **values: AxisValue) -> tuple[tuple[AxisValue, ...], tuple[AxisValue, ...]]:
+        """(row, col) of the slot with ``values`` in place of its own."""
+        axes = {**self.axes, **values}
+        return tuple(axes[k] for k in _ROW_AXES), tuple(axes[k] for k in _COL_AXES)
 
 
 def _slots(sweep: SweepRecord, summaries: Sequence[VariantSummary]) -> list[_Slot]:
-    by_variant = {(s.cell_id, s.thinking, s.workload): s for s in summaries}
+    by_label = {s.label: s for s in summaries if s.label}
     out = []
     for stored in sweep.cells:
         c = stored.cell
         failed = stored.result is not None and stored.result.status != "ok"
         for v in c.variants:
-            s = by_variant.get((c.cell_id, v.thinking, v.workload))
+            label = c.variant_label(v.axes)
+            s = by_label.get(label)
             out.append(
                 _Slot(
-                    engine=c.engine,
-                    model=c.model,
-                    graph=c.planned_graph_mode,
-                    depth=c.mtp_depth,
-                    swa=c.sliding_window,
-                    thinking=v.thinking,
-                    workload=v.workload,
-                    label=_label(c.cell_id, v.thinking, v.workload),
+                    axes=c.variant_key(v.axes).axis_values(),
+                    label=label,
                     al=None if failed or s is None else s.mean_acceptance_length,
                     failed=failed,
                     error=_error(stored.result),
                 )
             )
     return out
+
+
+def _row_order(row: tuple[AxisValue, ...]) -> tuple[object, ...]:
+    return (_graph_rank(str(row[_ROW_AXES.index("graph_mode")])), *row)
+
+
+def _labels(names: Sequence[str]) -> str:
+    return ", ".join(axis(k).label for k in names)
 
 
 def al_grid(
@@ -178,21 +185,18 @@ def al_grid(
     sweep did not plan are ``missing``.
     """
     slots = _slots(sweep, summaries)
-    engines = list(dict.fromkeys(s.engine for s in slots))
-    models = list(dict.fromkeys(s.model for s in slots))
-    base = base_engine or (engines[0] if engines else "")
-    spec_on = [s for s in slots if s.depth > 0]
-    rows = sorted({s.row for s in spec_on}, key=lambda r: (_graph_rank(r[0]), r[1], r[2]))
+    first_seen = {k: list(dict.fromkeys(s.axes[k] for s in slots)) for k in _COL_AXES}
+    base = base_engine or str(next(iter(first_seen["engine"]), ""))
+    spec_on = [s for s in slots if int(s.axes["mtp_depth"]) > 0]
+    rows = sorted({s.row for s in spec_on}, key=_row_order)
     cols = sorted(
         {s.col for s in spec_on},
-        key=lambda c: (c[0], c[1], engines.index(c[2]), models.index(c[3])),
+        key=lambda c: tuple(first_seen[k].index(v) for k, v in zip(_COL_AXES, c, strict=True)),
     )
     at = {(s.row, s.col): s for s in spec_on}
 
     def reference_of(s: _Slot) -> _Slot | None:
-        if mode == "graph":
-            return at.get((("eager", s.depth, s.swa), s.col))
-        return at.get((s.row, (s.thinking, s.workload, base, s.model)))
+        return at.get(s.moved(graph_mode="eager") if mode == "graph" else s.moved(engine=base))
 
     verdicts = _al_verdicts(report)
     findings = _flagged(report)
@@ -202,22 +206,30 @@ def al_grid(
         )
         for r in rows
     )
-    many_models = len(models) > 1
+    # Labels read engine (model when several), then the request axes.
+    col_names = [
+        k
+        for k in (*_COL_AXES[len(REQUEST_AXES) :], *_COL_AXES[: len(REQUEST_AXES)])
+        if k != "model" or len(first_seen[k]) > 1
+    ]
     col_labels = tuple(
-        (engine, *((model,) if many_models else ()), workload, f"think-{thinking}")
-        for thinking, workload, engine, model in cols
+        tuple(axis(k).text(dict(zip(_COL_AXES, c, strict=True))[k]) for k in col_names)
+        for c in cols
     )
+    held = [k for k in (*_ROW_AXES, *_COL_AXES) if k not in ("graph_mode", "engine", "model")]
     reference = (
-        "eager at the same MTP depth, SWA, thinking, workload and engine"
+        f"eager at the same {_labels(held)} and engine"
         if mode == "graph"
-        else f"engine {base} at the same graph mode, MTP depth, SWA, thinking and workload"
+        else f"engine {base} at the same {_labels(['graph_mode', *held])}"
     )
     return Grid(
         mode=mode,
         reference=reference,
-        row_axis="graph mode · MTP depth · SWA",
-        col_axis="engine" + (" · model" if many_models else "") + " · workload · thinking",
-        rows=tuple(f"{g} · mtp{d} · swa-{w}" for g, d, w in rows),
+        row_axis=" · ".join(axis(k).label for k in _ROW_AXES),
+        col_axis=" · ".join(axis(k).label for k in col_names),
+        rows=tuple(
+            " · ".join(axis(k).text(v) for k, v in zip(_ROW_AXES, r, strict=True)) for r in rows
+        ),
         cols=col_labels,
         cells=cells,
     )
@@ -239,7 +251,7 @@ def _grid_cell(
         return GridCell(kind="missing", label=slot.label, detail=f"{slot.label}: no AL measured")
     flagged = slot.label in findings
     notes = [slot.label, f"AL {slot.al:.3f}", *findings.get(slot.label, [])]
-    is_ref = slot.graph == "eager" if mode == "graph" else slot.engine == base
+    is_ref = slot.axes["graph_mode"] == "eager" if mode == "graph" else slot.axes["engine"] == base
     if is_ref:
         return GridCell(
             kind="reference",

@@ -1,10 +1,20 @@
-"""How a sweep-matrix row reads, shared by the terminal, Markdown and HTML reports."""
+"""How a sweep-matrix row reads, shared by the terminal, Markdown and HTML reports.
+
+One set of column headings for all three: the axes' short names (``farm.axes``),
+the effective graph mode beside the requested one, then the figures.
+"""
 
 from __future__ import annotations
 
-from farm.analysis import VariantSummary
+from collections.abc import Sequence
 
-__all__ = ["fmt", "row_axes", "row_figures"]
+from farm.analysis import VariantSummary
+from farm.axes import AXES
+
+__all__ = ["FIGURE_HEADINGS", "fmt", "matrix_axes", "matrix_headings", "row_axes", "row_figures"]
+
+FIGURE_HEADINGS = ("rate", "AL", "per position", "greedy =", "accuracy", "tok/s")
+_EFFECTIVE = "effective"
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -12,17 +22,37 @@ def fmt(x: float | None, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def row_axes(r: VariantSummary) -> tuple[str, ...]:
-    """engine, graph, effective graph, MTP depth, window, thinking, workload."""
-    return (
-        r.engine,
-        r.graph_mode,
-        r.effective_graph_mode or "-",
-        str(r.mtp_depth),
-        r.sliding_window,
-        r.thinking or "-",
-        r.workload or "-",
+def matrix_axes(rows: Sequence[VariantSummary]) -> tuple[str, ...]:
+    """The axes shown as columns: every axis, except the job's engine or model list
+    when all rows share one (the title names it then)."""
+    return tuple(
+        a.name
+        for a in AXES
+        if a.source not in ("engines", "models") or len({r.axes.get(a.name) for r in rows}) > 1
     )
+
+
+def matrix_headings(shown: Sequence[str]) -> tuple[str, ...]:
+    """Headings of the axis columns of :func:`row_axes`."""
+    out: list[str] = []
+    for a in AXES:
+        if a.name in shown:
+            out.append(a.short or a.name)
+            if a.name == "graph_mode":
+                out.append(_EFFECTIVE)
+    return tuple(out)
+
+
+def row_axes(r: VariantSummary, shown: Sequence[str]) -> tuple[str, ...]:
+    """The row's value of each shown axis (``-`` where it has none), the effective graph
+    mode after the requested one."""
+    out: list[str] = []
+    for a in AXES:
+        if a.name in shown:
+            out.append(str(r.axes.get(a.name, "-")))
+            if a.name == "graph_mode":
+                out.append(r.effective_graph_mode or "-")
+    return tuple(out)
 
 
 def row_figures(r: VariantSummary) -> tuple[str, ...]:

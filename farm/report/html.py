@@ -22,7 +22,13 @@ from farm.report.charts import (
     trend_points,
     trend_svg,
 )
-from farm.report.figures import row_axes, row_figures
+from farm.report.figures import (
+    FIGURE_HEADINGS,
+    matrix_axes,
+    matrix_headings,
+    row_axes,
+    row_figures,
+)
 from farm.report.markdown import (
     History,
     fmt_interval,
@@ -237,7 +243,7 @@ def _heatmap_section(grid: Grid, heading: str, uid: str) -> str:
 
 
 def _positions(grid: Grid, summaries: Sequence[VariantSummary], report: CheckReport) -> str:
-    by_label = {f"{s.cell_id}[think-{s.thinking}.{s.workload}]": s for s in summaries if s.thinking}
+    by_label = {s.label: s for s in summaries if s.label}
     flagged: dict[str, set[int]] = {}
     for f in report.findings:
         if f.verdict.position is not None:
@@ -300,22 +306,10 @@ def _trends(sweep: SweepRecord, report: CheckReport, history: History) -> str:
 
 
 def _matrix(rows: Sequence[VariantSummary]) -> str:
-    head = (
-        "engine",
-        "graph",
-        "effective",
-        "mtp",
-        "swa",
-        "think",
-        "workload",
-        "status",
-        "rate",
-        "AL",
-        "per position",
-        "greedy =",
-        "accuracy",
-        "tok/s",
-    )
+    shown = matrix_axes(rows)
+    axes = matrix_headings(shown)
+    head = (*axes, "status", *FIGURE_HEADINGS)
+    right = {len(axes) + 1 + i for i, h in enumerate(FIGURE_HEADINGS) if h != "per position"}
     body = []
     for r in rows:
         status = _e(r.status)
@@ -323,9 +317,9 @@ def _matrix(rows: Sequence[VariantSummary]) -> str:
             status += f": {_e(r.error.splitlines()[0][:120])}"
         if r.failed_requests:
             status += f" ({r.failed_requests} requests failed)"
-        cells = [*(_e(a) for a in row_axes(r)), status, *row_figures(r)]
+        cells = [*(_e(a) for a in row_axes(r, shown)), status, *row_figures(r)]
         body.append(("failed" if r.status != "ok" else "", cells))
-    return "<h2>Matrix</h2>" + _table(head, body, {8, 9, 11, 12, 13})
+    return "<h2>Matrix</h2>" + _table(head, body, right)
 
 
 def _notes(sweep: SweepRecord, report: CheckReport) -> str:

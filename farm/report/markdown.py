@@ -8,30 +8,28 @@ difference without one cannot be judged.
 from __future__ import annotations
 
 import math
-import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal
-
-import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from farm import __version__
 from farm.analysis.attribution import attribute, labels_from_report
-from farm.analysis.history import HistoryKey, HistoryPoint
-from farm.analysis.stats import AcceptanceSample, Interval, compare_acceptance
+from farm.analysis.compare import CompareOutcome, SweepComparison
+from farm.analysis.history import HistoryPoint
+from farm.analysis.stats import Interval
 from farm.analysis.summary import VariantSummary
-from farm.analysis.verdicts import CheckConfig, CheckReport, Verdict
-from farm.records import StoredCell, SweepRecord, VariantResult
+from farm.analysis.verdicts import CheckReport, Verdict
+from farm.comparable import ComparableKey
+from farm.records import SweepRecord
 from farm.report.charts import al_grid
-from farm.report.figures import row_axes, row_figures
+from farm.report.figures import (
+    FIGURE_HEADINGS,
+    matrix_axes,
+    matrix_headings,
+    row_axes,
+    row_figures,
+)
 
 __all__ = [
-    "CompareOutcome",
-    "ComparedVariant",
     "History",
-    "SweepComparison",
-    "compare_sweeps",
     "fmt_interval",
     "history_labels",
     "metric_label",
@@ -41,8 +39,7 @@ __all__ = [
     "verdict_status",
 ]
 
-History = Mapping[HistoryKey, Sequence[HistoryPoint]]
-CompareOutcome = Literal["pass", "regress", "improve", "failed", "unmatched", "no_data"]
+History = Mapping[ComparableKey, Sequence[HistoryPoint]]
 
 _SPARK = "▁▂▃▄▅▆▇█"
 _MAX_VERDICT_ROWS = 400
@@ -133,15 +130,15 @@ _VERDICT_HEAD = (
 )
 
 
-def history_labels(sweep: SweepRecord) -> dict[HistoryKey, str]:
-    """HistoryKey -> variant label for the spec-on variants of ``sweep``."""
-    out: dict[HistoryKey, str] = {}
+def history_labels(sweep: SweepRecord) -> dict[ComparableKey, str]:
+    """ComparableKey -> variant label for the spec-on variants of ``sweep``."""
+    out: dict[ComparableKey, str] = {}
     for stored in sweep.cells:
         c = stored.cell
         if c.mtp_depth == 0:
             continue
         for v in c.variants:
-            key = HistoryKey.of(c, v.thinking, v.workload)
+            key = c.variant_key(v.axes)
             out[key] = f"{c.cell_id}[think-{v.thinking}.{v.workload}]"
     return out
 
@@ -252,27 +249,14 @@ def _grid_section(
 
 
 def _matrix(rows: Sequence[VariantSummary]) -> list[str]:
-    head = (
-        "engine",
-        "graph",
-        "eff.",
-        "mtp",
-        "swa",
-        "think",
-        "workload",
-        "status",
-        "rate",
-        "AL",
-        "per position",
-        "greedy=",
-        "acc",
-    )
+    shown = matrix_axes(rows)
+    head = (*matrix_headings(shown), "status", *FIGURE_HEADINGS[:5])
     body = []
     for r in rows:
         status = r.status if r.status == "ok" else f"**{r.status}**"
         if r.error:
             status += f": {r.error.splitlines()[0][:80]}"
-        body.append([*row_axes(r), status, *row_figures(r)[:5]])
+        body.append([*row_axes(r, shown), status, *row_figures(r)[:5]])
     return _table(head, body)
 
 
@@ -308,159 +292,6 @@ def _trends(sweep: SweepRecord, report: CheckReport, history: History) -> list[s
 
 
 # --- two sweeps compared -----------------------------------------------------------------
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ComparedVariant(_Frozen):
-    """One cell key in both sweeps: AL of each and candidate - baseline, judged."""
-
-    key: str
-    label: str
-    outcome: CompareOutcome
-    baseline_al: Interval | None = None
-    candidate_al: Interval | None = None
-    difference: Interval | None = None
-    relative: float | None = None
-    min_effect: float | None = None
-    paired: bool = False
-    pairs: int = 0
-    note: str | None = None
-
-
-class SweepComparison(_Frozen):
-    """Every cell key of two sweeps, with what happened to its AL."""
-
-    baseline_id: int
-    candidate_id: int
-    baseline_job: str
-    candidate_job: str
-    level: float
-    rows: tuple[ComparedVariant, ...]
-
-    def count(self, outcome: CompareOutcome) -> int:
-        """How many rows have ``outcome``."""
-        return sum(r.outcome == outcome for r in self.rows)
-
-
-@dataclass(frozen=True)
-class _Unit:
-    label: str
-    stored: StoredCell
-    variant: VariantResult | None
-
-    def problem(self) -> str | None:
-        result = self.stored.result
-        if result is None:
-            return "not run"
-        if result.status != "ok" or self.variant is None:
-            return result.status if result.status != "ok" else "variant missing"
-        return None
-
-
-def _units(sweep: SweepRecord, engine_map: Mapping[str, str]) -> dict[str, _Unit]:
-    out: dict[str, _Unit] = {}
-    for stored in sweep.cells:
-        c = stored.cell
-        if c.mtp_depth == 0:
-            continue
-        ran = stored.result.variants if stored.result else ()
-        results = {(v.thinking, v.workload): v for v in ran}
-        for planned in c.variants:
-            engine = engine_map.get(c.engine, c.engine)
-            key = (
-                f"{engine}({c.family}).{c.model}.{c.planned_graph_mode}.mtp{c.mtp_depth}"
-                f".swa-{c.sliding_window}.think-{planned.thinking}.{planned.workload}"
-            )
-            out[key] = _Unit(
-                label=f"{c.cell_id}[think-{planned.thinking}.{planned.workload}]",
-                stored=stored,
-                variant=results.get((planned.thinking, planned.workload)),
-            )
-    return out
-
-
-def compare_sweeps(
-    baseline: SweepRecord,
-    candidate: SweepRecord,
-    *,
-    config: CheckConfig | None = None,
-    engine_map: Mapping[str, str] | None = None,
-) -> SweepComparison:
-    """Compare the AL of every spec-on variant of ``candidate`` with the same cell key
-    in ``baseline`` (request-level bootstrap, paired on shared prompts).
-
-    ``regress``: the interval of candidate - baseline is below 0 and the drop reaches
-    ``config.min_al_effect`` (the rule of the within-sweep checks); ``improve``: the
-    mirror image; ``pass`` otherwise. ``engine_map`` renames candidate engines to
-    baseline engines (a PR build named apart from the nightly line). Variants present
-    on one side only are ``unmatched``; failed ones ``failed``.
-    """
-    cfg = config or CheckConfig()
-    base_units = _units(baseline, {})
-    cand_units = _units(candidate, engine_map or {})
-    rows: list[ComparedVariant] = []
-    for key in sorted(base_units.keys() | cand_units.keys()):
-        b, c = base_units.get(key), cand_units.get(key)
-        if b is None or c is None:
-            only = c if c is not None else b
-            assert only is not None
-            side = "candidate" if c is not None else "baseline"
-            rows.append(
-                ComparedVariant(
-                    key=key, label=only.label, outcome="unmatched", note=f"only in {side}"
-                )
-            )
-            continue
-        rows.append(_compare_one(key, b, c, cfg))
-    return SweepComparison(
-        baseline_id=baseline.sweep_id,
-        candidate_id=candidate.sweep_id,
-        baseline_job=baseline.job,
-        candidate_job=candidate.job,
-        level=cfg.level,
-        rows=tuple(rows),
-    )
-
-
-def _compare_one(key: str, b: _Unit, c: _Unit, cfg: CheckConfig) -> ComparedVariant:
-    for side, unit in (("baseline", b), ("candidate", c)):
-        problem = unit.problem()
-        if problem is not None:
-            return ComparedVariant(
-                key=key, label=c.label, outcome="failed", note=f"{side} {problem}"
-            )
-    assert b.variant is not None and c.variant is not None
-    ref = AcceptanceSample.from_requests(b.variant.requests)
-    cand = AcceptanceSample.from_requests(c.variant.requests)
-    if len(ref) == 0 or len(cand) == 0 or ref.drafts.sum() <= 0 or cand.drafts.sum() <= 0:
-        return ComparedVariant(
-            key=key, label=c.label, outcome="no_data", note="no per-request speculative counters"
-        )
-    rng = np.random.default_rng([cfg.seed, zlib.crc32(key.encode())])
-    d = compare_acceptance(ref, cand, rng=rng, resamples=cfg.resamples, level=cfg.level)
-    diff = d.mean_acceptance_length
-    min_effect = cfg.min_al_effect(d.reference_al.estimate)
-    if diff.high < 0 and -diff.estimate >= min_effect:
-        outcome: CompareOutcome = "regress"
-    elif diff.low > 0 and diff.estimate >= min_effect:
-        outcome = "improve"
-    else:
-        outcome = "pass"
-    return ComparedVariant(
-        key=key,
-        label=c.label,
-        outcome=outcome,
-        baseline_al=d.reference_al,
-        candidate_al=d.candidate_al,
-        difference=diff,
-        relative=d.relative.estimate,
-        min_effect=min_effect,
-        paired=d.paired,
-        pairs=d.pairs,
-    )
 
 
 _ICONS = {

@@ -6,7 +6,13 @@ from rich.table import Table
 
 from farm.analysis import VariantSummary
 from farm.plan import Plan
-from farm.report.figures import row_axes, row_figures
+from farm.report.figures import (
+    FIGURE_HEADINGS,
+    matrix_axes,
+    matrix_headings,
+    row_axes,
+    row_figures,
+)
 
 __all__ = ["render_matrix", "render_plan"]
 
@@ -41,31 +47,16 @@ def render_plan(plan: Plan, build_ids: dict[str, str] | None = None) -> list[Tab
 def render_matrix(title: str, rows: tuple[VariantSummary, ...]) -> Table:
     """The sweep matrix: one row per variant with acceptance and agreement figures."""
     table = Table(title=title)
-    engines = len({r.engine for r in rows}) > 1
-    if engines:
-        table.add_column("engine")
-    for col in (
-        "graph",
-        "eff.",
-        "mtp",
-        "swa",
-        "think",
-        "workload",
-        "status",
-        "rate",
-        "AL",
-        "per-position",
-        "greedy=",
-        "acc",
-        "tok/s",
-    ):
-        table.add_column(col, justify="right" if col in ("rate", "AL", "acc", "tok/s") else "left")
+    shown = matrix_axes(rows)
+    for heading in (*matrix_headings(shown), "status"):
+        table.add_column(heading)
+    for heading in FIGURE_HEADINGS:
+        table.add_column(heading, justify="left" if heading == "per position" else "right")
     for r in rows:
         status = (
             r.status if not r.failed_requests else f"{r.status} ({r.failed_requests} req failed)"
         )
         if r.error:
             status += f": {r.error[:60]}"
-        axes = row_axes(r)
-        table.add_row(*(axes if engines else axes[1:]), status, *row_figures(r))
+        table.add_row(*row_axes(r, shown), status, *row_figures(r))
     return table

@@ -9,7 +9,6 @@ engine, so a store is never used with a stale schema.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from sqlalchemy.pool import ConnectionPoolEntry
 
 from farm.errors import StoreError
 from farm.paths import farm_home
+from farm.settings import get_settings
 
 __all__ = [
     "MIGRATIONS_DIR",
@@ -55,9 +55,9 @@ def default_db_url() -> str:
 
     Creates the ``FARM_HOME`` folder when the SQLite default is used.
     """
-    env_url = os.environ.get("FARM_DB_URL")
-    if env_url:
-        return env_url
+    configured = get_settings().store.db_url
+    if configured is not None:
+        return configured.get_secret_value()
     home = farm_home()
     home.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{home / 'farm.db'}"

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, Literal, get_args
+from typing import Any
 
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict
@@ -23,6 +23,8 @@ from farm import __version__
 from farm.errors import StoreError
 from farm.plan import ExcludedCell, Plan, ServerCell
 from farm.records import (
+    CELL_OUTCOMES,
+    SWEEP_STATUSES,
     BuildInfo,
     CellResult,
     EffectiveConfig,
@@ -30,6 +32,7 @@ from farm.records import (
     SpecCounters,
     StoredCell,
     SweepRecord,
+    SweepStatus,
     VariantResult,
 )
 from farm.store.tables import (
@@ -52,6 +55,7 @@ __all__ = [
     "completed_cell_ids",
     "create_sweep",
     "finish_sweep",
+    "history_sweeps",
     "latest_sweep_id",
     "list_sweeps",
     "load_sweep",
@@ -60,9 +64,6 @@ __all__ = [
     "record_build_location",
     "save_cell_result",
 ]
-
-SweepStatus = Literal["running", "ok", "failed", "interrupted"]
-_DONE_STATUSES = ("ok", "failed", "build_failed")
 
 
 class SweepSummary(BaseModel):
@@ -112,21 +113,33 @@ def create_sweep(session: Session, plan: Plan, job_yaml: str, host: str) -> int:
     return sweep_id
 
 
+def _axis_columns(row_type: type[CellRow | VariantRunRow], axes: dict[str, Any]) -> dict[str, Any]:
+    """The axis values that ``row_type`` also keeps as columns (the axes of the first
+    schema, read by SQL such as the dashboards); every value is in its ``axes`` JSON."""
+    return {name: value for name, value in axes.items() if name in row_type.model_fields}
+
+
+def _planned_variants(cell: ServerCell) -> list[dict[str, Any]]:
+    """The cell's variants as stored: each with its comparable key, which SQL readers
+    (the dashboards) join on; :func:`_server_cell` drops it again."""
+    return [
+        {**v.model_dump(mode="json"), "comparable_key": cell.variant_key(v.axes).fingerprint}
+        for v in cell.variants
+    ]
+
+
 def _cell_row(sweep_id: int, ordinal: int, cell: ServerCell) -> CellRow:
     return CellRow(
         sweep_id=sweep_id,
         ordinal=ordinal,
         cell_id=cell.cell_id,
-        engine=cell.engine,
         family=cell.family,
-        model=cell.model,
-        graph_mode=cell.graph_mode,
+        axes=cell.axes,
+        **_axis_columns(CellRow, cell.axes),
         planned_graph_mode=cell.planned_graph_mode,
-        mtp_depth=cell.mtp_depth,
-        sliding_window=cell.sliding_window,
         remaps=list(cell.remaps),
-        variants=[v.model_dump(mode="json") for v in cell.variants],
-        fingerprint=cell.fingerprint,
+        variants=_planned_variants(cell),
+        fingerprint=cell.key.fingerprint,
         status="planned",
     )
 
@@ -193,22 +206,25 @@ def save_cell_result(session: Session, sweep_id: int, result: CellResult) -> Non
         row.log_tail = result.log_tail
         row.log_path = result.log_path
         session.add(row)
-        _insert_variants(session, cell_row_id, result.variants)
+        _insert_variants(session, _server_cell(row), cell_row_id, result.variants)
 
 
 def _insert_variants(
-    session: Session, cell_row_id: int, variants: tuple[VariantResult, ...]
+    session: Session, cell: ServerCell, cell_row_id: int, variants: tuple[VariantResult, ...]
 ) -> None:
     runs = [
         VariantRunRow(
             cell_row_id=cell_row_id,
             ordinal=i,
-            thinking=v.thinking,
-            workload=v.workload,
+            axes=v.axes,
+            **_axis_columns(VariantRunRow, v.axes),
+            comparable_key=key.fingerprint,
+            key_label=key.label,
             concurrency=v.concurrency,
             elapsed_s=v.elapsed_s,
         )
         for i, v in enumerate(variants)
+        for key in (cell.variant_key(v.axes),)
     ]
     session.add_all(runs)
     session.flush()
@@ -270,7 +286,7 @@ def finish_sweep(session: Session, sweep_id: int, status: SweepStatus) -> None:
 
     Raises StoreError when there is no such sweep, ValueError for another status.
     """
-    if status not in get_args(SweepStatus) or status == "running":
+    if status not in SWEEP_STATUSES or status == "running":
         raise ValueError(f"finish_sweep: status must be ok, failed or interrupted, not {status!r}")
     with _unit_of_work(session):
         sweep = _require_sweep(session, sweep_id)
@@ -322,13 +338,25 @@ def list_sweeps(session: Session, limit: int = 20) -> list[SweepSummary]:
     ]
 
 
+def history_sweeps(session: Session, record: SweepRecord, count: int) -> list[SweepRecord]:
+    """Up to ``count`` sweeps of ``record``'s job ending with ``record``, oldest first."""
+    if count <= 1:
+        return [record]
+    ids = [
+        s.id
+        for s in list_sweeps(session, limit=max(200, 10 * count))
+        if s.job == record.job and s.id < record.sweep_id
+    ][: count - 1]
+    return [*(load_sweep(session, i) for i in sorted(ids)), record]
+
+
 def completed_cell_ids(session: Session, sweep_id: int) -> set[str]:
     """Cell ids of the sweep that have an outcome (ok, failed, build_failed): skip on resume."""
     _require_sweep(session, sweep_id)
     return set(
         session.exec(
             select(CellRow.cell_id).where(
-                CellRow.sweep_id == sweep_id, col(CellRow.status).in_(_DONE_STATUSES)
+                CellRow.sweep_id == sweep_id, col(CellRow.status).in_(CELL_OUTCOMES)
             )
         ).all()
     )
@@ -371,8 +399,7 @@ def load_sweep(session: Session, sweep_id: int) -> SweepRecord:
         variants = tuple(
             VariantResult.model_validate(
                 {
-                    "thinking": run.thinking,
-                    "workload": run.workload,
+                    "axes": run.axes,
                     "counters": _counters(metrics_by_run[_id(run.id)]),
                     "requests": tuple(requests_by_run[_id(run.id)]),
                     "elapsed_s": run.elapsed_s,
@@ -409,16 +436,14 @@ def load_sweep(session: Session, sweep_id: int) -> SweepRecord:
 def _server_cell(row: CellRow) -> ServerCell:
     return ServerCell.model_validate(
         {
-            "engine": row.engine,
             "family": row.family,
-            "model": row.model,
-            "graph_mode": row.graph_mode,
+            "axes": row.axes,
             "planned_graph_mode": row.planned_graph_mode,
-            "mtp_depth": row.mtp_depth,
-            "sliding_window": row.sliding_window,
             "remaps": tuple(row.remaps),
-            "variants": tuple(row.variants),
-            "fingerprint": row.fingerprint,
+            "variants": tuple(
+                {k: v for k, v in variant.items() if k != "comparable_key"}
+                for variant in row.variants
+            ),
         }
     )
 
@@ -526,46 +551,23 @@ def median_cell_durations(
 ) -> dict[str, float]:
     """Median wall seconds of each cell's last ``last`` successful runs in any sweep.
 
-    Runs count when they match the cell's history key (engine line, family, model,
-    effective graph mode, MTP depth, sliding window), so a nightly whose version
-    moved still finds its history. Cells without history are left out.
+    Runs count when they have the cell's server-level comparable key
+    (:mod:`farm.comparable`), so a nightly whose version moved still finds its
+    history. Cells without history are left out.
     """
-    wanted = {_duration_key(c): c.cell_id for c in cells}
+    wanted = {c.key.fingerprint: c.cell_id for c in cells}
     if not wanted:
         return {}
     rows = session.exec(
-        select(CellRow)
-        .where(
-            CellRow.status == "ok",
-            col(CellRow.engine).in_({k[0] for k in wanted}),
-            col(CellRow.model).in_({k[2] for k in wanted}),
-        )
+        select(CellRow.fingerprint, CellRow.started_at, CellRow.finished_at)
+        .where(CellRow.status == "ok", col(CellRow.fingerprint).in_(wanted))
         .order_by(col(CellRow.id).desc())
     ).all()
-    seconds: dict[tuple[Any, ...], list[float]] = defaultdict(list)
-    for row in rows:
-        key = (
-            row.engine,
-            row.family,
-            row.model,
-            row.planned_graph_mode,
-            row.mtp_depth,
-            row.sliding_window,
-        )
-        if key in wanted and row.started_at and row.finished_at and len(seconds[key]) < last:
-            seconds[key].append((row.finished_at - row.started_at).total_seconds())
-    return {wanted[k]: _median(v) for k, v in seconds.items() if k in wanted and v}
-
-
-def _duration_key(cell: ServerCell) -> tuple[Any, ...]:
-    return (
-        cell.engine,
-        cell.family,
-        cell.model,
-        cell.planned_graph_mode,
-        cell.mtp_depth,
-        cell.sliding_window,
-    )
+    seconds: dict[str, list[float]] = defaultdict(list)
+    for key, started, finished in rows:
+        if started and finished and len(seconds[key]) < last:
+            seconds[key].append((finished - started).total_seconds())
+    return {wanted[k]: _median(v) for k, v in seconds.items() if v}
 
 
 def _median(values: list[float]) -> float:

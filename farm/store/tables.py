@@ -16,9 +16,9 @@ import sqlalchemy as sa
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
+from farm.records import CELL_STATUSES, SWEEP_STATUSES
+
 __all__ = [
-    "CELL_STATUSES",
-    "SWEEP_STATUSES",
     "BuildLocationRow",
     "BuildRow",
     "CellRow",
@@ -32,8 +32,6 @@ __all__ = [
     "metadata",
 ]
 
-SWEEP_STATUSES = ("running", "ok", "failed", "interrupted")
-CELL_STATUSES = ("planned", "ok", "failed", "build_failed")
 
 # Named constraints let later Alembic batch migrations on SQLite drop or alter them.
 NAMING_CONVENTION = {
@@ -157,8 +155,12 @@ class CellRow(_Table, table=True):
     planned_graph_mode: str
     mtp_depth: int
     sliding_window: str
+    # Every server axis's value (farm.axes); the columns above copy the axes that
+    # existed when the store was made, for SQL readers such as the dashboards.
+    axes: dict[str, Any] | None = Field(default=None, sa_type=sa.JSON)
     remaps: list[str] = Field(sa_type=sa.JSON)
-    variants: list[dict[str, str]] = Field(sa_type=sa.JSON)
+    variants: list[dict[str, Any]] = Field(sa_type=sa.JSON)
+    # The server-level comparable key's fingerprint (farm.comparable).
     fingerprint: str = Field(index=True)
     status: str
     effective: dict[str, Any] | None = Field(default=None, sa_type=sa.JSON)
@@ -195,6 +197,10 @@ class VariantRunRow(_Table, table=True):
     ordinal: int
     thinking: str
     workload: str
+    axes: dict[str, Any] | None = Field(default=None, sa_type=sa.JSON)
+    # The variant's comparable key (farm.comparable): fingerprint and readable label.
+    comparable_key: str | None = Field(default=None, index=True)
+    key_label: str | None = None
     concurrency: int
     elapsed_s: float
 

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from farm.engines.environment import child_environment
 from farm.errors import CellError
 from farm.records import RequestRecord
 from farm.spec import HarnessSpec, WorkloadSpec
@@ -47,6 +48,8 @@ __all__ = [
 _MODEL = "local-chat-completions"
 _DATA_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 _LOG_TAIL_LINES = 30
+# How long a SIGKILLed harness may take to be reaped.
+_KILL_WAIT_S = 10.0
 
 
 class HarnessError(CellError):
@@ -58,7 +61,8 @@ class _Frozen(BaseModel):
 
 
 class HarnessCommand(_Frozen):
-    """How to start the harness for one variant."""
+    """How to start the harness for one variant; ``env`` is what the job and the farm
+    set explicitly (the rest of its environment: ``farm.engines.environment``)."""
 
     argv: tuple[str, ...]
     env: dict[str, str]
@@ -176,15 +180,17 @@ def derived_task_yaml(task: str, source: Path, dataset_path: str) -> str:
 async def run_harness(command: HarnessCommand, timeout_s: float, log_path: Path) -> None:
     """Run the harness to completion, its output in ``log_path``.
 
-    Raises HarnessError on a non-zero exit (with the log tail) or after
-    ``timeout_s`` (the harness's process group is killed).
+    The harness runs in its own process group with an explicit environment (never
+    the farm's secrets: ``farm.engines.environment``). Raises HarnessError on a
+    non-zero exit (with the log tail) or after ``timeout_s`` (the harness's process
+    group is killed).
     """
     with open(log_path, "wb") as log:
         proc = await asyncio.create_subprocess_exec(
             *command.argv,
             stdout=log,
             stderr=asyncio.subprocess.STDOUT,
-            env={**os.environ, **command.env},
+            env=child_environment(command.env),
             cwd=command.output_dir,
             start_new_session=True,
         )
@@ -193,7 +199,8 @@ async def run_harness(command: HarnessCommand, timeout_s: float, log_path: Path)
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), timeout=_KILL_WAIT_S)
         raise HarnessError(
             f"lm-eval did not finish within {timeout_s:.0f} s (log {log_path})",
             _tail(log_path),
@@ -218,11 +225,19 @@ def parse_outcome(command: HarnessCommand, spec: HarnessSpec) -> HarnessOutcome:
     if not found:
         raise HarnessError(f"lm-eval wrote no results_*.json under {results_dir}")
     results_path = found[-1]
-    results = json.loads(results_path.read_text())
     samples_files = sorted(results_path.parent.glob(f"samples_{command.task}_*.jsonl"))
-    lines = samples_files[-1].read_text().splitlines() if samples_files else []
-    samples = [json.loads(line) for line in lines if line.strip()]
-    return outcome_from(results, samples, command.task, spec.metric, str(results_path))
+    try:
+        results = json.loads(results_path.read_text())
+        lines = samples_files[-1].read_text().splitlines() if samples_files else []
+        samples = [json.loads(line) for line in lines if line.strip()]
+        return outcome_from(results, samples, command.task, spec.metric, str(results_path))
+    except HarnessError:
+        raise
+    except (OSError, LookupError, TypeError, ValueError, AttributeError) as exc:
+        raise HarnessError(
+            f"lm-eval's output under {results_path.parent} is unreadable: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
 
 
 def outcome_from(

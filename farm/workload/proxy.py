@@ -20,7 +20,7 @@ import httpx
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict
 
-from farm.engines.base import Completion
+from farm.engines.base import Completion, EngineOutputError, read_completion
 
 __all__ = ["Exchange", "RecordingProxy", "merge_fields", "prompt_key"]
 
@@ -82,7 +82,9 @@ class RecordingProxy:
     """An HTTP server on 127.0.0.1 (free port) that forwards to ``upstream``.
 
     ``fields`` are merged into each completion request (see :func:`merge_fields`);
-    ``parse`` turns an engine response body into a :class:`Completion`. Use as an
+    ``parse`` (an adapter's ``parse_completion``) turns an engine response body into
+    a :class:`Completion`; a body it cannot read is recorded as the request's error.
+    Use as an
     async context manager; :attr:`url` is the base URL to hand to the harness and
     :attr:`exchanges` the recorded completions, in arrival order.
     """
@@ -172,9 +174,9 @@ class RecordingProxy:
         completion = error = None
         if upstream.status_code == 200:
             try:
-                completion = self._parse(upstream.json())
-            except (ValueError, KeyError, IndexError, TypeError) as exc:
-                error = f"unreadable completion: {type(exc).__name__}: {exc}"
+                completion = read_completion(self._parse, upstream.content)
+            except EngineOutputError as exc:
+                error = f"unreadable answer: {exc}"
         else:
             error = f"HTTP {upstream.status_code}: {upstream.text[:300]}"
         self.exchanges.append(

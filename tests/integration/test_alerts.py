@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,9 +24,11 @@ from typer.testing import CliRunner
 from farm.analysis.checks import check_sweep
 from farm.analysis.simulate import simulate_sweep
 from farm.analysis.verdicts import CheckConfig
-from farm.cli.reports import alerts_app, compare, report_files
+from farm.cli.alerts import alerts_app
+from farm.cli.reports import compare, report_files
 from farm.errors import StoreError
-from farm.notify import AlertCandidate, alert_candidates_from_report
+from farm.notify import AlertCandidate, AlertRecord, NotifyError, alert_candidates_from_report
+from farm.notify.pipeline import check_and_notify
 from farm.plan import Plan, ServerCell, Variant
 from farm.records import SweepRecord
 from farm.store import (
@@ -38,6 +40,7 @@ from farm.store import (
     save_cell_result,
 )
 from farm.store.alerts import acknowledge, get_alert, list_alerts, raise_alerts, resolve
+from farm.store.export import EXPORT_FORMAT, read_sweep_export
 from farm.store.tables import metadata
 
 FAST = CheckConfig(resamples=300)
@@ -399,7 +402,8 @@ def test_export_writes_the_stored_sweep_as_json_that_reads_back_equal(tmp_path: 
     out = tmp_path / "sweep.json"
     result = runner.invoke(app, ["export", "latest", "--out", str(out), "--db", url])
     assert result.exit_code == 0, result.output
-    back = SweepRecord.model_validate_json(out.read_text())
+    assert json.loads(out.read_text())["format_version"] == EXPORT_FORMAT
+    back = read_sweep_export(out)
     assert back.sweep_id == stored.sweep_id and len(back.cells) == len(stored.cells)
     requests = [r for c in back.cells if c.result for v in c.result.variants for r in v.requests]
     assert len(requests) == 4 * 40 and all(r.counters is not None for r in requests)
@@ -414,3 +418,43 @@ def test_export_writes_the_stored_sweep_as_json_that_reads_back_equal(tmp_path: 
     assert check_sweep(back).findings
     missing = runner.invoke(app, ["export", "99", "--db", url])
     assert missing.exit_code == 2 and "99" in missing.output
+
+
+# --- the check-alert-notify stage --------------------------------------------------------
+
+
+@dataclass
+class FakeNotifier:
+    """A FAKE channel: records what it was given; fails while ``broken``."""
+
+    name: str = "fake"
+    broken: bool = False
+    batches: list[list[int]] = field(default_factory=list)
+
+    def send(self, alerts: Sequence[AlertRecord]) -> None:
+        self.batches.append([a.id for a in alerts])
+        if self.broken:
+            raise NotifyError("fake channel is down")
+
+
+def test_check_and_notify_is_a_stage_with_a_typed_outcome(db_url: str) -> None:
+    sweep = _store(db_url, _synthetic(13))
+    channel = FakeNotifier(broken=True)
+    engine = open_store(db_url)
+    try:
+        with Session(engine) as session:
+            failed = check_and_notify(session, sweep.sweep_id, notifiers=[channel])
+            assert failed.sweep_id == sweep.sweep_id and failed.findings >= 1
+            assert failed.comparisons > failed.findings
+            assert len(failed.raised) == len(failed.fresh) == 1
+            assert failed.errors == ("fake channel is down",) and not failed.delivered
+            channel.broken = False
+            sent = check_and_notify(session, sweep.sweep_id, notifiers=[channel])
+            assert sent.delivered and [a.id for a in sent.sent] == channel.batches[-1]
+            assert sent.channels == ("fake",)
+            quiet = check_and_notify(session, sweep.sweep_id, notifiers=[channel])
+            assert quiet.fresh == () and quiet.sent == () and len(channel.batches) == 2
+            silent = check_and_notify(session, sweep.sweep_id, history=3, notifiers=())
+            assert silent.channels == () and len(silent.raised) == 1
+    finally:
+        engine.dispose()

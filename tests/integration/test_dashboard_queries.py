@@ -25,11 +25,12 @@ import yaml
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from farm.analysis.history import HistoryKey, series_from_sweeps
+from farm.analysis.history import series_from_sweeps
 from farm.analysis.stats import accuracy
+from farm.comparable import ComparableKey
 from farm.dashboards.files import ALERTING_FILE, render_files
 from farm.dashboards.macros import TimeRange, interpolate
-from farm.notify.alert import AlertCandidate, AlertDetails, CellKey, alert_key
+from farm.notify.alert import AlertCandidate, AlertDetails, alert_key
 from farm.plan import Plan, ServerCell, Variant
 from farm.records import CellResult, RequestRecord, SpecCounters, SweepRecord, VariantResult
 from farm.store import (
@@ -191,7 +192,7 @@ def _store_sweep(
 
 
 def _alert(sweep_id: int, kind: Any, severity: Any, metric: str | None) -> AlertCandidate:
-    cell = CellKey(
+    cell = ComparableKey(
         family="vllm",
         engine="vllm-cpu",
         model="tiny-mtp",
@@ -402,7 +403,7 @@ def _health(title: str, farm: Farm, **chosen: Sequence[str]) -> list[dict[str, A
 
 
 def _key(cell: ServerCell, thinking: str) -> str:
-    return str(HistoryKey.of(cell, thinking, "arith"))
+    return cell.variant_key({"thinking": thinking, "workload": "arith"}).label
 
 
 def _close(a: float | None, b: float | None) -> bool:

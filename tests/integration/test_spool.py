@@ -10,22 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from farm import store
+from farm.analysis.simulate import simulate_sweep
 from farm.cli.main import app
 from farm.orchestrate.fake import fake_build, fake_run_cell
 from farm.orchestrate.ray_pool import LineSink
-from farm.plan import ServerCell
+from farm.plan import Plan, ServerCell
 from farm.records import BuildInfo, CellResult
 from farm.spec import EngineSpec, parse_job
-from farm.spool import spooled
+from farm.store.spool import SPOOL_FORMAT, scan_spool, spool_result, spooled
 from farm.sweep import SweepEvents, SweepOptions, run_sweep
 
 JOB = """\
@@ -257,3 +260,64 @@ def test_a_build_landing_while_the_store_is_down_does_not_stop_the_sweep(
     assert "not recorded, the store refused it" in placed
     assert len(events.spooled_ids) >= 2  # the first results, while it was down
     assert set(_stored(url, outcome.sweep_id).values()) == {"ok"}
+
+
+# --- versioned spool files ---------------------------------------------------------------
+
+
+def _stored_sweep_with_spool(tmp_path: Path, url: str) -> tuple[int, list[Path]]:
+    """A stored sweep (SQLite) whose three results are spooled, the last one in the
+    format from before spool files carried a version."""
+    sweep = simulate_sweep(
+        rng=np.random.default_rng(3), depths=(1, 2, 3), sliding_windows=("on",), thinking=("off",)
+    )
+    with store.Session(store.open_store(url)) as session:
+        plan = Plan(job=sweep.job, cells=tuple(c.cell for c in sweep.cells))
+        sweep_id = store.create_sweep(session, plan, "job: synthetic\n", "test-host")
+    home = tmp_path / "home"
+    paths = []
+    for stored in sweep.cells[:3]:
+        assert stored.result is not None
+        paths.append(spool_result(home, url, sweep_id, stored.result))
+    old = json.loads(paths[2].read_text())
+    assert old.pop("format_version") == SPOOL_FORMAT
+    paths[2].write_text(json.dumps(old))
+    return sweep_id, paths
+
+
+def test_unreadable_spool_files_are_reported_and_left_in_place(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    sweep_id, good = _stored_sweep_with_spool(tmp_path, url)
+    folder = good[0].parent
+    truncated = folder / "cut.json"
+    truncated.write_text(good[0].read_text()[:100])
+    newer = folder / "newer.json"
+    newer.write_text(json.dumps({**json.loads(good[1].read_text()), "format_version": 2}))
+    invalid = folder / "invalid.json"
+    invalid.write_text(json.dumps({**json.loads(good[1].read_text()), "sweep_id": "one"}))
+    elsewhere = folder / "other-store.json"  # readable to nobody, but says whose it is
+    elsewhere.write_text(json.dumps({"format_version": 9, "store": "postgresql://x@y/z"}))
+
+    scan = scan_spool(tmp_path / "home", url)
+    assert scan.files == tuple(sorted(good))
+    assert len(scan.unreadable) == 3
+    reasons = "\n".join(scan.unreadable)
+    assert f"{truncated}: unreadable spooled result: not valid JSON" in reasons
+    assert f"{newer}: unreadable spooled result: format version 2 is newer" in reasons
+    assert f"{invalid}: unreadable spooled result: does not validate" in reasons
+    assert str(elsewhere) not in reasons
+
+    env = {"FARM_HOME": str(tmp_path / "home"), "COLUMNS": "300"}
+    listed = CliRunner().invoke(app, ["spool", "list", "--db", url], env=env)
+    assert listed.exit_code == 0, listed.output
+    assert f"unreadable {truncated}: unreadable spooled result" in listed.output
+    assert "3 spooled result(s) for sqlite:///" in listed.output
+    assert listed.output.rstrip().endswith("3 unreadable")
+
+    flushed = CliRunner().invoke(app, ["spool", "flush", "--db", url], env=env)
+    assert flushed.exit_code == 1, flushed.output  # the unreadable files still need a look
+    assert "3 stored, 0 still spooled, 3 unreadable" in flushed.output
+    assert f"unreadable {invalid}" in flushed.output
+    assert all(p.exists() for p in (truncated, newer, invalid, elsewhere))
+    assert not any(p.exists() for p in good)
+    assert set(_stored(url, sweep_id).values()) == {"ok", "planned"}

@@ -63,7 +63,7 @@ def test_nightly_covers_both_seed_matrices() -> None:
     fixed = {e.name: e.patches for e in job.engines}
     assert fixed["vllm-ascend-pr8210-fix"] == ("swa-graph-fia-causal-window",)
     assert fixed["sglang-0.5.12.post1-pr27202"] == ("npu-hybrid-mtp-verify",)
-    assert len({c.fingerprint for c in plan.cells}) == len(plan.cells)
+    assert len({c.key.fingerprint for c in plan.cells}) == len(plan.cells)
 
 
 def test_nightly_argv_and_env_per_cell() -> None:

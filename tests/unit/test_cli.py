@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from farm.cli.main import app
@@ -50,3 +51,48 @@ def test_only_needs_axis_equals_value() -> None:
     result = runner.invoke(app, ["plan", str(REPO / "jobs" / "local.yaml"), "--only", "mtp3"])
     assert result.exit_code != 0
     assert "expected AXIS=VALUE" in result.output
+
+
+COMMANDS = ["run", "plan", "selftest", "submit", "report", "compare", "sweeps", "export"]
+GROUPS = ["db", "builds", "patches", "alerts", "spool", "dashboards"]
+
+
+def test_main_composes_every_command_and_group() -> None:
+    result = runner.invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for name in COMMANDS + GROUPS:
+        assert f"│ {name} " in result.output, name
+
+
+@pytest.mark.parametrize("argv", [["report", "abc"], ["export", "abc"], ["alerts", "check", "abc"]])
+def test_a_bad_sweep_argument_is_a_clean_usage_error_everywhere(
+    argv: list[str], tmp_path: Path
+) -> None:
+    db = tmp_path / "farm.db"
+    result = runner.invoke(app, [*argv, "--db", f"sqlite:///{db}"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2
+    assert isinstance(result.exception, SystemExit)  # no traceback
+    assert "sweep 'abc': expected a sweep id or 'latest'" in result.output
+    assert not db.exists()  # refused before the store was opened
+
+
+@pytest.mark.parametrize("argv", [["report", "3"], ["sweeps"], ["export"], ["alerts", "list"]])
+def test_a_store_error_is_one_line_on_stderr_and_exit_2(argv: list[str]) -> None:
+    result = runner.invoke(app, [*argv, "--db", "mysql://farm@db/farm"])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: unsupported database URL scheme 'mysql'")
+
+
+def test_db_defaults_to_farm_db_url_through_the_settings() -> None:
+    result = runner.invoke(app, ["sweeps"], env={"FARM_DB_URL": "mysql://farm@db/farm"})
+    assert result.exit_code == 2
+    assert "unsupported database URL scheme 'mysql'" in result.output
+
+
+def test_dashboards_push_needs_a_url_from_the_option_or_grafana_url() -> None:
+    result = runner.invoke(
+        app, ["dashboards", "push"], env={"GRAFANA_URL": None, "GRAFANA_TOKEN": "t"}
+    )
+    assert result.exit_code == 2
+    assert "give --url or set GRAFANA_URL" in result.output

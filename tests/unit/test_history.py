@@ -128,7 +128,8 @@ def test_series_from_sweeps_keys_ignore_the_sweep() -> None:
     ]
     series = series_from_sweeps(sweeps, resamples=100)
     [(key, points)] = series.items()
-    assert key.mtp_depth == 2 and key.graph_mode == "eager" and key.engine == "base"
+    assert key.value("mtp_depth") == 2 and key.value("graph_mode") == "eager"
+    assert key.engine == "base"
     assert [p.sweep_id for p in points] == [1, 2, 3]
     assert all(
         p.low is not None and p.high is not None and p.low <= p.value <= p.high for p in points

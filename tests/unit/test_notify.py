@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
+from farm.comparable import ComparableKey
 from farm.notify import (
     AlertDetails,
     AlertFigure,
     AlertRecord,
-    CellKey,
     FeishuError,
     FeishuNotifier,
     FigureInterval,
@@ -37,14 +37,16 @@ from farm.notify import (
     WebhookNotifier,
     WeComError,
     WeComNotifier,
+    configured_notifiers,
     mask_url,
-    notifiers_from_env,
     parse_pr_ref,
     redact,
     send_all,
 )
 from farm.notify.feishu import feishu_sign
+from farm.notify.registry import ENV_VARS
 from farm.notify.webhook import SIGNATURE_HEADER, signature
+from farm.settings import NotifySettings
 
 SLACK_TOKEN = "XoXbSeCrEt0123456789abcdef"
 FEISHU_SECRET = "fs-secret-9f8e7d6c5b4a"
@@ -130,7 +132,7 @@ def _policy(sleep: FakeSleep | None = None) -> RetryPolicy:
 def _alert(
     id: int = 7, severity: str = "critical", summary: str = "AL fell <sharply> & fast"
 ) -> AlertRecord:
-    cell = CellKey(
+    cell = ComparableKey(
         family="vllm-ascend",
         engine="ascend-main",
         model="step3p5-flash",
@@ -391,8 +393,18 @@ def test_github_token_is_masked_and_401_not_retried(
     assert GITHUB_TOKEN not in repr(client)
 
 
-def test_notifier_reprs_hide_urls_and_secrets() -> None:
-    notifiers = notifiers_from_env(
+def _from_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> list[Notifier]:
+    """The notifiers configured by exactly ``env`` among the FARM_NOTIFY_* variables."""
+    for name in ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return configured_notifiers()
+
+
+def test_notifier_reprs_hide_urls_and_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    notifiers = _from_env(
+        monkeypatch,
         {
             "FARM_NOTIFY_WEBHOOK_URL": "https://hooks.example/abc/" + SLACK_TOKEN,
             "FARM_NOTIFY_WEBHOOK_SECRET": "wh-secret-123",
@@ -400,7 +412,7 @@ def test_notifier_reprs_hide_urls_and_secrets() -> None:
             "FARM_NOTIFY_FEISHU_URL": "https://open.feishu.cn/open-apis/bot/v2/hook/" + SLACK_TOKEN,
             "FARM_NOTIFY_FEISHU_SECRET": FEISHU_SECRET,
             "FARM_NOTIFY_WECOM_URL": "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=k-1",
-        }
+        },
     )
     assert [n.name for n in notifiers] == ["webhook", "slack", "feishu", "wecom"]
     text = repr(notifiers)
@@ -422,16 +434,26 @@ def test_mask_and_redact() -> None:
 # --- configuration and fan-out -----------------------------------------------------------
 
 
-def test_notifiers_from_env_reads_only_what_is_set() -> None:
-    assert notifiers_from_env({}) == []
-    [feishu] = notifiers_from_env(
-        {"FARM_NOTIFY_FEISHU_URL": "https://x/hook", "FARM_NOTIFY_FEISHU_FORMAT": "text"}
+def test_configured_notifiers_read_only_what_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _from_env(monkeypatch, {}) == []
+    assert _from_env(monkeypatch, {"FARM_NOTIFY_SLACK_URL": ""}) == []  # empty is unset
+    [feishu] = _from_env(
+        monkeypatch,
+        {"FARM_NOTIFY_FEISHU_URL": "https://x/hook", "FARM_NOTIFY_FEISHU_FORMAT": "text"},
     )
     assert isinstance(feishu, FeishuNotifier) and feishu.msg_type == "text"
     with pytest.raises(NotifyError, match="FARM_NOTIFY_FEISHU_FORMAT='card'"):
-        notifiers_from_env(
-            {"FARM_NOTIFY_FEISHU_URL": "https://x/h", "FARM_NOTIFY_FEISHU_FORMAT": "card"}
+        _from_env(
+            monkeypatch,
+            {"FARM_NOTIFY_FEISHU_URL": "https://x/h", "FARM_NOTIFY_FEISHU_FORMAT": "card"},
         )
+
+
+def test_configured_notifiers_take_settings_built_in_code() -> None:
+    settings = NotifySettings(slack_url="https://hooks.slack.com/services/T/B/" + SLACK_TOKEN)
+    [slack] = configured_notifiers(settings)
+    assert isinstance(slack, SlackNotifier)
+    assert SLACK_TOKEN not in repr(settings) and SLACK_TOKEN not in str(settings)
 
 
 def test_send_all_keeps_going_past_a_failing_channel(receiver: Receiver) -> None:

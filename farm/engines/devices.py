@@ -1,13 +1,11 @@
-"""The parts of an engine server's life the runner must get right on shared nodes.
+"""Device release: when a stopped engine's devices are free for the next cell.
 
-- **Start-up failures**: engines print a fatal error (out of memory, unsupported
-  configuration) and then either exit or hang waiting for a dead worker. The log is
-  scanned for known fatal lines so a cell fails with the engine's own words instead
-  of a start-up timeout.
-- **Device release**: the next cell on a node may take the NPUs only once the last
-  engine process has let go of them. A release check is a small strategy: the
-  process group being gone everywhere, and where ``npu-smi`` exists, no process
-  listed on the assigned NPUs.
+The next cell on a node may take the NPUs only once the last engine process has let
+go of them. A release check is a small strategy: the process group being gone
+everywhere, and where ``npu-smi`` exists, no process listed on the assigned NPUs.
+Every engine family on Ascend (vllm-ascend, sglang) is seen through the same
+``npu-smi``, so the checks are shared; an engine process picks its own with
+``EngineProcess.release_checks``.
 """
 
 from __future__ import annotations
@@ -23,92 +21,13 @@ from pathlib import Path
 from typing import Protocol
 
 __all__ = [
-    "FATAL_PATTERNS",
     "DeviceReleaseCheck",
     "NpuSmiIdle",
     "ProcessGroupGone",
-    "find_fatal_line",
-    "last_exception_line",
     "npu_holders",
     "release_checks",
     "wait_released",
 ]
-
-# Lines that mean the engine cannot serve, as printed by each family at start-up.
-# Root causes come first; the wrappers engines print around them (a worker "hit an
-# exception", the engine core "failed") count only when no root cause is in the log.
-# A traceback's final ``XError: ...`` line is kept apart (``last_exception_line``)
-# because engines also log exceptions they catch.
-FATAL_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
-    re.compile(p)
-    for p in (
-        # torch (CUDA) and torch_npu allocator messages; vLLM and sglang both raise them.
-        r"(?:CUDA|NPU) out of memory",
-        r"OutOfMemoryError",
-        # vLLM v1 KV cache sizing (vllm/v1/core/kv_cache_utils.py).
-        r"No available memory for the cache blocks",
-        r"larger than the available KV cache memory",
-        # vLLM config validation (pydantic) and its unsupported-feature errors.
-        r"ValidationError: \d+ validation errors? for",
-        r"(?:ValueError|NotImplementedError|TypeError): .*(?:not supported|unsupported|"
-        r"is not implemented|not yet supported)",
-        r"Value error, .+",
-        # sglang (python/sglang/srt/model_executor/model_runner.py, cuda/npu graph runner).
-        r"Not enough memory\. Please try to increase --mem-fraction-static",
-        r"Capture (?:cuda|npu) graph failed",
-        # Port taken between choosing it and binding it.
-        r"[Aa]ddress already in use",
-    )
-)
-_WRAPPER_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
-    re.compile(p)
-    for p in (
-        # vLLM v1 (vllm/v1/engine/core.py, core_client.py, gpu_model_runner.py).
-        r"Error in model execution",
-        r"EngineCore failed to start",
-        r"Engine core initialization failed",
-        # sglang (managers/scheduler.py, entrypoints/http_server.py).
-        r"Scheduler hit an exception",
-        r"Initialization failed\. warmup error",
-    )
-)
-# A worker's prefix, e.g. "(EngineCore_DP0 pid=123) " (vLLM) or "[2025-01-01 ...] " (sglang).
-_PREFIX = re.compile(r"^(?:\([\w.-]+ pid=\d+\)\s*)?(?:\[[^\]]*\]\s*)?")
-_EXCEPTION = re.compile(r"^(?:[\w.]+\.)?(?:[A-Z]\w*(?:Error|Exception|Exit)): \S.*")
-
-
-def _clean(line: str) -> str:
-    return _PREFIX.sub("", line.rstrip(), count=1).strip()
-
-
-_MAX_LINE = 500
-# pydantic prints the reason on the line after "N validation error(s) for X".
-_DETAIL_FOLLOWS = re.compile(r"validation errors? for \w+\s*$")
-
-
-def find_fatal_line(log_text: str) -> str | None:
-    """The first line of ``log_text`` that matches a known fatal pattern, cleaned of
-    its worker prefix (with the reason appended when it is on the next line); None
-    when there is none."""
-    lines = log_text.splitlines()
-    for patterns in (FATAL_PATTERNS, _WRAPPER_PATTERNS):
-        for i, line in enumerate(lines):
-            if any(p.search(line) for p in patterns):
-                found = _clean(line)
-                if _DETAIL_FOLLOWS.search(found) and i + 1 < len(lines):
-                    found = f"{found}: {_clean(lines[i + 1])}"
-                return found[:_MAX_LINE]
-    return None
-
-
-def last_exception_line(log_text: str) -> str | None:
-    """The last ``SomeError: message`` line (a traceback's conclusion), or None."""
-    found = None
-    for line in log_text.splitlines():
-        cleaned = _clean(line)
-        if _EXCEPTION.match(cleaned):
-            found = cleaned
-    return found
 
 
 class DeviceReleaseCheck(Protocol):
@@ -122,8 +41,8 @@ class DeviceReleaseCheck(Protocol):
 class ProcessGroupGone:
     """Released when no live process is left in the engine's process group.
 
-    The engine and its workers share one group (the runner starts it as a session
-    leader); a zombie holds no device, so only live members count.
+    The engine and its workers share one group (the engine process is started as a
+    session leader); a zombie holds no device, so only live members count.
     """
 
     pgid: int

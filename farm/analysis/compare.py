@@ -1,0 +1,176 @@
+"""Two sweeps compared cell key by cell key: what a PR's build did to acceptance. Pure.
+
+Every spec-on variant of the candidate is paired with the variant of the baseline
+that has the same :class:`farm.comparable.ComparableKey`, and judged by
+:func:`farm.analysis.verdicts.judge`, the rule of the within-sweep checks.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from farm.analysis.stats import AcceptanceSample, Interval, compare_acceptance
+from farm.analysis.verdicts import CheckConfig, judge
+from farm.comparable import ComparableKey
+from farm.records import StoredCell, SweepRecord, VariantResult
+
+__all__ = ["CompareOutcome", "ComparedVariant", "SweepComparison", "compare_sweeps"]
+
+CompareOutcome = Literal["pass", "regress", "improve", "failed", "unmatched", "no_data"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ComparedVariant(_Frozen):
+    """One cell key in both sweeps: AL of each and candidate - baseline, judged."""
+
+    key: str
+    label: str
+    outcome: CompareOutcome
+    baseline_al: Interval | None = None
+    candidate_al: Interval | None = None
+    difference: Interval | None = None
+    relative: float | None = None
+    min_effect: float | None = None
+    paired: bool = False
+    pairs: int = 0
+    note: str | None = None
+
+
+class SweepComparison(_Frozen):
+    """Every cell key of two sweeps, with what happened to its AL."""
+
+    baseline_id: int
+    candidate_id: int
+    baseline_job: str
+    candidate_job: str
+    level: float
+    rows: tuple[ComparedVariant, ...]
+
+    def count(self, outcome: CompareOutcome) -> int:
+        """How many rows have ``outcome``."""
+        return sum(r.outcome == outcome for r in self.rows)
+
+
+@dataclass(frozen=True)
+class _Unit:
+    label: str
+    stored: StoredCell
+    variant: VariantResult | None
+
+    def problem(self) -> str | None:
+        result = self.stored.result
+        if result is None:
+            return "not run"
+        if result.status != "ok" or self.variant is None:
+            return result.status if result.status != "ok" else "variant missing"
+        return None
+
+
+def _units(sweep: SweepRecord, engine_map: Mapping[str, str]) -> dict[ComparableKey, _Unit]:
+    out: dict[ComparableKey, _Unit] = {}
+    for stored in sweep.cells:
+        c = stored.cell
+        if c.mtp_depth == 0:
+            continue
+        ran = {tuple(v.axes.items()): v for v in (stored.result.variants if stored.result else ())}
+        for planned in c.variants:
+            key = c.variant_key(planned.axes)
+            key = key.model_copy(update={"engine": engine_map.get(key.engine, key.engine)})
+            out[key] = _Unit(
+                label=c.variant_label(planned.axes),
+                stored=stored,
+                variant=ran.get(tuple(planned.axes.items())),
+            )
+    return out
+
+
+def compare_sweeps(
+    baseline: SweepRecord,
+    candidate: SweepRecord,
+    *,
+    config: CheckConfig | None = None,
+    engine_map: Mapping[str, str] | None = None,
+) -> SweepComparison:
+    """Compare the AL of every spec-on variant of ``candidate`` with the same cell key
+    in ``baseline`` (request-level bootstrap, paired on shared prompts).
+
+    ``regress``: the interval of candidate - baseline is below 0 and the drop reaches
+    ``config.min_al_effect`` (the rule of the within-sweep checks); ``improve``: the
+    mirror image; ``pass`` otherwise. ``engine_map`` renames candidate engines to
+    baseline engines (a PR build named apart from the nightly line). Variants present
+    on one side only are ``unmatched``; failed ones ``failed``.
+    """
+    cfg = config or CheckConfig()
+    base_units = _units(baseline, {})
+    cand_units = _units(candidate, engine_map or {})
+    rows: list[ComparedVariant] = []
+    for key in sorted(base_units.keys() | cand_units.keys(), key=str):
+        b, c = base_units.get(key), cand_units.get(key)
+        if b is None or c is None:
+            only = c if c is not None else b
+            assert only is not None
+            side = "candidate" if c is not None else "baseline"
+            rows.append(
+                ComparedVariant(
+                    key=key.label, label=only.label, outcome="unmatched", note=f"only in {side}"
+                )
+            )
+            continue
+        rows.append(_compare_one(key, b, c, cfg))
+    return SweepComparison(
+        baseline_id=baseline.sweep_id,
+        candidate_id=candidate.sweep_id,
+        baseline_job=baseline.job,
+        candidate_job=candidate.job,
+        level=cfg.level,
+        rows=tuple(rows),
+    )
+
+
+def _compare_one(
+    comparable: ComparableKey, b: _Unit, c: _Unit, cfg: CheckConfig
+) -> ComparedVariant:
+    key = comparable.label
+    for side, unit in (("baseline", b), ("candidate", c)):
+        problem = unit.problem()
+        if problem is not None:
+            return ComparedVariant(
+                key=key, label=c.label, outcome="failed", note=f"{side} {problem}"
+            )
+    assert b.variant is not None and c.variant is not None
+    ref = AcceptanceSample.from_requests(b.variant.requests)
+    cand = AcceptanceSample.from_requests(c.variant.requests)
+    if len(ref) == 0 or len(cand) == 0 or ref.drafts.sum() <= 0 or cand.drafts.sum() <= 0:
+        return ComparedVariant(
+            key=key, label=c.label, outcome="no_data", note="no per-request speculative counters"
+        )
+    rng = np.random.default_rng([cfg.seed, zlib.crc32(key.encode())])
+    d = compare_acceptance(ref, cand, rng=rng, resamples=cfg.resamples, level=cfg.level)
+    diff = d.mean_acceptance_length
+    min_effect = cfg.min_al_effect(d.reference_al.estimate)
+    outcome: CompareOutcome = "pass"
+    if judge(diff, min_effect, "lower")[1]:
+        outcome = "regress"
+    elif judge(diff, min_effect, "higher")[1]:
+        outcome = "improve"
+    return ComparedVariant(
+        key=key,
+        label=c.label,
+        outcome=outcome,
+        baseline_al=d.reference_al,
+        candidate_al=d.candidate_al,
+        difference=diff,
+        relative=d.relative.estimate,
+        min_effect=min_effect,
+        paired=d.paired,
+        pairs=d.pairs,
+    )

@@ -1,0 +1,177 @@
+"""The matrix axes, defined once. Pure data: no I/O.
+
+Every other place that needs the axes (job-file validation, the planner's product,
+``--only``, include/exclude rules, cell ids, report columns, the comparable key, the
+store's axis columns) derives them from :data:`AXES`. Adding an axis is one entry
+here plus the adapters that map its values to engine flags.
+
+Two levels (DESIGN.md section 3): a *server* axis needs a new engine server per
+value; a *request* axis is served by the same server (one variant per value).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+__all__ = [
+    "AXES",
+    "AXIS_NAMES",
+    "REQUEST_AXES",
+    "SERVER_AXES",
+    "Axis",
+    "AxisValue",
+    "GraphMode",
+    "OnOff",
+    "axes_text",
+    "axis",
+    "axis_label",
+    "fold_axis_values",
+    "parse_axis_value",
+    "variant_label",
+]
+
+AxisValue = str | int
+GraphMode = Literal["eager", "compiled", "piecewise", "full_decode_only", "full"]
+OnOff = Literal["on", "off"]
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One axis of the matrix.
+
+    ``source`` says where a job file names the values: ``axes`` (the job's ``axes:``
+    section, validated against ``words`` or ``bounds``) or the name of the job's list
+    whose entries' names are the values (``engines``, ``models``, ``workloads``).
+    ``id_prefix`` is how a value reads in cell ids and key labels (``mtp`` + 2);
+    ``short`` is its column heading in the sweep-matrix tables.
+    """
+
+    name: str
+    level: Literal["server", "request"]
+    label: str
+    source: Literal["axes", "engines", "models", "workloads"] = "axes"
+    words: tuple[str, ...] = ()
+    bounds: tuple[int, int] | None = None
+    default: tuple[AxisValue, ...] = ()
+    id_prefix: str = ""
+    short: str = ""
+
+    @property
+    def is_int(self) -> bool:
+        return self.bounds is not None
+
+    @property
+    def on_off(self) -> bool:
+        return self.words == get_args(OnOff)
+
+    def text(self, value: Any) -> str:
+        """``value`` as it reads in a cell id or a key label."""
+        return f"{self.id_prefix}{value}"
+
+
+AXES: tuple[Axis, ...] = (
+    Axis("engine", "server", "engine", source="engines", short="engine"),
+    Axis("model", "server", "model", source="models", short="model"),
+    Axis(
+        "graph_mode",
+        "server",
+        "graph mode",
+        words=get_args(GraphMode),
+        default=("eager",),
+        short="graph",
+    ),
+    Axis(
+        "mtp_depth",
+        "server",
+        "MTP depth",
+        bounds=(0, 16),
+        default=(0,),
+        id_prefix="mtp",
+        short="mtp",
+    ),
+    Axis(
+        "sliding_window",
+        "server",
+        "sliding window",
+        words=get_args(OnOff),
+        default=("on",),
+        id_prefix="swa-",
+        short="swa",
+    ),
+    Axis(
+        "thinking",
+        "request",
+        "thinking",
+        words=get_args(OnOff),
+        default=("off",),
+        id_prefix="think-",
+    ),
+    Axis("workload", "request", "workload", source="workloads"),
+)
+AXIS_NAMES: tuple[str, ...] = tuple(a.name for a in AXES)
+SERVER_AXES: tuple[Axis, ...] = tuple(a for a in AXES if a.level == "server")
+REQUEST_AXES: tuple[Axis, ...] = tuple(a for a in AXES if a.level == "request")
+_BY_NAME: Mapping[str, Axis] = {a.name: a for a in AXES}
+
+
+def axis(name: str) -> Axis:
+    """The axis called ``name``; KeyError names the known axes."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown axis {name!r}; axes: {', '.join(AXIS_NAMES)}") from None
+
+
+def axis_label(name: str) -> str:
+    """Column heading of an axis (its name when it is not an axis, e.g. ``status``)."""
+    found = _BY_NAME.get(name)
+    return found.label if found else name
+
+
+def axes_text(values: Mapping[str, Any]) -> str:
+    """``eager.mtp3.swa-on``: axis values as cell ids and key labels spell them."""
+    return ".".join(axis(name).text(value) for name, value in values.items())
+
+
+def variant_label(cell_id: str, request_values: Mapping[str, Any]) -> str:
+    """``cell_id[think-on.arith]``: how findings and reports name a variant."""
+    return f"{cell_id}[{axes_text(request_values)}]"
+
+
+def parse_axis_value(name: str, text: str, known: Mapping[str, tuple[AxisValue, ...]]) -> AxisValue:
+    """A value of axis ``name`` given as text (``--only``), checked against ``known``.
+
+    ``known`` maps each axis to the values the job gives it. Raises ValueError saying
+    which values there are.
+    """
+    ax = axis(name)
+    value: AxisValue = text
+    if ax.is_int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"{name}={text!r}: {name} takes a whole number") from None
+    elif ax.on_off and text.lower() in ("true", "false"):
+        value = "on" if text.lower() == "true" else "off"
+    allowed = known.get(name, ())
+    if value not in allowed:
+        shown = ", ".join(str(v) for v in allowed) or "none"
+        raise ValueError(f"{name}={text!r} is not in this job; its values: {shown}")
+    return value
+
+
+def fold_axis_values(data: Any, level: Literal["server", "request"]) -> Any:
+    """Validator input with axis values given as keywords (``thinking="on"``, as code
+    and rows written before axes were a mapping give them) folded into ``axes``, in
+    :data:`AXES` order; other input is returned as it is."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    given = dict(data.pop("axes", None) or {})
+    for a in AXES:
+        if a.level == level and a.name in data:
+            given[a.name] = data.pop(a.name)
+    data["axes"] = {a.name: given.pop(a.name) for a in AXES if a.name in given} | given
+    return data

@@ -1,0 +1,140 @@
+"""Which results may be compared: the one comparable key. Pure: no I/O.
+
+Two measurements are the same measurement, in another sweep or of another build,
+when their :class:`ComparableKey` is equal: the Conbench ``history_fingerprint``
+idea. What enters it:
+
+- the engine line (the job's engine name, stable across nightlies while the version
+  moves; it keeps a patched line apart from its base) and its family;
+- the model (by name: its path is where this machine keeps it);
+- every axis value of :mod:`farm.axes`, with the graph mode the engine really runs
+  (the planned one: ``compiled`` on the CPU build);
+- the workload's identity: its prompt set (file name, or harness task and dataset),
+  count, sampling (temperature, seed) and max tokens. Concurrency does not enter: it
+  changes speed, not what is measured.
+
+Build and sweep ids never enter: history compares builds. Callers that need one
+build (PR baselines) match the build id beside the key. History, alerts, ``farm
+compare``, schedule estimates and the dashboards all use :attr:`fingerprint`; its
+:attr:`label` is the key's readable text (also the alert deduplication text).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from farm.axes import AXES, SERVER_AXES, AxisValue, axes_text
+
+if TYPE_CHECKING:
+    from farm.plan import ServerCell, Variant
+    from farm.spec import WorkloadSpec
+
+__all__ = ["ComparableKey", "workload_identity"]
+
+
+class ComparableKey(BaseModel):
+    """The comparable identity of a variant, or of a server cell (no request axes).
+
+    ``axes`` holds every axis value except engine and model, in :data:`AXES` order;
+    ``workload_identity`` is empty for a server-level key and for variants stored
+    before the key existed whose job file could not be read.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    family: str
+    engine: str
+    model: str
+    axes: tuple[tuple[str, AxisValue], ...]
+    workload_identity: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat(cls, data: Any) -> Any:
+        # Alerts stored before this key existed hold its fields flat (graph_mode=...).
+        if isinstance(data, dict) and "axes" not in data:
+            data = dict(data)
+            flat = [a.name for a in AXES if a.name not in ("engine", "model")]
+            values = {name: data.pop(name, None) for name in flat}
+            data["axes"] = tuple((k, v) for k, v in values.items() if v is not None)
+        return data
+
+    @classmethod
+    def of_cell(cls, cell: ServerCell) -> ComparableKey:
+        """The server-level key of ``cell`` (what one engine server measures)."""
+        return cls(
+            family=cell.family,
+            engine=cell.engine,
+            model=cell.model,
+            axes=tuple(
+                (a.name, cell.planned_graph_mode if a.name == "graph_mode" else cell.axes[a.name])
+                for a in SERVER_AXES
+                if a.name not in ("engine", "model")
+            ),
+        )
+
+    @classmethod
+    def of(cls, cell: ServerCell, variant: Variant) -> ComparableKey:
+        """The key of one request-level variant of ``cell``."""
+        server = cls.of_cell(cell)
+        return server.model_copy(
+            update={
+                "axes": server.axes + tuple(variant.axes.items()),
+                "workload_identity": variant.workload_identity,
+            }
+        )
+
+    def value(self, name: str) -> AxisValue:
+        """The value of axis ``name`` (engine and model included)."""
+        if name in ("engine", "model"):
+            return str(getattr(self, name))
+        return dict(self.axes)[name]
+
+    def axis_values(self) -> dict[str, AxisValue]:
+        """Axis name -> value for every axis of the key, in :data:`AXES` order."""
+        return {"engine": self.engine, "model": self.model, **dict(self.axes)}
+
+    @property
+    def fingerprint(self) -> str:
+        """16 hex digits of sha256 over the key's canonical JSON: the stored, indexed id."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    @property
+    def label(self) -> str:
+        """``engine(family).model.graph.mtpN.swa-on.think-off.workload``."""
+        return f"{self.engine}({self.family}).{self.model}.{axes_text(dict(self.axes))}"
+
+    def __str__(self) -> str:
+        return self.label
+
+
+def workload_identity(workload: WorkloadSpec) -> str:
+    """12 hex digits naming what a workload measures (not how fast it is sent)."""
+    harness = workload.harness
+    payload = {
+        "prompts": PurePath(workload.prompts).name if workload.prompts else None,
+        "harness": (
+            None
+            if harness is None
+            else {
+                "task": harness.task,
+                "dataset": PurePath(harness.dataset_path).name if harness.dataset_path else None,
+                "limit": harness.limit,
+                "num_fewshot": harness.num_fewshot,
+                "metric": harness.metric,
+            }
+        ),
+        "count": workload.count,
+        "max_tokens": workload.max_tokens,
+        "temperature": workload.temperature,
+        "seed": workload.seed,
+        "scorer": workload.scorer,
+    }
+    blob = json.dumps(payload, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]

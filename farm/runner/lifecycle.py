@@ -1,0 +1,94 @@
+"""A cell's engine server from start to release: what the runner decides around it.
+
+The engine process itself (start, wait ready, stop, fatal lines, device release) is
+the adapter's ``EngineProcess``; here are the runner's rules: a free loopback port
+with one retry when it was taken between choosing and binding it, and a stop that
+waits until the devices are released, so the next cell on the node finds them free.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from farm.engines import EngineAdapter, EngineProcess, ServerLaunch
+from farm.errors import EngineError
+from farm.runner.task import CellTask
+
+__all__ = ["RELEASE_TIMEOUT_S", "StartedEngine", "start_engine", "stop_engine"]
+
+# How long a stopped engine's devices may take to be released (driver teardown).
+RELEASE_TIMEOUT_S = 60.0
+_START_ATTEMPTS = 2  # a port taken between choosing and binding it gets one retry
+
+
+@dataclass(frozen=True)
+class StartedEngine:
+    """The engine process of a cell's last start attempt, the launch it ran, and
+    why it is not serving (None when it is)."""
+
+    process: EngineProcess
+    launch: ServerLaunch
+    error: str | None
+
+
+def start_engine(
+    adapter: EngineAdapter,
+    task: CellTask,
+    python: str,
+    npu_ids: tuple[int, ...],
+    log_path: Path,
+) -> StartedEngine:
+    """Start the cell's engine (interpreter ``python``) on a free port and wait until
+    it serves.
+
+    A start that fails because the port was taken meanwhile is stopped and tried
+    once more on a new port; any other failure is returned, not raised, with the
+    process still to be stopped (``stop_engine``).
+    """
+    for _ in range(_START_ATTEMPTS - 1):
+        started = _start_once(adapter, task, python, npu_ids, log_path)
+        if started.error is None or not started.process.port_taken(started.error):
+            return started
+        started.process.stop(task.timeouts.stop_s)
+    return _start_once(adapter, task, python, npu_ids, log_path)
+
+
+def _start_once(
+    adapter: EngineAdapter,
+    task: CellTask,
+    python: str,
+    npu_ids: tuple[int, ...],
+    log_path: Path,
+) -> StartedEngine:
+    port = _free_port()
+    launch = adapter.launch(
+        task.cell, task.engine, task.model, task.model_path, python, port, npu_ids
+    )
+    process = adapter.process(launch, port, log_path, npu_ids)
+    process.start()
+    try:
+        process.wait_ready(task.timeouts.startup_s)
+    except EngineError as exc:
+        return StartedEngine(process, launch, f"EngineError: {exc}")
+    return StartedEngine(process, launch, None)
+
+
+def stop_engine(
+    process: EngineProcess, grace_s: float, release_timeout_s: float = RELEASE_TIMEOUT_S
+) -> str | None:
+    """Stop ``process`` and wait for its devices; what still holds them after
+    ``release_timeout_s``, as the cell's error, or None when they are free."""
+    process.stop(grace_s)
+    held = process.wait_released(release_timeout_s)
+    if not held:
+        return None
+    # The next cell would meet busy devices (and fail with out of memory).
+    return f"devices not released {release_timeout_s:.0f} s after stop: {'; '.join(held)}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

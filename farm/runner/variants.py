@@ -1,0 +1,393 @@
+"""Run one variant (thinking x workload) against a serving engine and read its counters.
+
+The farm's own prompts go straight to the engine's chat endpoint; harness workloads
+run an eval harness through a recording proxy (``farm.workload.harness``) so that
+per-request acceptance is kept as for the farm's own prompts. Either way the
+engine's metrics are scraped before and after, and the difference is the variant's
+server-wide reading.
+
+What the engine answers is not trusted: an answer the adapter cannot read fails its
+request with what was wrong; a scrape that cannot be read, or counters that went
+backwards between the two scrapes, make the variant's server-wide counters unusable
+(``VariantRun.counters_unusable``), and the requests keep theirs. An engine that
+stops answering (every request in flight timed out) gets no more requests: the
+rest of the variant fails at once instead of each waiting ``request_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from farm.engines import EngineAdapter, EngineProcess, ServerLaunch
+from farm.engines.base import EngineOutputError
+from farm.errors import EngineError
+from farm.plan import Variant
+from farm.records import RequestRecord, SpecCounters, VariantResult
+from farm.runner.task import CellTask
+from farm.workload.harness import (
+    HarnessError,
+    harness_command,
+    join_requests,
+    parse_outcome,
+    run_harness,
+)
+from farm.workload.prompts import LoadedWorkload, Prompt, scorer_for
+from farm.workload.proxy import RecordingProxy
+
+__all__ = ["VariantRun", "counters_from_log", "run_variant", "variant_counters"]
+
+# A metrics endpoint answers in milliseconds; one that does not within this is stuck.
+_SCRAPE_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class VariantRun:
+    """A measured variant and what is wrong with it, if anything.
+
+    ``counters_unusable`` says why the server-wide counters could not be read (they
+    are then zero; per-request counters are kept). ``all_failed`` says why no
+    request of the variant succeeded (the first failure), None when one did.
+    """
+
+    result: VariantResult
+    counters_unusable: str | None = None
+
+    @property
+    def all_failed(self) -> str | None:
+        requests = self.result.requests
+        if not requests or any(r.error is None for r in requests):
+            return None
+        first = requests[0]
+        return f"all {len(requests)} requests failed; first, {first.prompt_id}: {first.error}"
+
+
+@dataclass(frozen=True)
+class _Unanswered:
+    """Why a request got no usable answer; ``timed_out`` when the engine was silent."""
+
+    error: str
+    timed_out: bool = False
+
+
+class _Silence:
+    """Counts requests in a row that the engine left unanswered (timed out).
+
+    When ``limit`` requests in a row got no answer within the request timeout, the
+    engine is taken as hung and no further request is sent.
+    """
+
+    def __init__(self, limit: int, timeout_s: float) -> None:
+        self._limit = max(limit, 1)
+        self._timeout_s = timeout_s
+        self._in_a_row = 0
+        self.verdict: str | None = None
+
+    def answered(self) -> None:
+        self._in_a_row = 0
+
+    def timed_out(self) -> None:
+        self._in_a_row += 1
+        if self._in_a_row >= self._limit and self.verdict is None:
+            self.verdict = (
+                f"engine stopped answering: the last {self._in_a_row} requests got no answer "
+                f"within {self._timeout_s:.0f} s (timeouts.request_s)"
+            )
+
+
+async def run_variant(
+    engine: EngineProcess,
+    adapter: EngineAdapter,
+    launch: ServerLaunch,
+    task: CellTask,
+    variant: Variant,
+    workload: LoadedWorkload,
+) -> VariantRun:
+    """Send every prompt of ``workload`` for ``variant`` (or run its harness).
+
+    A request that fails (HTTP error, timeout, unreadable answer) is recorded with
+    its error; EngineError when the engine has exited meanwhile.
+    """
+    if workload.spec.harness is not None:
+        return await _run_harness_variant(engine, adapter, launch, task, variant, workload)
+    spec = workload.spec
+    served = task.model.served_name or task.model.name
+    score = scorer_for(spec.scorer)
+    limits = httpx.Limits(max_connections=spec.concurrency)
+    gate = asyncio.Semaphore(spec.concurrency)
+    silence = _Silence(spec.concurrency, task.timeouts.request_s)
+    logged_ids: dict[str, str] = {}
+    async with httpx.AsyncClient(
+        base_url=engine.url, timeout=task.timeouts.request_s, limits=limits
+    ) as client:
+
+        async def one(prompt: Prompt) -> RequestRecord:
+            body = adapter.chat_request(served, prompt.prompt, variant, spec)
+            async with gate:
+                t0 = time.monotonic()
+                if silence.verdict is not None:
+                    return _failed_request(prompt.id, t0, f"not sent: {silence.verdict}")
+                response = await _post_chat(client, launch.chat_path, body, engine, variant)
+                if isinstance(response, _Unanswered):
+                    if response.timed_out:
+                        silence.timed_out()
+                    else:
+                        silence.answered()
+                    return _failed_request(prompt.id, t0, response.error)
+                silence.answered()
+                latency = time.monotonic() - t0
+            try:
+                done = adapter.completion_from_response(response.content)
+            except EngineOutputError as exc:
+                return _failed_request(prompt.id, t0, f"unreadable answer: {exc}", latency)
+            if done.counters is None and done.request_id:
+                logged_ids[prompt.id] = done.request_id
+            return RequestRecord(
+                prompt_id=prompt.id,
+                output_text=done.text,
+                completion_tokens=done.completion_tokens,
+                finish_reason=done.finish_reason,
+                latency_s=latency,
+                correct=score(done.text, prompt.answer)
+                if score and prompt.answer is not None
+                else None,
+                counters=done.counters,
+            )
+
+        before = await _scrape(client, adapter, launch, engine, task)
+        t0 = time.monotonic()
+        records = await asyncio.gather(*(one(p) for p in workload.prompts))
+        elapsed = time.monotonic() - t0
+        after = await _scrape(client, adapter, launch, engine, task)
+    if logged_ids:
+        log_path = Path(task.log_dir) / f"{task.cell.cell_id}.log"
+        records = counters_from_log(adapter, log_path, records, logged_ids)
+    failed = sum(r.error is not None for r in records)
+    print(
+        f"[{task.cell.cell_id}] {variant.key}: {len(records)} requests ({failed} failed) "
+        f"in {elapsed:.1f} s",
+        flush=True,
+    )
+    metrics, unusable = server_counters(before, after)
+    return VariantRun(
+        VariantResult(
+            axes=variant.axes,
+            counters=variant_counters(metrics, records) if unusable is None else metrics,
+            requests=tuple(records),
+            elapsed_s=elapsed,
+            concurrency=spec.concurrency,
+        ),
+        counters_unusable=unusable,
+    )
+
+
+async def _post_chat(
+    client: httpx.AsyncClient,
+    path: str,
+    body: dict[str, Any],
+    engine: EngineProcess,
+    variant: Variant,
+) -> httpx.Response | _Unanswered:
+    """The engine's answer to one chat request, or why there is none; raises
+    EngineError when the engine has exited."""
+    try:
+        try:
+            response = await client.post(path, json=body)
+        except (httpx.ReadError, httpx.RemoteProtocolError):
+            # A pooled keep-alive connection the server closed just as it was reused
+            # (seen once in 1600 requests); greedy requests are safe to send again,
+            # and a dead engine fails the retry too.
+            response = await client.post(path, json=body)
+        response.raise_for_status()
+    except httpx.HTTPStatusError as exc:
+        return _Unanswered(f"HTTP {exc.response.status_code}: {exc.response.text[:300]}")
+    except httpx.TransportError as exc:
+        timed_out = isinstance(exc, httpx.TimeoutException)
+        # A refused connection may come a moment before the exit can be seen; a
+        # timeout says the engine is there but silent.
+        if await engine.aexited(within_s=0 if timed_out else 3):
+            raise EngineError(
+                f"engine exited with code {engine.returncode} during variant {variant.key}"
+            ) from exc
+        return _Unanswered(f"{type(exc).__name__}: {exc}".rstrip(": "), timed_out)
+    return response
+
+
+async def _scrape(
+    client: httpx.AsyncClient,
+    adapter: EngineAdapter,
+    launch: ServerLaunch,
+    engine: EngineProcess,
+    task: CellTask,
+) -> SpecCounters | str:
+    """The engine's cumulative speculative counters, read from its metrics endpoint,
+    or why they cannot be used; raises EngineError when the engine has exited."""
+    what = f"GET {launch.metrics_path}"
+    timeout = min(_SCRAPE_TIMEOUT_S, task.timeouts.request_s)
+    try:
+        response = await client.get(launch.metrics_path, timeout=timeout)
+        response.raise_for_status()
+    except httpx.HTTPStatusError as exc:
+        return f"{what} answered HTTP {exc.response.status_code}: {exc.response.text[:200]}"
+    except httpx.TimeoutException:
+        return f"{what} did not answer within {timeout:.0f} s"
+    except httpx.TransportError as exc:
+        if await engine.aexited():
+            raise EngineError(f"engine exited with code {engine.returncode}") from exc
+        return f"{what} failed: {type(exc).__name__}: {exc}"
+    try:
+        return adapter.counters_from_metrics(response.text)
+    except EngineOutputError as exc:
+        return f"{what}: {exc}"
+
+
+def server_counters(
+    before: SpecCounters | str, after: SpecCounters | str
+) -> tuple[SpecCounters, str | None]:
+    """The counters accumulated between two scrapes, and why they are unusable
+    (then zero): a scrape that could not be read, or a counter that went backwards
+    (the engine restarted or reset its metrics meanwhile)."""
+    for scrape, which in ((before, "before"), (after, "after")):
+        if isinstance(scrape, str):
+            return SpecCounters(), f"metrics scrape {which} the variant: {scrape}"
+    assert isinstance(before, SpecCounters) and isinstance(after, SpecCounters)
+    fields = _fields(before, after)
+    backwards = [f"{name} {old} -> {new}" for name, old, new in fields if new < old]
+    if backwards:
+        return SpecCounters(), (
+            "counters went backwards between the scrapes before and after the variant "
+            f"({', '.join(backwards)}): the engine restarted or reset its metrics"
+        )
+    drafts, draft_tokens, accepted, *per_pos = (new - old for _, old, new in fields)
+    return SpecCounters(
+        drafts=drafts, draft_tokens=draft_tokens, accepted=accepted, accepted_per_pos=tuple(per_pos)
+    ), None
+
+
+def _fields(before: SpecCounters, after: SpecCounters) -> list[tuple[str, int, int]]:
+    """``(name, before, after)`` of every counter, per-position ones last."""
+    width = max(len(after.accepted_per_pos), len(before.accepted_per_pos))
+
+    def at(c: SpecCounters, i: int) -> int:
+        return c.accepted_per_pos[i] if i < len(c.accepted_per_pos) else 0
+
+    return [
+        ("drafts", before.drafts, after.drafts),
+        ("draft_tokens", before.draft_tokens, after.draft_tokens),
+        ("accepted", before.accepted, after.accepted),
+        *((f"accepted_per_pos[{i}]", at(before, i), at(after, i)) for i in range(width)),
+    ]
+
+
+def counters_from_log(
+    adapter: EngineAdapter,
+    log_path: Path,
+    records: list[RequestRecord],
+    logged_ids: dict[str, str],
+) -> list[RequestRecord]:
+    """Per-request counters that the engine wrote to its log instead of the response
+    (sglang before 0.5.13), matched by response id (``logged_ids``: prompt -> id)."""
+    by_id = adapter.request_counters_from_log(log_path.read_text(errors="replace"))
+    return [
+        r.model_copy(update={"counters": by_id[logged_ids[r.prompt_id]]})
+        if r.counters is None and logged_ids.get(r.prompt_id) in by_id
+        else r
+        for r in records
+    ]
+
+
+def variant_counters(metrics: SpecCounters, records: Sequence[RequestRecord]) -> SpecCounters:
+    """The metrics delta; the sum of per-request counters when the engine exports no
+    differencable counters (sglang before 0.5.14 has only gauges)."""
+    if metrics.drafts or not any(r.counters for r in records):
+        return metrics
+    counted = [r.counters for r in records if r.counters is not None]
+    width = max(len(c.accepted_per_pos) for c in counted)
+    return SpecCounters(
+        drafts=sum(c.drafts for c in counted),
+        draft_tokens=sum(c.draft_tokens for c in counted),
+        accepted=sum(c.accepted for c in counted),
+        accepted_per_pos=tuple(
+            sum(c.accepted_per_pos[i] for c in counted if i < len(c.accepted_per_pos))
+            for i in range(width)
+        ),
+    )
+
+
+async def _run_harness_variant(
+    engine: EngineProcess,
+    adapter: EngineAdapter,
+    launch: ServerLaunch,
+    task: CellTask,
+    variant: Variant,
+    workload: LoadedWorkload,
+) -> VariantRun:
+    """Run the workload's eval harness against the engine through a recording proxy.
+
+    Prometheus deltas around the run are the server-wide reading; the proxy's
+    per-request counters, scored by the harness's samples, are the per-request one.
+    """
+    spec = workload.spec
+    harness = spec.harness
+    assert harness is not None
+    served = task.model.served_name or task.model.name
+    # The variant's request fields (thinking, per-request counters) fill what the
+    # harness leaves unset; the prompt is the harness's.
+    fields = adapter.chat_request(served, "", variant, spec)
+    out_dir = Path(task.log_dir) / f"{task.cell.cell_id}.{variant.key}.harness"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    async with httpx.AsyncClient(base_url=engine.url, timeout=30) as client:
+        before = await _scrape(client, adapter, launch, engine, task)
+        t0 = time.monotonic()
+        async with RecordingProxy(
+            engine.url, fields, adapter.parse_completion, task.timeouts.request_s
+        ) as proxy:
+            command = harness_command(spec, served, proxy.url, out_dir)
+            try:
+                await run_harness(command, harness.timeout_s, out_dir / "harness.log")
+            except HarnessError:
+                if await engine.aexited():
+                    raise EngineError(
+                        f"engine exited with code {engine.returncode} during variant {variant.key}"
+                    ) from None
+                raise
+        elapsed = time.monotonic() - t0
+        after = await _scrape(client, adapter, launch, engine, task)
+    outcome = parse_outcome(command, harness)
+    records = join_requests(proxy.exchanges, outcome.samples)
+    accuracy = "n/a" if outcome.accuracy is None else f"{outcome.accuracy:.3f}"
+    print(
+        f"[{task.cell.cell_id}] {variant.key}: lm-eval {outcome.task} {len(records)} requests "
+        f"in {elapsed:.1f} s, {outcome.metric} {accuracy}",
+        flush=True,
+    )
+    counters, unusable = server_counters(before, after)
+    return VariantRun(
+        VariantResult(
+            axes=variant.axes,
+            counters=counters,
+            requests=records,
+            elapsed_s=elapsed,
+            concurrency=spec.concurrency,
+        ),
+        counters_unusable=unusable,
+    )
+
+
+def _failed_request(
+    prompt_id: str, t0: float, error: str, latency_s: float | None = None
+) -> RequestRecord:
+    return RequestRecord(
+        prompt_id=prompt_id,
+        output_text="",
+        completion_tokens=0,
+        finish_reason=None,
+        latency_s=time.monotonic() - t0 if latency_s is None else latency_s,
+        error=error,
+    )

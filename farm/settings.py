@@ -1,0 +1,245 @@
+"""Every setting the farm reads from the environment, in one place.
+
+One frozen :class:`Settings` is assembled from small per-service classes (after
+Apache Otava's ``config.py``), each declaring its environment variables with a
+description. Nothing else in ``farm/`` reads these variables: stages call
+:func:`get_settings`. An empty variable counts as unset. Secrets (tokens, webhook URLs,
+the store URL, which may carry a password) are ``SecretStr``: masked in ``repr``,
+``str`` and model dumps; only the code that uses one calls ``get_secret_value()``.
+
+Variables passed on to subprocesses (``{**os.environ, ...}`` for engines, git, patch)
+are not settings and are not listed here.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from farm.errors import FarmError
+
+__all__ = [
+    "ENV_VARS",
+    "GitHubSettings",
+    "GrafanaSettings",
+    "NotifySettings",
+    "PathSettings",
+    "RaySettings",
+    "Settings",
+    "SettingsError",
+    "StoreSettings",
+    "env_vars",
+    "get_settings",
+    "load_settings",
+]
+
+
+class SettingsError(FarmError):
+    """An environment variable holds a value the farm cannot use; names the variable."""
+
+
+class _Service(BaseSettings):
+    """Base of the per-service classes: exact variable names, empty means unset."""
+
+    # case_sensitive: the names are matched exactly, as ``os.environ.get`` did before.
+    # validate_by_name: tests build a service by field name, without the environment.
+    model_config = SettingsConfigDict(
+        frozen=True,
+        extra="ignore",
+        case_sensitive=True,
+        env_ignore_empty=True,
+        validate_by_name=True,
+        validate_by_alias=True,
+    )
+
+
+class PathSettings(_Service):
+    """Where the farm keeps its files."""
+
+    home: Path = Field(
+        Path("~/.mtp-farm"),
+        validation_alias="FARM_HOME",
+        validate_default=True,
+        description="The farm's folder: SQLite store, engine builds, wheels, spool, logs "
+        "(default ~/.mtp-farm; ~ is expanded).",
+    )
+    patches_dir: Path | None = Field(
+        None,
+        validation_alias="FARM_PATCHES_DIR",
+        description="Folder of the engine patch series (<engine>/series.yaml) used instead "
+        "of the repository's patches/.",
+    )
+
+    @field_validator("home", "patches_dir")
+    @classmethod
+    def _expand(cls, value: Path | None) -> Path | None:
+        return value.expanduser() if value is not None else None
+
+
+class StoreSettings(_Service):
+    """The SQL store."""
+
+    db_url: SecretStr | None = Field(
+        None,
+        validation_alias="FARM_DB_URL",
+        description="SQLAlchemy URL of the store: sqlite:///PATH or "
+        "postgresql://USER:PASSWORD@HOST:PORT/DATABASE (default: SQLite FARM_HOME/farm.db). "
+        "Secret: it may carry a password.",
+    )
+
+
+class NotifySettings(_Service):
+    """Alert channels; a channel is on when its URL is set."""
+
+    webhook_url: SecretStr | None = Field(
+        None,
+        validation_alias="FARM_NOTIFY_WEBHOOK_URL",
+        description="generic webhook: the alert JSON, one POST per alert",
+    )
+    webhook_secret: SecretStr | None = Field(
+        None,
+        validation_alias="FARM_NOTIFY_WEBHOOK_SECRET",
+        description="optional: HMAC-SHA256 signature header for the webhook",
+    )
+    slack_url: SecretStr | None = Field(
+        None, validation_alias="FARM_NOTIFY_SLACK_URL", description="Slack incoming webhook URL"
+    )
+    feishu_url: SecretStr | None = Field(
+        None,
+        validation_alias="FARM_NOTIFY_FEISHU_URL",
+        description="Feishu/Lark custom bot webhook URL",
+    )
+    feishu_secret: SecretStr | None = Field(
+        None,
+        validation_alias="FARM_NOTIFY_FEISHU_SECRET",
+        description="optional: the Feishu bot's signing secret",
+    )
+    # A plain string, checked by the notifier registry when the channels are built: a
+    # typo here fails `farm alerts check`, not every command that reads a setting.
+    feishu_format: str = Field(
+        "interactive",
+        validation_alias="FARM_NOTIFY_FEISHU_FORMAT",
+        description="optional: interactive (default) or text",
+    )
+    wecom_url: SecretStr | None = Field(
+        None,
+        validation_alias="FARM_NOTIFY_WECOM_URL",
+        description="WeCom group bot webhook URL (with key=...)",
+    )
+
+
+class GitHubSettings(_Service):
+    """Posting `farm compare` to a pull request."""
+
+    token: SecretStr | None = Field(
+        None,
+        validation_alias="GITHUB_TOKEN",
+        description="GitHub token with write access to the repository's issues and pull "
+        "requests (`farm compare --post-github`).",
+    )
+    api_url: str | None = Field(
+        None,
+        validation_alias="FARM_GITHUB_API",
+        description="GitHub REST API base URL, for GitHub Enterprise "
+        "(default: farm.notify.github.DEFAULT_API_URL, https://api.github.com).",
+    )
+
+
+class GrafanaSettings(_Service):
+    """`farm dashboards push`."""
+
+    url: str | None = Field(
+        None, validation_alias="GRAFANA_URL", description="Grafana's base URL (or --url)."
+    )
+    token: SecretStr | None = Field(
+        None,
+        validation_alias="GRAFANA_TOKEN",
+        description="Grafana service account token; never printed.",
+    )
+
+
+class RaySettings(_Service):
+    """The Ray cluster's job server (`farm submit`)."""
+
+    api_server_address: str = Field(
+        "http://127.0.0.1:8265",
+        validation_alias="RAY_API_SERVER_ADDRESS",
+        description="The head's dashboard URL, where the job server listens (or --address).",
+    )
+    auth_token: SecretStr | None = Field(
+        None,
+        validation_alias="RAY_AUTH_TOKEN",
+        description="Bearer token of a cluster with token authentication (Ray >= 2.52).",
+    )
+
+
+_SERVICES: dict[str, type[_Service]] = {
+    "paths": PathSettings,
+    "store": StoreSettings,
+    "notify": NotifySettings,
+    "github": GitHubSettings,
+    "grafana": GrafanaSettings,
+    "ray": RaySettings,
+}
+
+
+class Settings(BaseModel):
+    """All the farm's settings, one field per service."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    paths: PathSettings
+    store: StoreSettings
+    notify: NotifySettings
+    github: GitHubSettings
+    grafana: GrafanaSettings
+    ray: RaySettings
+
+
+def env_vars(service: type[BaseSettings]) -> dict[str, str]:
+    """The environment variables of one service class, with their descriptions."""
+    out = {}
+    for field in service.model_fields.values():
+        assert isinstance(field.validation_alias, str), "every setting names its variable"
+        out[field.validation_alias] = field.description or ""
+    return out
+
+
+ENV_VARS: dict[str, str] = {
+    name: doc for service in _SERVICES.values() for name, doc in env_vars(service).items()
+}
+"""Every environment variable the farm reads, with its description."""
+
+
+def load_settings() -> Settings:
+    """Read every setting from the environment now. Raises SettingsError naming the
+    variable whose value is unusable."""
+    try:
+        parts = {name: service() for name, service in _SERVICES.items()}
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise SettingsError(
+            f"unusable environment setting: {problems}; fix or unset the variable"
+        ) from None
+    return Settings.model_validate(parts)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached(_snapshot: tuple[str | None, ...]) -> Settings:
+    return load_settings()
+
+
+def get_settings() -> Settings:
+    """The settings for the current environment, read once per distinct environment.
+
+    The cache is keyed by the values of :data:`ENV_VARS`, so a test that sets or
+    removes one of them (``monkeypatch.setenv``, ``CliRunner(env=...)``) gets fresh
+    settings without resetting anything.
+    """
+    return _cached(tuple(os.environ.get(name) for name in ENV_VARS))
