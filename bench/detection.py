@@ -144,7 +144,7 @@ def table_sweeps(n: int, resamples: int, rng: np.random.Generator) -> None:
                     drop > 0
                     and c.graph_mode == "full_decode_only"
                     and c.mtp_depth >= 2
-                    and c.sliding_window == "on"
+                    and c.key.value("sliding_window") == "on"
                     and v.metric != "greedy_divergence"
                 )
                 if v.check == "depth_invariance" and truly:

@@ -65,7 +65,7 @@ def _concurrency(sweep: SweepRecord, ref: VariantRef) -> int:
     for stored in sweep.cells:
         if stored.cell.cell_id == ref.cell_id and stored.result:
             for v in stored.result.variants:
-                if v.workload == ref.workload and v.thinking == ref.thinking:
+                if all(ref.key.value(k) == x for k, x in v.axes.items()):
                     return v.concurrency
     return 1
 
@@ -74,7 +74,8 @@ def expected_bad(sweep: SweepRecord, ref: VariantRef) -> bool:
     """Whether the bug its build re-creates should show in this variant."""
     canary = CANARY_OF.get(ref.engine)
     if canary == "C1":
-        return ref.graph_mode == "compiled" and ref.sliding_window == "on" and ref.mtp_depth > 0
+        swa = ref.key.value("sliding_window")
+        return ref.graph_mode == "compiled" and swa == "on" and ref.mtp_depth > 0
     if canary == "C2":
         return ref.mtp_depth > 0 and _concurrency(sweep, ref) > 1
     return False

@@ -27,6 +27,7 @@ __all__ = [
     "axes_text",
     "axis",
     "axis_label",
+    "explicit",
     "fold_axis_values",
     "parse_axis_value",
     "variant_label",
@@ -45,7 +46,10 @@ class Axis:
     section, validated against ``words`` or ``bounds``) or the name of the job's list
     whose entries' names are the values (``engines``, ``models``, ``workloads``).
     ``id_prefix`` is how a value reads in cell ids and key labels (``mtp`` + 2);
-    ``short`` is its column heading in the sweep-matrix tables.
+    ``short`` is its column heading in the sweep-matrix tables. ``implicit`` is the
+    value every result had before the axis existed (an axis added later, e.g. a KV
+    cache dtype whose engine default is ``auto``): cell ids and comparable keys leave
+    it out, so adding the axis changes neither for results measured before.
     """
 
     name: str
@@ -57,6 +61,7 @@ class Axis:
     default: tuple[AxisValue, ...] = ()
     id_prefix: str = ""
     short: str = ""
+    implicit: AxisValue | None = None
 
     @property
     def is_int(self) -> bool:
@@ -130,9 +135,19 @@ def axis_label(name: str) -> str:
     return found.label if found else name
 
 
-def axes_text(values: Mapping[str, Any]) -> str:
-    """``eager.mtp3.swa-on``: axis values as cell ids and key labels spell them."""
-    return ".".join(axis(name).text(value) for name, value in values.items())
+def axes_text(values: Mapping[str, Any], sep: str = ".") -> str:
+    """``eager.mtp3.swa-on``: axis values as cell ids and key labels spell them
+    (implicit values left out), joined by ``sep``."""
+    return sep.join(axis(name).text(value) for name, value in explicit(values).items())
+
+
+def explicit(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` without the axes that hold their implicit value (see :class:`Axis`)."""
+    return {
+        name: value
+        for name, value in values.items()
+        if value is None or value != _BY_NAME[name].implicit
+    }
 
 
 def variant_label(cell_id: str, request_values: Mapping[str, Any]) -> str:
@@ -165,7 +180,8 @@ def parse_axis_value(name: str, text: str, known: Mapping[str, tuple[AxisValue, 
 def fold_axis_values(data: Any, level: Literal["server", "request"]) -> Any:
     """Validator input with axis values given as keywords (``thinking="on"``, as code
     and rows written before axes were a mapping give them) folded into ``axes``, in
-    :data:`AXES` order; other input is returned as it is."""
+    :data:`AXES` order, and axes added since filled with their implicit value; other
+    input is returned as it is."""
     if not isinstance(data, dict):
         return data
     data = dict(data)
@@ -173,5 +189,9 @@ def fold_axis_values(data: Any, level: Literal["server", "request"]) -> Any:
     for a in AXES:
         if a.level == level and a.name in data:
             given[a.name] = data.pop(a.name)
+    for a in AXES:
+        # Written before the axis existed: it had the axis's implicit value.
+        if a.level == level and a.name not in given and a.implicit is not None:
+            given[a.name] = a.implicit
     data["axes"] = {a.name: given.pop(a.name) for a in AXES if a.name in given} | given
     return data

@@ -7,8 +7,8 @@ idea. What enters it:
 - the engine line (the job's engine name, stable across nightlies while the version
   moves; it keeps a patched line apart from its base) and its family;
 - the model (by name: its path is where this machine keeps it);
-- every axis value of :mod:`farm.axes`, with the graph mode the engine really runs
-  (the planned one: ``compiled`` on the CPU build);
+- every axis value of :mod:`farm.axes` (but an axis's implicit value), with the graph
+  mode the engine really runs (the planned one: ``compiled`` on the CPU build);
 - the workload's identity: its prompt set (file name, or harness task and dataset),
   count, sampling (temperature, seed) and max tokens. Concurrency does not enter: it
   changes speed, not what is measured.
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from farm.axes import AXES, SERVER_AXES, AxisValue, axes_text
+from farm.axes import AXES, SERVER_AXES, AxisValue, axes_text, explicit
 
 if TYPE_CHECKING:
     from farm.plan import ServerCell, Variant
@@ -67,15 +67,16 @@ class ComparableKey(BaseModel):
     @classmethod
     def of_cell(cls, cell: ServerCell) -> ComparableKey:
         """The server-level key of ``cell`` (what one engine server measures)."""
+        values = {
+            a.name: cell.planned_graph_mode if a.name == "graph_mode" else cell.axes[a.name]
+            for a in SERVER_AXES
+            if a.name not in ("engine", "model")
+        }
         return cls(
             family=cell.family,
             engine=cell.engine,
             model=cell.model,
-            axes=tuple(
-                (a.name, cell.planned_graph_mode if a.name == "graph_mode" else cell.axes[a.name])
-                for a in SERVER_AXES
-                if a.name not in ("engine", "model")
-            ),
+            axes=tuple(explicit(values).items()),
         )
 
     @classmethod
@@ -84,20 +85,26 @@ class ComparableKey(BaseModel):
         server = cls.of_cell(cell)
         return server.model_copy(
             update={
-                "axes": server.axes + tuple(variant.axes.items()),
+                "axes": server.axes + tuple(explicit(variant.axes).items()),
                 "workload_identity": variant.workload_identity,
             }
         )
 
     def value(self, name: str) -> AxisValue:
         """The value of axis ``name`` (engine and model included)."""
-        if name in ("engine", "model"):
-            return str(getattr(self, name))
-        return dict(self.axes)[name]
+        return self.axis_values()[name]
 
     def axis_values(self) -> dict[str, AxisValue]:
-        """Axis name -> value for every axis of the key, in :data:`AXES` order."""
-        return {"engine": self.engine, "model": self.model, **dict(self.axes)}
+        """Axis name -> value for every axis of the key, in :data:`AXES` order (axes at
+        their implicit value, which the key leaves out, included)."""
+        given: dict[str, AxisValue] = {"engine": self.engine, "model": self.model}
+        given |= dict(self.axes)
+        out: dict[str, AxisValue] = {}
+        for a in AXES:
+            value = given.get(a.name, a.implicit)
+            if value is not None:
+                out[a.name] = value
+        return out
 
     @property
     def fingerprint(self) -> str:

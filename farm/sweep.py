@@ -1,17 +1,25 @@
 """Drive one sweep: plan -> builds -> cells on Ray -> store, result by result.
 
 Each result is written the moment its cell finishes, so a sweep stopped at any
-point keeps everything it measured. A result the store refuses is spooled to a
-JSON file instead of being lost.
+point keeps everything it measured. A result the store refuses (or does not answer
+for within the store timeouts) is spooled to a JSON file instead of being lost; one
+that cannot be spooled either (a full disk) is kept in memory, tried again at the
+end and, if still homeless, reported with what to do.
+
+The driver holds a lease on its sweep: a heartbeat in the store every
+``FARM_SWEEP_HEARTBEAT_S``. ``--resume`` of a sweep whose heartbeat is fresh is
+refused (another driver runs it); one whose heartbeat is stale is taken over.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import platform
 import signal
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,6 +28,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from farm import store
+from farm.builds.cache import use_build
 from farm.engines import job_capabilities
 from farm.errors import FarmError, StoreError
 from farm.orchestrate import (
@@ -36,11 +45,16 @@ from farm.plan import Plan, ServerCell, expand_matrix, parse_only, select
 from farm.records import BuildInfo, CellResult, CellStatus, SweepRecord, SweepStatus
 from farm.runner import CellTask
 from farm.schedule import estimate_cells
+from farm.settings import get_settings
 from farm.spec import EngineSpec, JobSpec
-from farm.store.spool import flush_spool, spool_result, spooled
+from farm.store.spool import flush_spool, spool_dir, spool_result, spooled
 from farm.workload.prompts import LoadedWorkload, load_workload
 
 __all__ = ["SweepEvents", "SweepOptions", "SweepOutcome", "farm_home", "plan_job", "run_sweep"]
+
+_log = logging.getLogger(__name__)
+# A lease is stale (its driver gone) after this many missed heartbeats.
+_STALE_BEATS = 3
 
 
 class SweepOptions(BaseModel):
@@ -63,6 +77,7 @@ class SweepOutcome(BaseModel):
     failed: tuple[str, ...]
     spooled: tuple[str, ...] = ()  # files still on disk: the store refused them to the end
     flushed: tuple[str, ...] = ()  # spooled earlier, stored now
+    unsaved: tuple[str, ...] = ()  # cell ids neither stored nor spooled: --resume reruns them
 
 
 class SweepEvents:
@@ -76,6 +91,12 @@ class SweepEvents:
     def cell_started(self, cell: ServerCell, node: str) -> None: ...
     def spooled(self, cell_id: str, where: str) -> None: ...
     def cell_done(self, cell: ServerCell, result: CellResult) -> None: ...
+
+    def notice(self, text: str) -> None:
+        """Something the user must hear that is not a cell or a build: a lease taken
+        over, the host's Ray cluster joined or waited for, results kept only in memory.
+        Logged as a warning unless a front end shows it."""
+        _log.warning("%s", text)
 
 
 def plan_job(job: JobSpec, only: Mapping[str, str] | None = None) -> Plan:
@@ -101,6 +122,7 @@ def run_sweep(
     plan = sweep.open(plan, job_text)
     try:
         with _sigterm_as_interrupt():
+            sweep.start_heartbeat()
             if plan.cells:
                 sweep.run_cells(job, plan, workloads)
     except BaseException:
@@ -129,26 +151,38 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 class _Sweep:
-    """One sweep's store side: its row, the results it lands, its end."""
+    """One sweep's store side: its row and lease, the results it lands, its end."""
 
     def __init__(self, db: Engine, options: SweepOptions, events: SweepEvents) -> None:
         self.db = db
         self.options = options
         self.events = events
         self.sweep_id = 0
+        self.driver = f"{platform.node()}:{os.getpid()}"
         self.ok: list[str] = []
         self.failed: list[str] = []
         self.spooled: list[str] = []
         self.flushed: list[str] = []
+        # Results neither stored nor spooled, with why: tried again at the end.
+        self.unsaved: dict[str, tuple[CellResult, str]] = {}
+        self.heartbeat_s = get_settings().store.heartbeat_s
+        self.lease: _Lease | None = None
+        # Shared locks on the builds this sweep uses here, so `farm builds gc` spares them.
+        self.builds_in_use = ExitStack()
 
     def open(self, plan: Plan, job_text: str) -> Plan:
-        """Create the sweep (or reopen ``options.resume``); return the cells left to run."""
+        """Create the sweep leased to this driver (or take over ``options.resume``);
+        return the cells left to run. Raises SweepInUseError when the sweep to resume
+        runs under another driver's fresh heartbeat."""
         options = self.options
         # Results spooled while the store was down go in first: on resume they count as done.
         self.flushed = list(flush_spool(self.db, options.home, options.db_url).stored)
+        stale_after = _STALE_BEATS * self.heartbeat_s
         with store.Session(self.db) as session:
             if options.resume is None:
-                self.sweep_id = store.create_sweep(session, plan, job_text, platform.node())
+                self.sweep_id = store.create_sweep(
+                    session, plan, job_text, platform.node(), driver=self.driver
+                )
             else:
                 self.sweep_id = options.resume
                 plan = _remaining(
@@ -156,22 +190,78 @@ class _Sweep:
                     store.load_sweep(session, self.sweep_id),
                     store.completed_cell_ids(session, self.sweep_id),
                 )
-                store.reopen_sweep(session, self.sweep_id)
+                gone = store.claim_sweep(session, self.sweep_id, self.driver, stale_after)
+                if gone is not None:
+                    self.events.notice(
+                        f"sweep {self.sweep_id} was still marked running by "
+                        f"{gone.describe(datetime.now(UTC))}: that driver is gone (no heartbeat "
+                        f"for {stale_after:.0f} s); this driver ({self.driver}) takes it over"
+                    )
             self.history = store.median_cell_durations(session, plan.cells)
         self.events.planned(plan, self.sweep_id)
         return plan
 
+    def start_heartbeat(self) -> None:
+        """Start refreshing this driver's lease on the sweep (a thread; ``finish`` stops it)."""
+        self.lease = _Lease(self.options.db_url, self.sweep_id, self.driver, self.heartbeat_s)
+        self.lease.start()
+
     def land(self, cell: ServerCell, result: CellResult) -> None:
-        """Store one result (spool it when the store refuses) and tell the front end."""
-        try:
-            with store.Session(self.db) as session:
-                store.save_cell_result(session, self.sweep_id, result)
-        except (StoreError, SQLAlchemyError) as exc:
-            spool = spool_result(self.options.home, self.options.db_url, self.sweep_id, result)
-            self.events.spooled(result.cell_id, f"{spool} ({type(exc).__name__})")
-            self.spooled.append(result.cell_id)
+        """Store one result (spool it when the store refuses, keep it in memory when the
+        spool cannot take it either) and tell the front end.
+
+        Raises FarmError when another driver took the sweep over: this one must stop.
+        """
+        lease = self.lease
+        if lease is not None and lease.lost is not None:
+            raise FarmError(
+                f"sweep {self.sweep_id} was taken over by "
+                f"{lease.lost.describe(datetime.now(UTC))} while this driver ran it (its "
+                "heartbeats did not reach the store in time); this driver stops, the results "
+                "it stored stay"
+            )
+        refused: str | None = None
+        if lease is not None and lease.store_down:
+            # The heartbeat just failed: do not make every result wait out the timeout.
+            refused = "the store did not take the last heartbeat"
+        else:
+            refused = self._store(result)
+        if refused is not None:
+            self._spool(result, refused)
         (self.ok if result.status == "ok" else self.failed).append(result.cell_id)
         self.events.cell_done(cell, result)
+
+    def _store(self, result: CellResult) -> str | None:
+        """Store ``result``; None when stored, else why not."""
+        try:
+            with store.answer_within(self.db), store.Session(self.db) as session:
+                store.save_cell_result(session, self.sweep_id, result)
+        except (StoreError, SQLAlchemyError) as exc:
+            return type(exc).__name__
+        return None
+
+    def _spool(self, result: CellResult, refused: str) -> None:
+        """Spool ``result``; keep it in memory (and say so) when the spool cannot take it."""
+        options = self.options
+        try:
+            spool = spool_result(options.home, options.db_url, self.sweep_id, result)
+        except OSError as exc:
+            why = f"the store refused it ({refused}) and the spool too ({exc})"
+            self.unsaved[result.cell_id] = (result, why)
+            self.events.notice(
+                f"result of {result.cell_id} neither stored nor spooled: {why}; kept in "
+                "memory, tried again at the end of the sweep"
+            )
+            return
+        self.unsaved.pop(result.cell_id, None)
+        self.events.spooled(result.cell_id, f"{spool} ({refused})")
+        self.spooled.append(result.cell_id)
+
+    def hold_build(self, build: BuildInfo) -> None:
+        """Hold a shared lock on ``build`` until the sweep ends, if it lives on this host."""
+        env_dir = Path(build.env_dir)
+        if env_dir.is_dir():
+            self.builds_in_use.enter_context(use_build(env_dir))
 
     def run_cells(self, job: JobSpec, plan: Plan, workloads: tuple[LoadedWorkload, ...]) -> None:
         """Build the engines and run the cells on Ray, landing each result as it comes."""
@@ -180,7 +270,7 @@ class _Sweep:
         # Several stores may share one FARM_HOME: the time keeps their sweep ids apart.
         stamp = f"{datetime.now(UTC):%Y%m%d-%H%M%S}"
         log_dir = options.home / "logs" / f"sweep-{self.sweep_id}-{stamp}"
-        with RayPool(options.ray_address) as pool:
+        with RayPool(options.ray_address, home=options.home, say=self.events.notice) as pool:
             placements = {
                 (e.name, m.name): Placement(job.resources, e.pools, m.npus)
                 for e in job.engines
@@ -212,24 +302,53 @@ class _Sweep:
                 estimates=estimates,
                 builds=builds,
                 on_start=lambda cell_id, node: self.events.cell_started(by_id[cell_id], node),
-                on_build=_BuildRecorder(builds, self.db, self.sweep_id, self.events),
+                on_build=_BuildRecorder(
+                    builds, self.db, self.sweep_id, self.events, self.hold_build
+                ),
             )
             for result in results:
                 self.land(by_id[result.cell_id], result)
 
     def finish(self, status: SweepStatus) -> None:
-        """Stamp the sweep's end; hand the store what it refused during the sweep."""
+        """Stop the heartbeat, stamp the sweep's end (unless another driver took it over)
+        and hand the store what it refused during the sweep; say what is still homeless."""
         options = self.options
+        if self.lease is not None:
+            self.lease.stop()
+        self.builds_in_use.close()
+        for result, _why in list(self.unsaved.values()):
+            refused = self._store(result)  # the store or the disk may be back by now
+            if refused is None:
+                del self.unsaved[result.cell_id]
+            else:
+                self._spool(result, refused)
+        if self.unsaved and status != "interrupted":
+            status = "interrupted"  # not every result is stored: --resume runs the rest
         try:
-            with store.Session(self.db) as session:
-                store.finish_sweep(session, self.sweep_id, status)
+            with store.answer_within(self.db), store.Session(self.db) as session:
+                mine = store.finish_sweep(session, self.sweep_id, status, driver=self.driver)
+            if not mine:
+                self.events.notice(
+                    f"sweep {self.sweep_id} is another driver's now; its status is left to it"
+                )
         except (StoreError, SQLAlchemyError):
             pass
-        # The store may be back by now.
         if self.spooled:
             flush = flush_spool(self.db, options.home, options.db_url, self.sweep_id)
             self.flushed.extend(flush.stored)
             self.spooled = [str(p) for p in spooled(options.home, options.db_url, self.sweep_id)]
+        if self.unsaved:
+            self.events.notice(self._unsaved_notice())
+
+    def _unsaved_notice(self) -> str:
+        lines = [f"  {cell_id}: {why}" for cell_id, (_, why) in self.unsaved.items()]
+        return (
+            f"{len(self.unsaved)} result(s) of sweep {self.sweep_id} could be neither stored "
+            f"nor spooled to {spool_dir(self.options.home)}, and are lost when this process "
+            "ends:\n" + "\n".join(lines) + "\nFree or fix the spool folder (or FARM_HOME) "
+            "and the store, then `farm run JOB --resume "
+            f"{self.sweep_id}` runs those cells again (the sweep is not marked finished)."
+        )
 
     def outcome(self) -> SweepOutcome:
         return SweepOutcome(
@@ -238,7 +357,54 @@ class _Sweep:
             failed=tuple(self.failed),
             spooled=tuple(self.spooled),
             flushed=tuple(self.flushed),
+            unsaved=tuple(self.unsaved),
         )
+
+
+class _Lease:
+    """This driver's lease on its sweep: a heartbeat written to the store every
+    ``interval`` seconds by a thread, on its own engine (a slow store call of the
+    sweep's must not delay it). ``store_down`` says whether the last beat failed;
+    ``lost`` holds the lease of the driver that took the sweep over, if one did."""
+
+    def __init__(self, url: str, sweep_id: int, driver: str, interval: float) -> None:
+        self._url = url
+        self._sweep_id = sweep_id
+        self._driver = driver
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.store_down = False
+        self.lost: store.SweepLease | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._beat, name=f"farm-heartbeat-{self._sweep_id}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            # A beat in flight ends within the store timeouts; do not wait longer for it.
+            self._thread.join(timeout=store.call_timeout_s() + 1)
+
+    def _beat(self) -> None:
+        engine = store.connect(store.normalize_url(self._url))
+        try:
+            while not self._stop.wait(self._interval):
+                try:
+                    with store.answer_within(engine), store.Session(engine) as session:
+                        holder = store.heartbeat(session, self._sweep_id, self._driver)
+                except (StoreError, SQLAlchemyError):
+                    self.store_down = True
+                    continue
+                self.store_down = False
+                if holder is not None:
+                    self.lost = holder
+                    return
+        finally:
+            engine.dispose()
 
 
 def _task(
@@ -274,13 +440,22 @@ def _build_targets(
 
 
 class _BuildRecorder:
-    """Stores each build where it landed and tells the front end, per node and per engine."""
+    """Stores each build where it landed and tells the front end, per node and per engine;
+    ``hold`` keeps each build that landed in use for the rest of the sweep."""
 
-    def __init__(self, builds: NodeBuilds, db: Engine, sweep_id: int, events: SweepEvents) -> None:
+    def __init__(
+        self,
+        builds: NodeBuilds,
+        db: Engine,
+        sweep_id: int,
+        events: SweepEvents,
+        hold: Callable[[BuildInfo], None],
+    ) -> None:
         self._builds = builds
         self._db = db
         self._sweep_id = sweep_id
         self._events = events
+        self._hold = hold
 
     def __call__(self, outcome: BuildOutcome) -> None:
         engine, node_id, build = outcome
@@ -288,8 +463,9 @@ class _BuildRecorder:
         if isinstance(build, str):
             self._events.build_placed(engine, label, build)
         else:
+            self._hold(build)
             try:
-                with store.Session(self._db) as session:
+                with store.answer_within(self._db), store.Session(self._db) as session:
                     store.record_build(session, self._sweep_id, build)
                     store.record_build_location(
                         session,

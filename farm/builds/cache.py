@@ -4,13 +4,23 @@ Each finished build has a marker, ``build.json``: its :class:`~farm.records.Buil
 with ``format_version`` (:mod:`farm.fileformat`; a marker without one is version 1).
 A marker that cannot be read is reported with its path and reason, never skipped
 silently, and its build is left in place.
+
+A build in use is held with a shared lock on ``builds/<folder>.inuse``
+(:func:`use_build`: a running sweep holds each build it uses on its host, a cell its
+build); gc takes that lock exclusively without waiting, and skips the build when it
+cannot. gc removes the folder it found under the cache, never a path read from the
+marker (a moved FARM_HOME leaves markers naming folders elsewhere).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -24,14 +34,17 @@ __all__ = [
     "BUILD_FORMAT",
     "MARKER",
     "SOURCE_FILE",
+    "BuildGc",
     "BuildScan",
     "CachedBuild",
+    "gc_builds",
     "list_builds",
     "prune_builds",
     "prune_sources",
     "read_marker",
     "scan_builds",
     "touch_build",
+    "use_build",
     "write_marker",
 ]
 
@@ -49,6 +62,7 @@ class CachedBuild(BaseModel):
     size_bytes: int
     last_used: float
     source: str = Field(description="where the engine came from, with its content hash")
+    folder: Path = Field(description="the build's folder under the cache, where it was found")
 
 
 class BuildScan(BaseModel):
@@ -73,6 +87,39 @@ def read_marker(path: Path) -> BuildInfo:
 def touch_build(env_dir: Path) -> None:
     """Record that a build was just used (gc keeps recently used builds)."""
     (env_dir / _LAST_USED).touch()
+
+
+def _in_use_file(env_dir: Path) -> Path:
+    return env_dir.with_name(env_dir.name + ".inuse")
+
+
+@contextlib.contextmanager
+def use_build(env_dir: Path) -> Iterator[None]:
+    """Hold the build in ``env_dir`` in use (a shared lock) for the block: gc spares it.
+
+    Any number of sweeps and cells may hold one build at once; the lock goes with the
+    process, so a killed sweep holds nothing."""
+    fd = os.open(_in_use_file(env_dir), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _unused(env_dir: Path) -> Iterator[bool]:
+    """Whether nobody holds the build in use; if so, nobody can start to in the block."""
+    fd = os.open(_in_use_file(env_dir), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
 
 
 def _size(path: Path) -> int:
@@ -118,6 +165,7 @@ def scan_builds(cache_dir: Path, sizes: bool = True) -> BuildScan:
                 size_bytes=_size(marker.parent) if sizes else 0,
                 last_used=last,
                 source=_source_label(marker.parent / SOURCE_FILE, info),
+                folder=marker.parent,
             )
         )
     ordered = sorted(builds, key=lambda b: -b.last_used)
@@ -130,23 +178,53 @@ def list_builds(cache_dir: Path, sizes: bool = True) -> list[CachedBuild]:
     return list(scan_builds(cache_dir, sizes).builds)
 
 
-def prune_builds(cache_dir: Path, older_than_days: float, dry_run: bool = False) -> list[BuildInfo]:
-    """Remove builds unused for ``older_than_days``; skip builds locked by a running build
-    and builds whose marker cannot be read (:func:`scan_builds` names them)."""
+class BuildGc(BaseModel):
+    """What a gc of the build cache removed (or would), and what it spared as busy."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    removed: tuple[CachedBuild, ...] = ()
+    in_use: tuple[CachedBuild, ...] = ()  # held by a running sweep or cell
+    building: tuple[CachedBuild, ...] = ()  # locked by a build of the same id
+
+
+def gc_builds(cache_dir: Path, older_than_days: float, dry_run: bool = False) -> BuildGc:
+    """Remove builds unused for ``older_than_days``, each by the folder it was found in.
+
+    Skips (and names) builds in use (:func:`use_build`) and builds being built; skips
+    builds whose marker cannot be read (:func:`scan_builds` names them).
+    """
     cutoff = time.time() - older_than_days * 86400
-    removed = []
-    root = cache_dir / "builds"
+    removed, in_use, building = [], [], []
     for build in list_builds(cache_dir, sizes=False):
         if build.last_used >= cutoff:
             continue
+        folder = build.folder
         try:
-            with FileLock(str(root / f"{build.info.build_id}.lock"), timeout=0):
+            with FileLock(str(folder.with_suffix(".lock")), timeout=0), _unused(folder) as free:
+                if not free:
+                    in_use.append(build)
+                    continue
                 if not dry_run:
-                    shutil.rmtree(build.info.env_dir, ignore_errors=True)
+                    _remove(folder)
         except Timeout:
+            building.append(build)
             continue
-        removed.append(build.info)
-    return removed
+        removed.append(build)
+    return BuildGc(removed=tuple(removed), in_use=tuple(in_use), building=tuple(building))
+
+
+def _remove(folder: Path) -> None:
+    """Remove a build folder of the cache; a symlink there goes, not what it points to."""
+    if folder.is_symlink():
+        folder.unlink()
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def prune_builds(cache_dir: Path, older_than_days: float, dry_run: bool = False) -> list[BuildInfo]:
+    """The builds :func:`gc_builds` removes (or would, with ``dry_run``)."""
+    return [b.info for b in gc_builds(cache_dir, older_than_days, dry_run).removed]
 
 
 def prune_sources(cache_dir: Path, older_than_days: float, dry_run: bool = False) -> list[Path]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -26,8 +25,10 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict
 
+from farm.builds.environment import build_environment, git_environment, mask_text, run_step
 from farm.builds.series import ENGINE_IMPORT_NAMES, Patch, Target, not_applicable_reason
 from farm.errors import BuildError
+from farm.settings import get_settings
 
 __all__ = [
     "HunkFailure",
@@ -116,15 +117,16 @@ def _gnu_patch(patch: Patch, cwd: Path, *, reverse: bool, dry_run: bool) -> _Run
     argv += ["--reject-file=-", "-i", patch.diff_path]
     argv += ["--reverse"] if reverse else []
     argv += ["--dry-run"] if dry_run else []
+    limits = get_settings().builds
     try:
-        proc = subprocess.run(
+        proc = run_step(
             argv,
+            what=f"apply patch {patch.id}" + (" (dry run)" if dry_run else ""),
+            timeout_s=limits.patch_timeout_s,
+            kill_wait_s=limits.kill_wait_s,
+            setting="FARM_PATCH_TIMEOUT_S",
+            env=build_environment({"LC_ALL": "C"}),
             cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "LC_ALL": "C"},
-            check=False,
         )
     except FileNotFoundError:
         raise PatchError("GNU patch is not installed (apt-get install patch)") from None
@@ -318,8 +320,16 @@ def source_target(tree: str | Path) -> Target:
     A folder inside some other repository is not identified by that repository's HEAD.
     """
     argv = ["git", "-C", str(tree), "rev-parse", "--show-toplevel", "HEAD"]
+    limits = get_settings().builds
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        proc = run_step(
+            argv,
+            what="identify the source tree",
+            timeout_s=limits.git_timeout_s,
+            kill_wait_s=limits.kill_wait_s,
+            setting="FARM_GIT_TIMEOUT_S",
+            env=git_environment(),
+        )
     except FileNotFoundError:  # no git on this machine: the tree stays unidentified
         return Target(tree="source")
     out = proc.stdout.split()
@@ -346,11 +356,21 @@ def fetch_release(dist: str, version: str, cache_dir: str | Path) -> Path:
         if wheel is None:
             argv = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check"]
             argv += ["--no-deps", "--only-binary=:all:", "-d", str(wheels), f"{dist}=={version}"]
-            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+            limits = get_settings().builds
+            proc = run_step(
+                argv,
+                what=f"download {dist}=={version}",
+                timeout_s=limits.pip_timeout_s,
+                kill_wait_s=limits.kill_wait_s,
+                setting="FARM_PIP_TIMEOUT_S",
+                env=build_environment(),
+            )
             wheel = _find_wheel(wheels, dist, version)
             if proc.returncode != 0 or wheel is None:
                 tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-                raise PatchError(f"could not download {dist}=={version}: {' '.join(argv)}\n{tail}")
+                raise PatchError(
+                    mask_text(f"could not download {dist}=={version}: {' '.join(argv)}\n{tail}")
+                )
         unpacked = wheels / wheel.name.removesuffix(".whl")
         if not (unpacked / ".farm-unpacked").exists():
             shutil.rmtree(unpacked, ignore_errors=True)

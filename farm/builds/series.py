@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from farm.errors import BuildError
 from farm.settings import get_settings
-from farm.yamlfile import line_of, load_mapping, validation_problems
+from farm.spec import JobFile
+from farm.yamlfile import line_of, load_mapping, read_text, validation_problems
 
 __all__ = [
     "ENGINE_DISTRIBUTIONS",
@@ -32,6 +33,7 @@ __all__ = [
     "PatchSeriesError",
     "Target",
     "bundled_patches_dir",
+    "check_patch_names",
     "claimed_targets",
     "load_series",
     "not_applicable_reason",
@@ -60,6 +62,9 @@ PatchRoot = Literal["package", "source"]
 TreeKind = Literal["package", "source"]
 _COMMIT = re.compile(r"^[0-9a-fA-F]{7,40}$")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+# A series file is a page of YAML; a diff a few hundred lines.
+_MAX_SERIES_BYTES = 1 << 20
+_MAX_DIFF_BYTES = 16 << 20
 
 
 class PatchSeriesError(BuildError):
@@ -343,10 +348,7 @@ def load_series(folder: str | Path) -> PatchSeries:
     folder = Path(folder)
     path = folder / "series.yaml"
     source = str(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise PatchSeriesError(f"{source}: cannot read series file: {exc.strerror}") from exc
+    text = read_text(path, "series file", PatchSeriesError, _MAX_SERIES_BYTES)
     shape = "a series file is a mapping with a `patches:` list"
     root, data = load_mapping(text, source, PatchSeriesError, shape)
     try:
@@ -367,10 +369,13 @@ def load_series(folder: str | Path) -> PatchSeries:
             problems.append(f"{where}: {entry.file} is outside {folder}")
             continue
         try:
-            files = parse_diff(diff_path.read_text(), entry.strip, str(diff_path))
+            diff_path.stat()
         except OSError as exc:
             problems.append(f"{where}: cannot read {entry.file}: {exc.strerror}")
             continue
+        try:
+            text = read_text(diff_path, "patch", PatchSeriesError, _MAX_DIFF_BYTES)
+            files = parse_diff(text, entry.strip, str(diff_path))
         except PatchSeriesError as exc:
             problems.append(f"{where}: {exc}")
             continue
@@ -386,6 +391,29 @@ def bundled_patches_dir() -> Path:
     """The repository's ``patches/`` folder (``FARM_PATCHES_DIR`` overrides it)."""
     override = get_settings().paths.patches_dir
     return override if override is not None else Path(__file__).resolve().parents[2] / "patches"
+
+
+def check_patch_names(job: JobFile) -> list[str]:
+    """``file:line: key: problem`` for each patch a job names that its engine's bundled
+    series (``patches/<package>/series.yaml``) does not have, or for a series that
+    cannot be read. Reads the series files only."""
+    problems = []
+    for i, engine in enumerate(job.spec.engines):
+        if not engine.patches:
+            continue
+        try:
+            series = load_series(bundled_patches_dir() / engine.package)
+        except PatchSeriesError as exc:
+            problems.append(f"{job.where('engines', i, 'patches')}: {exc}")
+            continue
+        known = {p.id for p in series.patches}
+        for n, name in enumerate(engine.patches):
+            if name not in known:
+                problems.append(
+                    f"{job.where('engines', i, 'patches', n)}: no patch {name!r} in {series.path} "
+                    f"(known: {', '.join(sorted(known)) or 'none'})"
+                )
+    return problems
 
 
 def select_patches(series: PatchSeries, names: tuple[str, ...] | list[str]) -> tuple[Patch, ...]:

@@ -35,7 +35,9 @@ from filelock import FileLock
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from pydantic import BaseModel, ConfigDict
 
+from farm.builds.environment import StepTimeoutError, git_environment, mask_text, run_step
 from farm.errors import BuildError
+from farm.settings import get_settings
 from farm.spec import EngineSpec, GitSource, PullRequestSource
 
 __all__ = [
@@ -261,9 +263,11 @@ def _location(engine: EngineSpec, src: GitSource | PullRequestSource) -> str:
 
 
 def _describe(src: GitSource | PullRequestSource, location: str) -> str:
+    # Shown and stored (labels, errors): a URL's token is not.
+    where = mask_text(location)
     if src.kind == "pr":
-        return f"pull request #{src.number} of {location}"
-    return f"git {location}@{src.ref}"
+        return f"pull request #{src.number} of {where}"
+    return f"git {where}@{src.ref}"
 
 
 def _resolve_git(engine: EngineSpec, src: GitSource | PullRequestSource) -> ResolvedSource:
@@ -327,7 +331,7 @@ def _remote_commit(engine: EngineSpec, where: str, url: str, ref: str) -> str:
             return refs[name]
     # A remote only advertises refs: an abbreviated commit id cannot be looked up.
     hint = "; give the full commit id" if _SHORT_COMMIT.match(ref) else ""
-    raise _error(engine, where, f"ref {ref!r} not found at {url}{hint}")
+    raise _error(engine, where, f"ref {ref!r} not found at {mask_text(url)}{hint}")
 
 
 @contextmanager
@@ -372,7 +376,7 @@ def _fetch(
 ) -> None:
     """Fetch ``source.commit`` into ``bare`` as ``keep`` (a ref, so gc keeps it)."""
     assert source.commit and source.location and source.ref
-    say(f"fetching {source.ref} ({source.commit[:12]}) from {source.location}")
+    say(f"fetching {source.ref} ({source.commit[:12]}) from {mask_text(source.location)}")
     # --tags: version schemes such as setuptools-scm describe a commit by its nearest tag.
     fetch = ["--git-dir", str(bare), "fetch", "--quiet", "--tags", "--force", "--", source.location]
     # The commit itself first: exactly what was resolved, even if the ref moved since.
@@ -389,31 +393,44 @@ def _fetch(
 
 
 def _git(argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
-    # No prompt for credentials: a private repository fails instead of hanging.
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+    """Run git with the build environment (no secrets, no credential prompt) and the
+    FARM_GIT_TIMEOUT_S deadline. Raises SourceError on failure when ``check``, and
+    StepTimeoutError on the deadline whatever ``check`` says."""
+    limits = get_settings().builds
     try:
-        proc = subprocess.run(
-            ["git", *argv], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL
+        proc = run_step(
+            ["git", *argv],
+            what=f"run git {argv[2] if argv[0] in ('-C', '--git-dir') else argv[0]}",
+            timeout_s=limits.git_timeout_s,
+            kill_wait_s=limits.kill_wait_s,
+            setting="FARM_GIT_TIMEOUT_S",
+            env=git_environment(),
         )
     except FileNotFoundError:
         raise SourceError("git is not installed (apt-get install git)") from None
     if check and proc.returncode != 0:
         raise SourceError(
-            f"git {' '.join(argv)} failed (exit {proc.returncode}):\n{proc.stderr.strip()}"
+            mask_text(
+                f"git {' '.join(argv)} failed (exit {proc.returncode}):\n{proc.stderr.strip()}"
+            )
         )
     return proc
 
 
 def _git_retrying(engine: EngineSpec, where: str, argv: list[str], what: str) -> str:
-    """Run a git command that may touch the network: once more on failure, then fail."""
-    proc = _git(argv, check=False)
-    if proc.returncode != 0:
+    """Run a git command that may touch the network: once more on failure, then fail.
+    A command that ran out of time is not run again."""
+    try:
         proc = _git(argv, check=False)
+        if proc.returncode != 0:
+            proc = _git(argv, check=False)
+    except StepTimeoutError as exc:
+        raise _error(engine, where, str(exc)) from None
     if proc.returncode != 0:
         raise _error(
             engine,
             where,
-            f"git {what} failed twice (exit {proc.returncode}):\n{proc.stderr.strip()}",
+            mask_text(f"git {what} failed twice (exit {proc.returncode}):\n{proc.stderr.strip()}"),
         )
     return proc.stdout
 

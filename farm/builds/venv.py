@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import sysconfig
 from collections.abc import Callable, Sequence
@@ -30,6 +29,14 @@ from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 
 from farm.builds.cache import MARKER, SOURCE_FILE, read_marker, touch_build, write_marker
+from farm.builds.environment import (
+    StepTimeoutError,
+    build_environment,
+    mask_argv,
+    mask_text,
+    run_step,
+    stream_step,
+)
 from farm.builds.patches import apply_patch_series
 from farm.builds.series import Patch, Target, bundled_patches_dir, load_series, select_patches
 from farm.builds.sources import ResolvedSource, installable, resolve_source
@@ -38,6 +45,7 @@ from farm.engines.base import BuildRecipe
 from farm.errors import BuildError, FarmError
 from farm.fileformat import UnreadableFileError
 from farm.records import BuildInfo
+from farm.settings import get_settings
 from farm.spec import EngineSpec
 
 __all__ = ["PlannedBuild", "build_id", "ensure_build", "patches_of", "plan_builds"]
@@ -226,7 +234,9 @@ def _ensure_base(
         _run([info.python, "-c", recipe.import_check], "import the engine", say)
         if source.kind != "pypi":
             info = info.model_copy(update={"version": _installed_version(info, say)})
-        (env_dir / SOURCE_FILE).write_text(source.model_dump_json(indent=2))
+        location = mask_text(source.location) if source.location else None
+        recorded = source.model_copy(update={"location": location})
+        (env_dir / SOURCE_FILE).write_text(recorded.model_dump_json(indent=2))
         write_marker(env_dir, info)
         touch_build(env_dir)
         return info
@@ -265,8 +275,14 @@ def _sourced(
 def _installed_version(info: BuildInfo, say: LineSink) -> str:
     """The version pip installed (a git build's own, e.g. ``0.11.1.dev5+gabc123``)."""
     probe = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
-    proc = subprocess.run(
-        [info.python, "-c", probe, info.package], capture_output=True, text=True, check=False
+    limits = get_settings().builds
+    proc = run_step(
+        [info.python, "-c", probe, info.package],
+        what=f"read the installed version of {info.package}",
+        timeout_s=limits.pip_timeout_s,
+        kill_wait_s=limits.kill_wait_s,
+        setting="FARM_PIP_TIMEOUT_S",
+        env=build_environment(),
     )
     if proc.returncode != 0:
         say(f"cannot read the installed version of {info.package}: {proc.stderr.strip()}")
@@ -313,23 +329,38 @@ def _damage(env_dir: Path) -> str | None:
 def _run_with_retry(argv: list[str], what: str, say: LineSink) -> None:
     try:
         _run(argv, what, say)
+    except StepTimeoutError:
+        raise  # a step that ran out of time would only do so again
     except BuildError as first:
         say(f"retrying once: {first}".splitlines()[0])
         _run(argv, what, say)
 
 
 def _run(argv: list[str], what: str, say: LineSink) -> None:
+    """Run one build step with the build environment (no secrets) and the
+    FARM_PIP_TIMEOUT_S deadline, its output to ``say``. Raises BuildError with the last
+    30 lines on failure, StepTimeoutError on the deadline."""
     tail: list[str] = []
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    for raw in proc.stdout:
-        line = raw.rstrip()
+
+    def line_out(raw: str) -> None:
+        nonlocal tail
+        line = mask_text(raw.rstrip())
         # pip's find-links warnings repeat per package and say nothing useful.
         if not line or "is ignored: it is neither a file nor a directory" in line:
-            continue
+            return
         tail = [*tail, line][-30:]
         say(line)
-    if proc.wait() != 0:
-        raise BuildError(
-            f"could not {what} (exit {proc.returncode}): {' '.join(argv)}\n" + "\n".join(tail)
-        )
+
+    limits = get_settings().builds
+    code = stream_step(
+        argv,
+        line_out,
+        what=what,
+        timeout_s=limits.pip_timeout_s,
+        kill_wait_s=limits.kill_wait_s,
+        setting="FARM_PIP_TIMEOUT_S",
+        env=build_environment(),
+    )
+    if code != 0:
+        shown = " ".join(mask_argv(argv))
+        raise BuildError(f"could not {what} (exit {code}): {shown}\n" + "\n".join(tail))

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from farm.builds.cache import prune_builds, prune_sources, scan_builds
+from farm.builds.cache import gc_builds, prune_sources, scan_builds
 from farm.cli.common import console
 from farm.paths import farm_home
 
@@ -53,13 +53,31 @@ def gc(
 ) -> None:
     """Remove builds and fetched git repositories not used for a while.
 
-    Never removes one that is being built or fetched, nor one whose marker cannot be
-    read (listed: remove it by hand once you know what it is).
+    Never removes one that a running sweep or cell uses, is being built or fetched, nor
+    one whose marker cannot be read (listed: remove it by hand once you know what it is).
+    Removes the build's folder under the cache only, whatever its marker says.
     """
-    removed = prune_builds(farm_home() / "cache", older_than_days, dry_run)
+    report = gc_builds(farm_home() / "cache", older_than_days, dry_run)
+    removed = report.removed
     verb = "would remove" if dry_run else "removed"
-    for info in removed:
-        console.print(f"{verb} {info.build_id} ({info.engine}, {info.env_dir})")
+    for build in removed:
+        console.print(
+            f"{verb} {build.info.build_id} ({build.info.engine}, {build.folder})",
+            markup=False,
+            highlight=False,
+        )
+    for build in report.in_use:
+        console.print(
+            f"kept {build.info.build_id} ({build.folder}): in use by a running sweep or cell",
+            markup=False,
+            highlight=False,
+        )
+    for build in report.building:
+        console.print(
+            f"kept {build.info.build_id} ({build.folder}): being built",
+            markup=False,
+            highlight=False,
+        )
     repos = prune_sources(farm_home() / "cache", older_than_days, dry_run)
     for repo in repos:
         console.print(f"{verb} git source {repo}")

@@ -4,36 +4,56 @@ exit.
 Errors go to standard error as one line, ``error: <what failed, where, what to do>``,
 and exit with status 2 (:func:`fail`); a command never ends in a traceback for a
 :class:`~farm.errors.FarmError`.
+
+Nothing printed is read as rich markup: engine errors, file paths, names and store
+rows hold brackets (``[/models/m/config.json]``) that markup would eat or choke on.
+The consoles have markup off; colour comes from :func:`say`'s ``(text, style)`` parts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.text import Text
+from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from farm import store
-from farm.errors import FarmError
+from farm.errors import FarmError, OutputError
+from farm.paths import farm_home
+from farm.records import SWEEP_STATUSES
+from farm.store.db import read_error, sqlite_file
 
 __all__ = [
     "DbOption",
     "SweepArg",
+    "check_output",
+    "check_sweep_statuses",
     "console",
     "db_url",
     "err_console",
     "fail",
+    "home",
     "open_session",
     "parse_pairs",
     "resolve_sweep",
+    "say",
+    "write_output",
 ]
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(markup=False)
+err_console = Console(stderr=True, markup=False)
+
+
+def say(*parts: str | tuple[str, str], err: bool = False) -> None:
+    """Print one line of plain text; a ``(text, style)`` part is coloured, never parsed."""
+    (err_console if err else console).print(Text.assemble(*parts), soft_wrap=True)
+
 
 # FARM_DB_URL is read by farm.settings (through store.default_db_url), not by typer.
 DbOption = Annotated[
@@ -57,9 +77,19 @@ SweepArg = Annotated[str, typer.Argument(help="sweep id or 'latest'", callback=_
 
 def fail(problem: FarmError | str, code: int = 2) -> typer.Exit:
     """Print ``error: <problem>`` to standard error; return the exit to raise."""
-    # Text, not markup: a message may hold brackets (paths, lists) rich would eat.
-    err_console.print(Text.assemble(("error:", "red"), f" {problem}"), soft_wrap=True)
+    say(("error:", "red"), f" {problem}", err=True)
     return typer.Exit(code)
+
+
+def home() -> Path:
+    """FARM_HOME, created when missing; FarmError when it cannot be a folder."""
+    try:
+        return farm_home()
+    except OSError as exc:
+        raise FarmError(
+            f"FARM_HOME cannot be used as the farm's folder: {exc.filename or ''} "
+            f"({exc.strerror or exc}); set FARM_HOME to a folder"
+        ) from None
 
 
 def db_url(db: str | None) -> str:
@@ -69,16 +99,67 @@ def db_url(db: str | None) -> str:
 
 @contextmanager
 def open_session(db: str | None) -> Iterator[Session]:
-    """A session on the store at ``--db`` (migrated first); the engine is disposed after.
+    """A session on the existing store at ``--db`` (migrated first); the engine is
+    disposed after. Never creates a store: a typo in ``--db`` is an error.
 
-    Raises StoreError when the store cannot be reached or migrated.
+    Raises StoreError when the store does not exist or cannot be reached or migrated,
+    StoreDamagedError when it is not a farm store or reading it meets a malformed row
+    (the error names the rows).
     """
-    engine = store.open_store(db_url(db))
+    url = db_url(db)
+    engine = store.open_store(url, create=False)
     try:
         with Session(engine) as session:
-            yield session
+            try:
+                yield session
+            except (ValueError, TypeError, LookupError, SQLAlchemyError) as exc:
+                # A row this farm cannot read surfaces as the reader's own error (bad
+                # JSON, a timestamp, a validation error); name the rows instead.
+                error = read_error(engine, url, exc)
+                if error is None:
+                    raise
+                raise error from None
     finally:
         engine.dispose()
+
+
+def check_sweep_statuses(*statuses: str) -> None:
+    """ValueError when a sweep row read in :func:`open_session` holds a status outside
+    :data:`~farm.records.SWEEP_STATUSES`: the session then names the damaged row."""
+    if any(s not in SWEEP_STATUSES for s in statuses):
+        raise ValueError("a sweep row holds an unknown status")
+
+
+def check_output(out: Path, db: str | None = None) -> Path:
+    """``out`` when a file may be written there; OutputError when it is a folder, its
+    folder does not exist, or it is the store's own file (``db`` or the default store).
+    Checked before anything is read or written."""
+    if out.is_dir():
+        raise OutputError(f"--out {out} is a folder; name a file in it")
+    if not out.parent.is_dir():
+        raise OutputError(f"--out {out}: the folder {out.parent} does not exist")
+    try:
+        store_file = sqlite_file(store.normalize_url(db_url(db)))
+    except FarmError:
+        store_file = None  # a malformed URL is reported when the store is opened
+    if store_file is not None:
+        target = out.resolve()
+        own = {Path(f"{store_file}{suffix}").resolve() for suffix in ("", "-wal", "-shm")}
+        if target in own:
+            raise OutputError(
+                f"--out {out} is the store's own file ({store_file}); writing there would "
+                "destroy the store, name another file"
+            )
+    return out
+
+
+def write_output(out: Path, text: str) -> None:
+    """Write ``text`` to ``out`` (checked by :func:`check_output`); OutputError when the
+    system refuses."""
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise OutputError(f"cannot write --out {out}: {exc.strerror or exc}") from None
 
 
 def resolve_sweep(session: Session, sweep: str | int) -> int:

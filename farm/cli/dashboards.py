@@ -21,8 +21,9 @@ dashboards_app = typer.Typer(
     help="Grafana dashboards and alert rules generated from code (dashboards/).",
     no_args_is_help=True,
 )
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+# Markup off: paths, titles and Grafana's answers are text.
+console = Console(highlight=False, markup=False)
+err_console = Console(stderr=True, highlight=False, markup=False)
 
 OutOption = Annotated[
     Path | None,

@@ -12,6 +12,7 @@ import typer
 from farm.cli.alerts import alerts_app
 from farm.cli.builds import builds_app
 from farm.cli.dashboards import dashboards_app
+from farm.cli.logs import logs_app
 from farm.cli.patches import patches_app
 from farm.cli.reports import reports_app
 from farm.cli.run import run_app
@@ -37,6 +38,7 @@ app.add_typer(patches_app, name="patches")
 app.add_typer(alerts_app, name="alerts")
 app.add_typer(spool_app, name="spool")
 app.add_typer(dashboards_app, name="dashboards")
+app.add_typer(logs_app, name="logs")
 
 
 def main() -> None:  # pragma: no cover

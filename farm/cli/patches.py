@@ -11,8 +11,8 @@ from typing import Annotated
 import typer
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from farm.builds.patches import PatchStatus, check_patch, fetch_release, source_target
 from farm.builds.series import (
@@ -25,13 +25,12 @@ from farm.builds.series import (
     load_series,
     not_applicable_reason,
 )
+from farm.cli.common import console, home, say
 from farm.errors import FarmError
-from farm.paths import farm_home
 
 __all__ = ["patches_app"]
 
 patches_app = typer.Typer(no_args_is_help=True)
-console = Console()
 
 
 @patches_app.callback()
@@ -40,11 +39,11 @@ def _group() -> None:
 
 
 _STYLE = {
-    "applied": "[green]applies[/green]",
-    "already_upstream": "[cyan]already upstream[/cyan]",
-    "not_applicable": "[dim]not applicable[/dim]",
-    "conflict": "[red]CONFLICT[/red]",
-    "unchecked": "[yellow]unchecked[/yellow]",
+    "applied": ("applies", "green"),
+    "already_upstream": ("already upstream", "cyan"),
+    "not_applicable": ("not applicable", "dim"),
+    "conflict": ("CONFLICT", "red"),
+    "unchecked": ("unchecked", "yellow"),
 }
 
 
@@ -72,7 +71,7 @@ class _Trees:
     def tree(self, target: Target) -> Path | None:
         if target.version is not None and target.tree == "package":
             if target.version not in self._wheels:
-                cache = farm_home() / "cache" / "wheels"
+                cache = home() / "cache" / "wheels"
                 dist = ENGINE_DISTRIBUTIONS[self.engine]
                 self._wheels[target.version] = fetch_release(dist, target.version, cache)
             return self._wheels[target.version]
@@ -145,7 +144,7 @@ def _table(rows: list[_Row]) -> Table:
             row.patch.purpose,
             row.target.label,
             {True: "yes", False: "no", None: "?"}[row.claimed],
-            _STYLE[row.state],
+            Text(*_STYLE[row.state]),
             row.detail,
         )
     return table
@@ -190,7 +189,7 @@ def check(
             named = Target(version=version) if version else trees.named
             rows += _rows(load_series(root / name), named, trees)
     except FarmError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        say(("error:", "red"), f" {exc}")
         raise typer.Exit(2) from None
     console.print(_table(rows))
     for row in rows:
@@ -199,5 +198,5 @@ def check(
     bad = [r for r in rows if r.state == "conflict" and r.claimed is True]
     if bad:
         names = ", ".join(f"{r.patch.id} on {r.target.label}" for r in bad)
-        console.print(f"[red]{len(bad)} claimed target(s) conflict:[/red] {names}")
+        say((f"{len(bad)} claimed target(s) conflict:", "red"), f" {names}")
         raise typer.Exit(1)

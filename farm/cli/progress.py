@@ -1,4 +1,8 @@
-"""The live view of `farm run`: a bar, cells per state, and cells per node."""
+"""The live view of `farm run`: a bar, cells per state, and cells per node.
+
+Descriptions and node names are text, never markup: a build's output line or a host
+name may hold brackets.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from collections.abc import Iterable
 from rich.console import RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 __all__ = ["SweepProgress", "SweepTally"]
 
@@ -43,10 +48,12 @@ class SweepTally:
         else:
             self.failed += 1
 
-    def states(self) -> str:
-        return (
-            f"queued {self.queued} · running {len(self.running)} · "
-            f"[green]ok {self.ok}[/green] · [red]failed {self.failed}[/red]"
+    def states(self) -> Text:
+        return Text.assemble(
+            f"queued {self.queued} · running {len(self.running)} · ",
+            (f"ok {self.ok}", "green"),
+            " · ",
+            (f"failed {self.failed}", "red"),
         )
 
     def node_table(self) -> Table | None:
@@ -54,7 +61,7 @@ class SweepTally:
             return None
         table = Table("node", "running", "ok", "failed", box=None, padding=(0, 2))
         for node, counts in sorted(self.by_node.items()):
-            table.add_row(node, *(str(counts[k]) for k in ("running", "ok", "failed")))
+            table.add_row(Text(node), *(str(counts[k]) for k in ("running", "ok", "failed")))
         return table
 
 
@@ -64,7 +71,7 @@ class SweepProgress(Progress):
     def __init__(self, tally: SweepTally, **kwargs: object) -> None:
         self.tally = tally  # before Progress.__init__, which may render already
         super().__init__(
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),

@@ -21,12 +21,16 @@ from farm.analysis.summary import patched_bases, summarize_sweep
 from farm.cli.common import (
     DbOption,
     SweepArg,
+    check_output,
+    check_sweep_statuses,
     console,
     err_console,
     fail,
     open_session,
     parse_pairs,
     resolve_sweep,
+    say,
+    write_output,
 )
 from farm.errors import FarmError
 from farm.notify.github import DEFAULT_API_URL, GitHubClient, parse_pr_ref
@@ -69,6 +73,7 @@ def render_report(
     with open_session(db) as session:
         sweep_id = resolve_sweep(session, sweep)
         record = load_sweep(session, sweep_id)
+        check_sweep_statuses(record.status)
         trends = (
             series_from_sweeps(history_sweeps(session, record, history)) if history > 1 else None
         )
@@ -116,23 +121,26 @@ def report(
         if fmt not in ("md", "html"):
             raise typer.BadParameter("expected md or html", param_hint="--format")
         try:
+            if out is not None:
+                check_output(out, db)  # before the store is read: nothing half-done
             written, text = render_report(sweep, db, "html" if fmt == "html" else "md")
+            path = check_output(out or Path(f"sweep-{written}.{fmt}"), db)
+            write_output(path, text)
         except FarmError as exc:
             raise fail(exc) from None
-        path = out or Path(f"sweep-{written}.{fmt}")
-        path.write_text(text, encoding="utf-8")
-        console.print(f"wrote {path}")
+        say(f"wrote {path}")
         return
     try:
         with open_session(db) as session:
             record = load_sweep(session, resolve_sweep(session, sweep))
+            check_sweep_statuses(record.status)
     except FarmError as exc:
         raise fail(exc) from None
     started = f"{record.started_at:%Y-%m-%d %H:%M}"
     title = f"sweep {record.sweep_id} ({record.job}, {record.status}, started {started})"
     show_sweep(record, title)
     for e in record.excluded:
-        console.print(f"excluded {e.label}: {e.reason}", highlight=False)
+        say(f"excluded {e.label}: {e.reason}")
 
 
 def _post_to_github(ref_text: str, text: str) -> None:
@@ -176,6 +184,8 @@ def compare(
             raise typer.BadParameter(str(exc), param_hint="--post-github") from None
     engine_map = parse_pairs(map_engine, "--map-engine")
     try:
+        if out is not None:
+            check_output(out, db)
         with open_session(db) as session:
             base = load_sweep(session, baseline)
             cand = load_sweep(session, candidate)
@@ -183,7 +193,7 @@ def compare(
         text = render_comparison(comparison)
         typer.echo(text)
         if out is not None:
-            out.write_text(text, encoding="utf-8")
+            write_output(out, text)
         if post_github is not None:
             _post_to_github(post_github, text)
     except FarmError as exc:

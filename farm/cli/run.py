@@ -11,7 +11,17 @@ import typer
 from farm import store
 from farm.analysis import summarize_sweep
 from farm.builds.venv import plan_builds
-from farm.cli.common import DbOption, console, db_url, fail, open_session, parse_pairs
+from farm.cli.common import (
+    DbOption,
+    console,
+    db_url,
+    fail,
+    home,
+    open_session,
+    parse_pairs,
+    say,
+)
+from farm.cli.preflight import check_job, check_resume
 from farm.cli.progress import SweepProgress, SweepTally
 from farm.cli.reports import show_sweep
 from farm.engines import plan_launches
@@ -21,8 +31,8 @@ from farm.records import BuildInfo, CellResult
 from farm.report import render_matrix, render_plan
 from farm.report.findings import render_findings
 from farm.selftest import analyze_selftest
-from farm.spec import JobSpec, load_job
-from farm.sweep import SweepEvents, SweepOptions, SweepOutcome, farm_home, plan_job, run_sweep
+from farm.spec import JobSpec
+from farm.sweep import SweepEvents, SweepOptions, SweepOutcome, plan_job, run_sweep
 
 __all__ = ["run_app"]
 
@@ -42,9 +52,11 @@ class _ConsoleEvents(SweepEvents):
         self.task = self.progress.add_task("cells", total=None)
 
     def planned(self, plan: Plan, sweep_id: int) -> None:
-        console.print(
-            f"sweep [bold]{sweep_id}[/bold]: {len(plan.cells)} server cells, "
-            f"{plan.variant_count} variants, {len(plan.excluded)} excluded"
+        say(
+            "sweep ",
+            (str(sweep_id), "bold"),
+            f": {len(plan.cells)} server cells, {plan.variant_count} variants, "
+            f"{len(plan.excluded)} excluded",
         )
         self.progress.update(self.task, total=len(plan.cells))
         self.tally.total = len(plan.cells)
@@ -59,15 +71,13 @@ class _ConsoleEvents(SweepEvents):
     def build_done(self, engine: str, build: BuildInfo | None, error: str | None) -> None:
         self.progress.update(self.task, description="cells")
         if build:
-            console.print(
-                f"build {engine}: [green]ready[/green] {build.build_id} ({build.env_dir})"
-            )
+            say(f"build {engine}: ", ("ready", "green"), f" {build.build_id} ({build.env_dir})")
         else:
-            console.print(f"build {engine}: [red]failed[/red]\n{error}")
+            say(f"build {engine}: ", ("failed", "red"), f"\n{error}")
 
     def build_placed(self, engine: str, node: str, error: str | None) -> None:
-        state = "[green]ready[/green]" if error is None else f"[red]failed[/red]: {error}"
-        console.print(f"build {engine} on {node}: {state}", highlight=False)
+        state = ("ready", "green") if error is None else ("failed", "red")
+        say(f"build {engine} on {node}: ", state, "" if error is None else f": {error}")
 
     def cells_started(self, count: int) -> None:
         console.print(f"running {count} cells on Ray (each ~1-3 min on 2 CPU cores)")
@@ -78,7 +88,7 @@ class _ConsoleEvents(SweepEvents):
         self.progress.refresh()
 
     def spooled(self, cell_id: str, where: str) -> None:
-        console.print(f"[yellow]spooled[/yellow] {cell_id} (the store refused it): {where}")
+        say(("spooled", "yellow"), f" {cell_id} (the store refused it): {where}")
 
     def cell_done(self, cell: ServerCell, result: CellResult) -> None:
         self.tally.done(cell.cell_id, result.status == "ok", result.node)
@@ -90,13 +100,14 @@ class _ConsoleEvents(SweepEvents):
                 parts.append(
                     f"{v.thinking}/{v.workload} AL={al:.2f}" if al else f"{v.thinking}/{v.workload}"
                 )
-            console.print(
-                f"[green]ok[/green]     {cell.cell_id} "
+            say(
+                ("ok", "green"),
+                f"     {cell.cell_id} "
                 f"(start {result.startup_s or 0:.0f}s, gen {result.generation_s or 0:.0f}s) "
-                + ", ".join(parts)
+                + ", ".join(parts),
             )
         else:
-            console.print(f"[red]{result.status}[/red] {cell.cell_id}: {result.error}")
+            say((result.status, "red"), f" {cell.cell_id}: {result.error}")
 
 
 def _run_with_progress(job: JobSpec, job_file: Path, options: SweepOptions) -> SweepOutcome:
@@ -110,19 +121,19 @@ def _run_with_progress(job: JobSpec, job_file: Path, options: SweepOptions) -> S
 def _print_outcome(outcome: SweepOutcome, url: str) -> None:
     """What happened to the results, then the stored sweep as a matrix."""
     for line in outcome.flushed:
-        console.print(f"flushed to the store (spooled earlier): {line}", highlight=False)
+        say(f"flushed to the store (spooled earlier): {line}")
     if outcome.spooled:
-        console.print(
-            f"[yellow]{len(outcome.spooled)} result(s) still spooled[/yellow] (the store "
-            "refused them): " + ", ".join(outcome.spooled) + "; `farm spool flush` stores "
-            "them once the store is back (the next `farm run` does too)"
+        say(
+            (f"{len(outcome.spooled)} result(s) still spooled", "yellow"),
+            " (the store refused them): " + ", ".join(outcome.spooled) + "; `farm spool flush` "
+            "stores them once the store is back (the next `farm run` does too)",
         )
     try:
         with open_session(url) as session:
             record = store.load_sweep(session, outcome.sweep_id)
         show_sweep(record, f"sweep {outcome.sweep_id} ({record.job})")
     except FarmError as exc:
-        console.print(f"[yellow]cannot show sweep {outcome.sweep_id}:[/yellow] {exc}")
+        say((f"cannot show sweep {outcome.sweep_id}:", "yellow"), f" {exc}")
 
 
 @run_app.command()
@@ -136,9 +147,17 @@ def run(
         int | None, typer.Option(help="finish sweep N: run only its cells not yet stored")
     ] = None,
 ) -> None:
-    """Run a sweep: build engines, run every cell on Ray, store every result."""
+    """Run a sweep: build engines, run every cell on Ray, store every result.
+
+    Everything a run reads is checked first (as `farm plan` does); nothing is written
+    when a check fails.
+    """
     try:
-        job = load_job(job_file)
+        # Without --ray-address the cells run in a local cluster: on this machine.
+        checked, planned = check_job(job_file, _only(only), on_this_machine=ray_address is None)
+        job = checked.spec
+        if resume is not None:
+            check_resume(checked, planned, _only(only), db_url(db), resume)
         if dry_run:
             _print_plan(job, only)
             return
@@ -146,7 +165,7 @@ def run(
             db_url=db_url(db),
             ray_address=ray_address,
             only=_only(only),
-            home=farm_home(),
+            home=home(),
             resume=resume,
         )
         outcome = _run_with_progress(job, job_file, options)
@@ -154,13 +173,9 @@ def run(
         raise fail(exc) from None
     _print_outcome(outcome, options.db_url)
     if outcome.failed:
-        console.print(
-            f"[red]{len(outcome.failed)} cell(s) failed:[/red] " + ", ".join(outcome.failed)
-        )
+        say((f"{len(outcome.failed)} cell(s) failed:", "red"), " " + ", ".join(outcome.failed))
         raise typer.Exit(1)
-    console.print(
-        f"[green]all {len(outcome.ok)} cells ok[/green]; `farm report {outcome.sweep_id}`"
-    )
+    say((f"all {len(outcome.ok)} cells ok", "green"), f"; `farm report {outcome.sweep_id}`")
 
 
 @run_app.command()
@@ -174,8 +189,8 @@ def selftest(
     Exits 1 when a canary is not caught or the clean repeat is flagged.
     """
     try:
-        job = load_job(job_file)
-        options = SweepOptions(db_url=db_url(db), only=_only(only), home=farm_home())
+        job = check_job(job_file, _only(only), on_this_machine=True)[0].spec
+        options = SweepOptions(db_url=db_url(db), only=_only(only), home=home())
         outcome = _run_with_progress(job, job_file, options)
         with open_session(options.db_url) as session:
             record = store.load_sweep(session, outcome.sweep_id)
@@ -189,16 +204,15 @@ def selftest(
     for effect in report.effects:
         kind = "canary " + ",".join(effect.patches) if effect.patches else "clean repeat"
         where = str(effect.attribution) if effect.attribution else "nowhere"
-        console.print(
-            f"[bold]{effect.engine}[/bold] ({kind}) vs {report.reference}: "
-            f"{len(effect.regressed)}/{len(effect.cells)} variants dropped; {where}"
+        say(
+            (effect.engine, "bold"),
+            f" ({kind}) vs {report.reference}: "
+            f"{len(effect.regressed)}/{len(effect.cells)} variants dropped; {where}",
         )
         caught = bool(effect.regressed)
         if caught != bool(effect.patches):
             healthy = False
-            console.print(
-                "[red]  expected " + ("a drop" if effect.patches else "no drop") + "[/red]"
-            )
+            say(("  expected " + ("a drop" if effect.patches else "no drop"), "red"))
     if outcome.failed or not healthy:
         raise typer.Exit(1)
 
@@ -209,9 +223,14 @@ def plan(
     only: OnlyOption = None,
     argv: Annotated[bool, typer.Option(help="print each cell's server argv and env")] = True,
 ) -> None:
-    """List the cells a job would run and why any were excluded or remapped. Runs nothing."""
+    """List the cells a job would run and why any were excluded or remapped. Runs nothing.
+
+    Exits 2 when a run of the job would fail before an engine starts (a missing model,
+    prompt file, wheel or tree; a malformed prompt record; an unknown patch; no cell
+    left to run), naming file, line and key.
+    """
     try:
-        job = load_job(job_file)
+        job = check_job(job_file, _only(only), on_this_machine=False)[0].spec
         _print_plan(job, only)
         if argv:
             _print_launches(job, only)
@@ -243,6 +262,6 @@ def _print_plan(job: JobSpec, only: list[str] | None) -> None:
     for b in builds:
         if b.build_id:
             patched = f" + {', '.join(b.patches)}" if b.patches else ""
-            console.print(f"build {b.engine}: {b.build_id} ({b.source}{patched})", highlight=False)
+            say(f"build {b.engine}: {b.build_id} ({b.source}{patched})")
         else:
-            console.print(f"build {b.engine}: [red]unresolved[/red] {b.error}", highlight=False)
+            say(f"build {b.engine}: ", ("unresolved", "red"), f" {b.error}")

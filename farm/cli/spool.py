@@ -6,9 +6,8 @@ import typer
 from rich.text import Text
 
 from farm import store
-from farm.cli.common import DbOption, console, db_url, fail
+from farm.cli.common import DbOption, console, db_url, fail, home
 from farm.errors import FarmError
-from farm.paths import farm_home
 from farm.store.spool import flush_spool, scan_spool
 
 __all__ = ["spool_app"]
@@ -24,9 +23,9 @@ def _print_unreadable(lines: tuple[str, ...]) -> None:
 @spool_app.command("list")
 def list_spool(db: DbOption = None) -> None:
     """List the spooled results meant for the store, and spool files that cannot be read."""
-    url = db_url(db)
     try:
-        scan = scan_spool(farm_home(), url)
+        url = db_url(db)
+        scan = scan_spool(home(), url)
     except FarmError as exc:
         raise fail(exc) from None
     for path in scan.files:
@@ -43,11 +42,11 @@ def list_spool(db: DbOption = None) -> None:
 def flush(db: DbOption = None) -> None:
     """Write every result spooled for the store into it; exit 1 if any is still refused
     or cannot be read (those files stay where they are)."""
-    url = db_url(db)
     try:
+        url = db_url(db)
         engine = store.open_store(url)
         try:
-            report = flush_spool(engine, farm_home(), url)
+            report = flush_spool(engine, home(), url)
         finally:
             engine.dispose()
     except FarmError as exc:

@@ -12,12 +12,15 @@ from farm import store
 from farm.cli.common import (
     DbOption,
     SweepArg,
+    check_output,
+    check_sweep_statuses,
     console,
     db_url,
     err_console,
     fail,
     open_session,
     resolve_sweep,
+    write_output,
 )
 from farm.errors import FarmError
 from farm.store.export import dump_sweep_export
@@ -34,6 +37,7 @@ def sweeps(db: DbOption = None, limit: int = 20) -> None:
     try:
         with open_session(db) as session:
             rows = store.list_sweeps(session, limit)
+            check_sweep_statuses(*(s.status for s in rows))
     except FarmError as exc:
         raise fail(exc) from None
     for s in rows:
@@ -52,23 +56,27 @@ def export(
     """Write a stored sweep (cells, builds, every request's counters) as JSON, the
     input of `bench/detection.py --recorded` and of analyses away from the store."""
     try:
+        if out is not None:
+            check_output(out, db)  # before the store is read: nothing half-done
         with open_session(db) as session:
             record = store.load_sweep(session, resolve_sweep(session, sweep))
+            check_sweep_statuses(record.status)
+        text = dump_sweep_export(record)
+        if out is not None:
+            write_output(out, text + "\n")
     except FarmError as exc:
         raise fail(exc) from None
-    text = dump_sweep_export(record)
     if out is None:
         typer.echo(text)
     else:
-        out.write_text(text + "\n", encoding="utf-8")
         err_console.print(Text(f"sweep {record.sweep_id} -> {out}"))
 
 
 @db_app.command("upgrade")
 def db_upgrade(db: DbOption = None) -> None:
     """Create or migrate the store's tables to the newest schema."""
-    url = db_url(db)
     try:
+        url = db_url(db)
         revision = store.upgrade(store.normalize_url(url))
     except FarmError as exc:
         raise fail(exc) from None

@@ -3,6 +3,12 @@
 The job's entrypoint is `farm run JOB --ray-address auto ...` on the cluster's head,
 with the checkout uploaded as the job's working directory (``farm.orchestrate.jobs``
 talks to the job server).
+
+A job's description (entrypoint, ``runtime_env``, metadata) is returned by the job
+server to anyone who may list jobs, so it carries no secret: the job finds its store
+on the cluster side, in the head's own ``FARM_DB_URL`` (README, Cluster; the deploy
+files set it from a secret). ``--db`` only names a store whose URL holds no password
+(the cluster then authenticates with its own ``~/.pgpass`` or ``PGPASSWORD``).
 """
 
 from __future__ import annotations
@@ -13,8 +19,13 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import BaseModel, ConfigDict
+from rich.text import Text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
+from farm.builds.environment import mask_text
 from farm.cli.common import console, fail
+from farm.engines.environment import looks_secret
 from farm.orchestrate.jobs import JobServer, SubmitError
 from farm.settings import get_settings
 
@@ -46,8 +57,9 @@ def make_submission(
 ) -> Submission:
     """The Ray Job for ``farm run job_file``; the job file must lie in ``working_dir``.
 
-    The store URL, when given, travels as ``FARM_DB_URL`` in the job's environment
-    rather than on the command line that job listings show.
+    Nothing in it is secret: without ``db_url`` the job uses the cluster's own
+    ``FARM_DB_URL``. A ``db_url`` travels as ``FARM_DB_URL`` in the job's environment
+    and must therefore hold no password: SubmitError otherwise.
     """
     root = working_dir.resolve()
     try:
@@ -64,7 +76,7 @@ def make_submission(
         argv += ["--resume", str(resume)]
     if dry_run:
         argv.append("--dry-run")
-    env = {"FARM_DB_URL": db_url} if db_url else {}
+    env = {"FARM_DB_URL": _public_store_url(db_url)} if db_url else {}
     runtime_env: dict[str, Any] = {"working_dir": str(root), "excludes": list(_EXCLUDES)}
     if env:
         runtime_env["env_vars"] = env
@@ -73,6 +85,23 @@ def make_submission(
         runtime_env=runtime_env,
         metadata={"farm_job": relative.as_posix()},
     )
+
+
+def _public_store_url(url: str) -> str:
+    """``url`` if it may be shown to every reader of the job API; SubmitError if it
+    holds a password (or a secret-looking query parameter)."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise SubmitError(f"--db {mask_text(url)!r} is not a store URL") from None
+    if parsed.password is not None or any(looks_secret(k) for k in parsed.query):
+        raise SubmitError(
+            f"--db {parsed.render_as_string(hide_password=True)}: holds a password, and the "
+            "job server shows a job's environment to anyone who may list jobs; leave --db out "
+            "so the job uses the cluster's own FARM_DB_URL (README, Cluster), or give a URL "
+            "without the password and keep it in the cluster's ~/.pgpass"
+        )
+    return url
 
 
 @submit_app.command()
@@ -86,7 +115,13 @@ def submit(
         ),
     ] = None,
     working_dir: Annotated[Path, typer.Option(help="uploaded as the job's folder")] = Path("."),
-    db: Annotated[str | None, typer.Option("--db", help="store URL for the sweep")] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            help="store URL without a password; default: the cluster's own FARM_DB_URL",
+        ),
+    ] = None,
     only: Annotated[list[str] | None, typer.Option("--only", help="AXIS=VALUE")] = None,
     resume: Annotated[int | None, typer.Option(help="finish sweep N")] = None,
     dry_run: Annotated[bool, typer.Option(help="the job only plans")] = False,
@@ -104,28 +139,34 @@ def submit(
     """Submit `farm run JOB` to a Ray cluster as a Ray Job, or show or stop a submitted one."""
     address = address or get_settings().ray.api_server_address
     try:
-        server = JobServer(address)
         if status or logs or stop:
+            server = JobServer(address)
             job_id = status or logs or stop
             if stop:
                 server.stop(stop)
             if logs:
                 console.print(server.logs(logs), markup=False, highlight=False, end="")
             else:
-                console.print(f"{job_id}: {server.status(str(job_id))}", highlight=False)
+                console.print(Text(f"{job_id}: {server.status(str(job_id))}"))
             return
         if job_file is None:
             raise typer.BadParameter("give a JOB file, or --status/--logs/--stop ID")
+        # Checked before the cluster is contacted: a refused --db needs no network.
         spec = make_submission(job_file, working_dir, only, db, resume, dry_run)
+        server = JobServer(address)
         job_id = server.submit(spec.entrypoint, spec.runtime_env, spec.metadata)
     except SubmitError as exc:
         raise fail(exc) from None
-    console.print(f"submitted [bold]{job_id}[/bold]: {spec.entrypoint}", highlight=False)
-    console.print(f"`farm submit --status {job_id}` / `--logs {job_id}` (address {address})")
+    # Text, not markup: the entrypoint holds the user's paths and --only values.
+    console.print(Text.assemble("submitted ", (job_id, "bold"), f": {spec.entrypoint}"))
+    console.print(Text(f"`farm submit --status {job_id}` / `--logs {job_id}` (address {address})"))
     if not wait:
         return
-    state = server.wait(job_id)
-    console.print(f"{job_id}: {state}", highlight=False)
-    if state != "SUCCEEDED":
-        console.print(server.logs(job_id)[-4000:], markup=False, highlight=False)
-        raise typer.Exit(1)
+    try:
+        state = server.wait(job_id)
+        console.print(Text(f"{job_id}: {state}"))
+        if state != "SUCCEEDED":
+            console.print(server.logs(job_id)[-4000:], markup=False, highlight=False)
+            raise typer.Exit(1)
+    except SubmitError as exc:
+        raise fail(exc) from None

@@ -3,7 +3,10 @@
 Grafana expands ``${VAR}`` from its environment in data source provisioning, so the
 store's address and credentials come from ``FARM_DB_HOST``, ``FARM_DB_NAME``,
 ``FARM_DB_USER``, ``FARM_DB_PASSWORD`` and ``FARM_DB_SSLMODE`` (set by
-``deploy/docker-compose.yaml``) and never sit in a file.
+``deploy/docker-compose.yaml``) and never sit in a file. The user is the store's
+read-only role (``deploy/postgres/readonly-role.sql``), never its owner, and the
+compose file defaults ``FARM_DB_SSLMODE`` to ``require`` (Grafana documents no default
+syntax for provisioning variables, so the default lives there).
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ def datasource(
     sslmode: str = "${FARM_DB_SSLMODE}",
 ) -> dict[str, Any]:
     """The PostgreSQL data source (without its password), as provisioning and the HTTP
-    API (``POST /api/datasources``) both take it."""
+    API (``POST /api/datasources``) both take it. ``user`` should be a read-only role
+    and ``sslmode`` one that encrypts (``require``, ``verify-full``)."""
     return {
         "name": DATASOURCE_NAME,
         "uid": DATASOURCE_UID,

@@ -154,8 +154,6 @@ class EngineAdapter(ABC):
         when the text is not Prometheus exposition or a counter is not a count."""
         try:
             counters = self.read_counters(metrics_text)
-        except EngineOutputError:
-            raise
         except _SHAPE_ERRORS as exc:
             raise EngineOutputError(
                 f"metrics are not readable Prometheus text ({_reason(exc)}): "

@@ -25,7 +25,12 @@ from farm.notify.github import GitHubClient, GitHubError, PullRequestRef, parse_
 from farm.notify.http import NotifyError, RetryPolicy, mask_url, redact
 from farm.notify.registry import ENV_VARS, Notifier, configured_notifiers, send_all
 from farm.notify.slack import SlackError, SlackNotifier
-from farm.notify.webhook import WebhookError, WebhookNotifier
+from farm.notify.webhook import (
+    WebhookError,
+    WebhookNotifier,
+    WebhookSignatureError,
+    verify_signature,
+)
 from farm.notify.wecom import WeComError, WeComNotifier
 
 __all__ = [
@@ -52,6 +57,7 @@ __all__ = [
     "WeComNotifier",
     "WebhookError",
     "WebhookNotifier",
+    "WebhookSignatureError",
     "alert_candidates_from_history",
     "alert_candidates_from_report",
     "configured_notifiers",
@@ -59,4 +65,5 @@ __all__ = [
     "parse_pr_ref",
     "redact",
     "send_all",
+    "verify_signature",
 ]

@@ -103,6 +103,8 @@ class FeishuNotifier:
     with ``secret`` (``FARM_NOTIFY_FEISHU_SECRET``) when set.
 
     API: https://open.feishu.cn/document/client-docs/bot-v3/add-custom-bot
+    Custom bots take no idempotency key: a POST that may have reached Feishu (a read
+    timeout, a 5xx) is reported, not retried (:mod:`farm.notify.http`).
     """
 
     url: str = field(repr=False)
@@ -123,8 +125,8 @@ class FeishuNotifier:
             return
         payload = feishu_payload(alerts, self.msg_type)
         if self.secret:
-            # Signed per attempt would be fresher, but a retry comes seconds later,
-            # well inside the one-hour window.
+            # Signed once: a retry (connect errors, 429 only) comes seconds later, well
+            # inside the one-hour window.
             timestamp = int(self.clock())
             payload = {
                 "timestamp": str(timestamp),

@@ -1,9 +1,19 @@
 """POST JSON with a timeout and bounded retries, without ever showing a secret.
 
-Shared by every notifier. Retried: connection errors, timeouts, HTTP 5xx and 429
-(rate limited; Slack and GitHub answer it with ``Retry-After``). Not retried: other
-4xx answers, which mean the request itself is wrong (bad URL, bad token, bad body)
-and would fail again.
+Shared by every notifier. A POST is retried only when retrying cannot post twice:
+
+- always: failures before the request was sent (connection refused, connect
+  timeout, no connection from the pool) and HTTP 429 (rate limited: the service says
+  it did nothing; Slack and GitHub answer it with ``Retry-After``);
+- for a *replay-safe* POST only (the receiver drops a repeat, e.g. by an idempotency
+  key; or ``delivered`` can look up what an earlier attempt created): also HTTP 5xx and
+  failures after the request may have reached the server (a read timeout, a
+  dropped connection). Before such a retry ``delivered`` is asked first.
+
+Slack, Feishu and WeCom webhooks offer no idempotency, so a read timeout there is
+reported, not retried: a message posted twice is worse than one the error names.
+Never retried: other 4xx answers, which mean the request itself is wrong (bad URL,
+bad token, bad body) and would fail again.
 
 Webhook URLs carry their credential in the path or query (Slack, Feishu, WeCom), so
 a URL is shown only as ``scheme://host/***``; every text that leaves this module -
@@ -28,6 +38,9 @@ import httpx
 from farm.errors import FarmError
 
 __all__ = ["NotifyError", "RetryPolicy", "mask_url", "post_json", "redact"]
+
+# Raised before any byte of the request left: sending it again cannot post twice.
+_UNSENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 log = logging.getLogger("farm.notify")
 
@@ -142,35 +155,55 @@ def post_json(
     check: Callable[[httpx.Response], str | None] | None = None,
     sign: Callable[[bytes], dict[str, str]] | None = None,
     hint: str = "",
+    replay_safe: bool = False,
+    delivered: Callable[[], httpx.Response | None] | None = None,
 ) -> httpx.Response:
     """POST ``payload`` as JSON to ``url``; return the 2xx response.
 
     ``check`` may inspect a 2xx answer and return an error text (services such as
     Feishu and WeCom answer HTTP 200 with an error code in the body); that is not
     retried. ``sign`` turns the exact body bytes into extra headers (an HMAC
-    signature). Raises ``error`` (a :class:`NotifyError`) naming ``service``, the masked
-    URL and ``hint`` after a 4xx, a refused 2xx, or ``policy.attempts`` failures.
-    ``url`` and ``secrets`` never appear in a log record or in the exception.
+    signature), once per attempt. ``replay_safe`` says the receiver drops a repeated
+    request; ``delivered`` looks up whether an earlier attempt landed after all (its
+    answer is returned instead of posting again). Without either, only failures that
+    certainly did not reach the server are retried (module docstring). Raises
+    ``error`` (a :class:`NotifyError`) naming ``service``, the masked URL and ``hint``
+    after a 4xx, a refused 2xx, a failure that may have posted, or
+    ``policy.attempts`` failures. ``url`` and ``secrets`` never appear in a log record
+    or in the exception.
     """
     policy = policy or RetryPolicy()
     secrets = [url, *secrets]
     body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
     send_headers = {"Content-Type": "application/json; charset=utf-8", **(headers or {})}
-    if sign is not None:
-        send_headers.update(sign(body))
     where = f"{service} POST {mask_url(url)}"
     suffix = f"; {hint}" if hint else ""
+    retry_all = replay_safe or delivered is not None
+    unsafe = (
+        f"not retried: the request may have reached {service}, and it keeps no "
+        "idempotency key, so a retry could post it twice"
+    )
     own_client = client is None
     http = client or httpx.Client(timeout=policy.timeout_s)
     reason = "no attempt made"
+    maybe_landed = False
     try:
         with _redacting_httpx_logs(secrets):
             for attempt in range(1, policy.attempts + 1):
                 wait: float | None = None
+                if maybe_landed and delivered is not None:
+                    found = delivered()
+                    if found is not None:
+                        return found
+                attempt_headers = {**send_headers, **(sign(body) if sign else {})}
                 try:
-                    response = http.post(url, content=body, headers=send_headers)
+                    response = http.post(url, content=body, headers=attempt_headers)
                 except httpx.TransportError as exc:
                     reason = f"{type(exc).__name__}: {redact(str(exc), secrets) or 'no detail'}"
+                    if not isinstance(exc, _UNSENT):
+                        if not retry_all:
+                            raise error(f"{where}: {reason} ({unsafe}){suffix}") from None
+                        maybe_landed = True
                 else:
                     status = response.status_code
                     excerpt = redact(response.text[:_BODY_EXCERPT], secrets).strip()
@@ -184,6 +217,10 @@ def post_json(
                         raise error(f"{where}: {reason} (not retried){suffix}")
                     if status == 429:
                         wait = _retry_after(response)
+                    elif not retry_all:
+                        raise error(f"{where}: {reason} ({unsafe}){suffix}")
+                    else:
+                        maybe_landed = True
                 if attempt < policy.attempts:
                     delay = wait if wait is not None else policy.delay(attempt)
                     log.warning(

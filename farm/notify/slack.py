@@ -59,6 +59,8 @@ class SlackNotifier:
     """Posts to a Slack incoming webhook ``url`` (from ``FARM_NOTIFY_SLACK_URL``).
 
     API: https://docs.slack.dev/messaging/sending-messages-using-incoming-webhooks
+    Incoming webhooks take no idempotency key: a POST that may have reached Slack (a
+    read timeout, a 5xx) is reported, not retried (:mod:`farm.notify.http`).
     """
 
     url: str = field(repr=False)

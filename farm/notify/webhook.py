@@ -1,16 +1,28 @@
 """Generic webhook: one POST per alert, the alert's JSON as the body.
 
-For receivers of your own (an incident tool, a CI hook). With a secret, each request
-carries ``X-Farm-Signature-256: sha256=<hex HMAC-SHA256 of the body>``, the scheme
-GitHub uses for its webhooks, so a receiver can check where the alert came from
-(https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries).
+For receivers of your own (an incident tool, a CI hook). Each request carries:
+
+- ``Idempotency-Key``: the same for every attempt of one alert in one state (and for
+  a later pass that sends the same alert again because another channel failed), so
+  the POST is retried after a timeout or a 5xx. **Receivers dedupe by it**: keep the
+  keys of the last day and answer 2xx to a key already seen without acting again.
+- with a secret (``FARM_NOTIFY_WEBHOOK_SECRET``), ``X-Farm-Timestamp`` (Unix seconds)
+  and ``X-Farm-Signature-256: sha256=<hex HMAC-SHA256 of "<timestamp>." + body>``,
+  GitHub's scheme
+  (https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries)
+  with Stripe's signed timestamp
+  (https://docs.stripe.com/webhooks#verify-manually) so a captured request cannot be
+  replayed later. **Receivers check both** with :func:`verify_signature` (or its
+  three lines in their own language): recompute the HMAC over the raw body, compare
+  in constant time, and reject a timestamp more than 5 minutes off.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,18 +32,33 @@ from farm.notify.alert import AlertRecord
 from farm.notify.http import NotifyError, RetryPolicy, post_json
 
 __all__ = [
+    "IDEMPOTENCY_HEADER",
     "SIGNATURE_HEADER",
+    "SIGNATURE_TOLERANCE_S",
+    "TIMESTAMP_HEADER",
     "WebhookError",
     "WebhookNotifier",
+    "WebhookSignatureError",
+    "idempotency_key",
     "signature",
+    "verify_signature",
     "webhook_payload",
 ]
 
 SIGNATURE_HEADER = "X-Farm-Signature-256"
+TIMESTAMP_HEADER = "X-Farm-Timestamp"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+# Stripe's default: wide enough for clock skew and a retry's backoff, narrow enough that
+# a captured request is useless soon after.
+SIGNATURE_TOLERANCE_S = 300.0
 
 
 class WebhookError(NotifyError):
     """The generic webhook refused or did not answer."""
+
+
+class WebhookSignatureError(ValueError):
+    """A received webhook request is not one the farm signed just now; says why."""
 
 
 def webhook_payload(alert: AlertRecord) -> dict[str, Any]:
@@ -39,21 +66,60 @@ def webhook_payload(alert: AlertRecord) -> dict[str, Any]:
     return alert.model_dump(mode="json")
 
 
-def signature(secret: str, body: bytes) -> str:
-    """``sha256=<hex>``: HMAC-SHA256 of ``body`` keyed with ``secret``."""
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+def idempotency_key(alert: AlertRecord) -> str:
+    """The same for one alert in one state: id, state and its last update."""
+    version = f"{alert.id}:{alert.state}:{alert.occurrences}:{alert.updated_at.isoformat()}"
+    return f"mtp-farm-alert-{alert.id}-{hashlib.sha256(version.encode()).hexdigest()[:24]}"
+
+
+def signature(secret: str, timestamp: int, body: bytes) -> str:
+    """``sha256=<hex>``: HMAC-SHA256 of ``b"<timestamp>." + body`` keyed with ``secret``."""
+    signed = str(timestamp).encode() + b"." + body
+    return "sha256=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+
+
+def verify_signature(
+    secret: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    *,
+    tolerance_s: float = SIGNATURE_TOLERANCE_S,
+    now: float | None = None,
+) -> None:
+    """For receivers: check a request's signature and timestamp. Returns nothing when
+    the farm signed exactly ``body`` within ``tolerance_s`` seconds of ``now``
+    (default: the clock); raises WebhookSignatureError saying what is wrong otherwise.
+    ``headers`` is looked up case-insensitively; ``body`` must be the raw bytes."""
+    lower = {k.lower(): v for k, v in headers.items()}
+    got_sig = lower.get(SIGNATURE_HEADER.lower())
+    got_ts = lower.get(TIMESTAMP_HEADER.lower())
+    if not got_sig or not got_ts:
+        raise WebhookSignatureError(f"missing {SIGNATURE_HEADER} or {TIMESTAMP_HEADER}")
+    try:
+        timestamp = int(got_ts)
+    except ValueError:
+        raise WebhookSignatureError(f"{TIMESTAMP_HEADER} {got_ts!r} is not Unix seconds") from None
+    skew = (time.time() if now is None else now) - timestamp
+    if abs(skew) > tolerance_s:
+        raise WebhookSignatureError(
+            f"timestamp is {skew:+.0f} s off (more than {tolerance_s:g} s): a replay or a "
+            "wrong clock"
+        )
+    if not hmac.compare_digest(got_sig, signature(secret, timestamp, body)):
+        raise WebhookSignatureError("signature does not match the body and timestamp")
 
 
 @dataclass(frozen=True)
 class WebhookNotifier:
-    """POSTs each alert to ``url`` (from ``FARM_NOTIFY_WEBHOOK_URL``), signed like
-    https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries
-    when ``secret`` (``FARM_NOTIFY_WEBHOOK_SECRET``) is set."""
+    """POSTs each alert to ``url`` (from ``FARM_NOTIFY_WEBHOOK_URL``) with an
+    idempotency key, signed with a timestamp when ``secret``
+    (``FARM_NOTIFY_WEBHOOK_SECRET``) is set (module docstring)."""
 
     url: str = field(repr=False)
     secret: str | None = field(default=None, repr=False)
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     client: httpx.Client | None = field(default=None, repr=False, compare=False)
+    clock: Callable[[], float] = field(default=time.time, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -65,7 +131,13 @@ class WebhookNotifier:
         secret = self.secret
 
         def sign(body: bytes) -> dict[str, str]:
-            return {SIGNATURE_HEADER: signature(secret, body)} if secret else {}
+            if not secret:
+                return {}
+            timestamp = int(self.clock())  # per attempt: a retry is signed afresh
+            return {
+                TIMESTAMP_HEADER: str(timestamp),
+                SIGNATURE_HEADER: signature(secret, timestamp, body),
+            }
 
         for alert in alerts:
             post_json(
@@ -74,7 +146,9 @@ class WebhookNotifier:
                 service="webhook",
                 error=WebhookError,
                 secrets=[secret] if secret else [],
+                headers={IDEMPOTENCY_HEADER: idempotency_key(alert)},
                 sign=sign,
+                replay_safe=True,
                 policy=self.policy,
                 client=self.client,
                 hint="check FARM_NOTIFY_WEBHOOK_URL and the receiver",

@@ -63,6 +63,8 @@ class WeComNotifier:
     """Posts to a WeCom group bot ``url`` (``FARM_NOTIFY_WECOM_URL``, with its ``key``).
 
     API: https://developer.work.weixin.qq.com/document/path/91770
+    Group bots take no idempotency key: a POST that may have reached WeCom (a read
+    timeout, a 5xx) is reported, not retried (:mod:`farm.notify.http`).
     """
 
     url: str = field(repr=False)

@@ -2,8 +2,9 @@
 
 The runner starts no engine: it sleeps for the cell's ``FAKE_CELL_SECONDS`` (engine
 env) and reports where Ray placed it (node, node labels, NPU ids,
-ASCEND_RT_VISIBLE_DEVICES), so placement, retries and scheduling can be tested on any
-machine. The builder installs nothing. Never used by `farm run`.
+ASCEND_RT_VISIBLE_DEVICES, the cluster's CPUs), so placement, retries and scheduling
+can be tested on any machine. The builder installs nothing but writes a real build
+marker, so the cache sees a finished build. Never used by `farm run`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import ray
 from filelock import FileLock
 
+from farm.builds.cache import write_marker
 from farm.errors import BuildError
 from farm.records import BuildInfo, CellResult, EffectiveConfig
 from farm.runner import CellTask
@@ -39,6 +41,7 @@ def fake_run_cell(task: CellTask, npu_ids: tuple[int, ...], node: str) -> CellRe
         f"pool={labels.get('pool', '')}",
         f"npu_ids={','.join(str(i) for i in npu_ids)}",
         f"ASCEND_RT_VISIBLE_DEVICES={os.environ.get('ASCEND_RT_VISIBLE_DEVICES', '')}",
+        f"cluster_cpus={ray.cluster_resources().get('CPU', 0):g}",  # type: ignore[no-untyped-call]
     )
     return CellResult(
         cell_id=task.cell.cell_id,
@@ -67,15 +70,7 @@ def fake_build(engine: EngineSpec, cache_dir: Path, say: Callable[[str], None]) 
     if role == "slow":
         time.sleep(float(engine.env.get("FAKE_SLOW_BUILD_SECONDS", "0")))
     env_dir = cache_dir / "builds" / f"fake-{engine.name}"
-    with FileLock(str(env_dir.with_suffix(".lock"))):
-        if not (env_dir / "build.json").exists():
-            env_dir.mkdir(parents=True, exist_ok=True)
-            say(f"fake build of {engine.name} into {env_dir}")
-            node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else "-"
-            with open(cache_dir / "fake-builds.log", "a") as log:
-                log.write(f"{engine.name} {node}\n")
-            (env_dir / "build.json").write_text("{}")
-    return BuildInfo(
+    info = BuildInfo(
         build_id=f"fake-{engine.name}",
         engine=engine.name,
         family=engine.family,
@@ -84,3 +79,12 @@ def fake_build(engine: EngineSpec, cache_dir: Path, say: Callable[[str], None]) 
         python=sys.executable,
         env_dir=str(env_dir),
     )
+    with FileLock(str(env_dir.with_suffix(".lock"))):
+        if not (env_dir / "build.json").exists():
+            env_dir.mkdir(parents=True, exist_ok=True)
+            say(f"fake build of {engine.name} into {env_dir}")
+            node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else "-"
+            with open(cache_dir / "fake-builds.log", "a") as log:
+                log.write(f"{engine.name} {node}\n")
+            write_marker(env_dir, info)
+    return info

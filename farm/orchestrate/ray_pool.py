@@ -10,17 +10,27 @@ The driver, not Ray, decides the order and the node of each cell
 (``farm.schedule.Dispatcher``: longest first, best fit): it submits a cell only when
 its node has room, pinned there with a soft node affinity, so Ray re-places it
 elsewhere only when that node dies.
+
+Without a cluster address, the farm runs on this host's own cluster, one per
+FARM_HOME: the first run starts it (its own temp dir, every CPU), later runs join
+it and say so, and the run that started it stops it once the runs that joined have
+left (files under ``FARM_HOME/ray``; :class:`_HostCluster`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
+import hashlib
+import json
 import os
 import queue
 import socket
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,10 +38,12 @@ from typing import Any
 
 import ray
 import ray.util.client
+from filelock import FileLock, Timeout
 from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from farm.builds import ensure_build
+from farm.builds.cache import use_build
 from farm.errors import BuildError, FarmError
 from farm.paths import farm_home
 from farm.records import BuildInfo, CellResult, CellStatus
@@ -62,6 +74,9 @@ BuildOutcome = tuple[str, str, BuildInfo | str]
 _NODE_CHECK_S = 5.0
 # How often it looks at a build running in the driver itself.
 _LOCAL_BUILD_POLL_S = 0.5
+# How often the run that started the host's cluster looks whether the runs that
+# joined it have left.
+_JOINED_POLL_S = 1.0
 
 
 def node_label(node: Mapping[str, Any]) -> str:
@@ -73,7 +88,15 @@ def _run_remote(task: CellTask, runner: CellRunner) -> CellResult:
     ctx = ray.get_runtime_context()
     npu_ids = tuple(int(i) for i in ctx.get_accelerator_ids().get("NPU", []))
     node = f"{socket.gethostname()}:{ctx.get_node_id()[:8]}"
-    return runner(task, npu_ids, node)
+    with _in_use(task.build):
+        return runner(task, npu_ids, node)
+
+
+def _in_use(build: BuildInfo | None) -> contextlib.AbstractContextManager[None]:
+    """Hold ``build`` in use for a cell when it exists on this node (gc spares it)."""
+    if build is None or not Path(build.env_dir).is_dir():
+        return contextlib.nullcontext()
+    return use_build(Path(build.env_dir))
 
 
 def _default_runner(task: CellTask, npu_ids: tuple[int, ...], node: str) -> CellResult:
@@ -94,6 +117,8 @@ def _default_runner(task: CellTask, npu_ids: tuple[int, ...], node: str) -> Cell
                 error=f"build on {node} failed: {exc}",
             )
         task = task.model_copy(update={"build": build})
+        with _in_use(build):
+            return run_cell(task, npu_ids=npu_ids, node=node)
     return run_cell(task, npu_ids=npu_ids, node=node)
 
 
@@ -178,34 +203,57 @@ def _alive_nodes() -> list[dict[str, Any]]:
 
 
 class RayPool:
-    """A connection to a Ray cluster: a local one started for the farm, or ``address``."""
+    """A connection to a Ray cluster: ``address``, or this host's cluster for the farm
+    (started, or joined when another run on this host started it; see the module)."""
 
-    def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
+    def __init__(
+        self,
+        address: str | None = None,
+        num_cpus: int | None = None,
+        home: Path | None = None,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        """``home`` (default FARM_HOME) keeps the host's cluster files; ``say`` hears
+        when this run joins or waits for another run's cluster."""
         self._address = address
         self._num_cpus = num_cpus
+        self._home = home
+        self._say = say or _ignore
         self._started = False
+        self._host: _HostCluster | None = None
 
     def __enter__(self) -> RayPool:
-        if ray.is_initialized():
-            return self
-        if self._address:
-            ray.init(address=self._address, log_to_driver=True)
-        else:
-            # Own temp dir: leftover state of a killed cluster in Ray's default
-            # temp dir makes the next ray.init think a cluster exists (DESIGN.md 7).
-            temp = Path(tempfile.gettempdir()) / f"mtpfarm-ray-{os.getuid()}"
-            ray.init(
-                num_cpus=self._num_cpus or os.cpu_count() or 1,
-                include_dashboard=False,
-                _temp_dir=str(temp),
-                log_to_driver=True,
-            )
-        self._started = True
+        global _in_process
+        with _IN_PROCESS_LOCK:
+            if ray.is_initialized():
+                # Ray of this process: another pool's host cluster (share it), or one
+                # the caller set up (a test's cluster; left to the caller).
+                if _in_process is not None:
+                    _in_process.users += 1
+                    self._host = _in_process
+                return self
+            if self._address:
+                ray.init(address=self._address, log_to_driver=True)
+                self._started = True
+                return self
+            host = _HostCluster(self._home or farm_home(), self._say)
+            host.enter(self._num_cpus or os.cpu_count() or 1)
+            _in_process = self._host = host
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._started:
-            ray.shutdown()
+        global _in_process
+        host = self._host
+        if host is None:
+            if self._started:
+                ray.shutdown()
+            return
+        with _IN_PROCESS_LOCK:
+            host.users -= 1
+            if host.users:
+                return
+            _in_process = None
+            host.leave()
 
     def nodes(self) -> list[dict[str, Any]]:
         """The live nodes of the cluster, as ``ray.nodes()`` describes them."""
@@ -547,6 +595,192 @@ class NodeBuilds:
 
 def _ignore(line: str) -> None:
     pass
+
+
+_IN_PROCESS_LOCK = threading.RLock()
+_in_process: _HostCluster | None = None
+
+
+class _HostCluster:
+    """This host's Ray cluster for one FARM_HOME, shared by the farm runs on the host.
+
+    Two `farm run` on one host must not each start a cluster claiming every CPU and
+    NPU (issue 14, finding 8). Files in ``FARM_HOME/ray``: ``host.lock`` (held while a
+    run starts, joins or stops the cluster), ``cluster.json`` (its address), and
+    ``owner.lock`` / ``users/*.lock``, each held for as long as the run that started
+    it / joined it uses it, so a killed run holds nothing. The run that started the
+    cluster (it dies with that process: Ray shares the driver's fate) waits at its
+    end until the runs that joined have left, then stops it.
+    """
+
+    def __init__(self, home: Path, say: Callable[[str], None]) -> None:
+        self._home = home
+        self._dir = home / "ray"
+        self._say = say
+        self.users = 1  # pools of this process using it
+        self._owner = False
+        self._fds: list[int] = []  # locks held while this process uses the cluster
+
+    def enter(self, num_cpus: int) -> None:
+        """Join the cluster another run started, or start it; say which."""
+        (self._dir / "users").mkdir(parents=True, exist_ok=True)
+        with self._host_lock("start or join"):
+            record = self._record()
+            if record is not None:
+                self._join(record)
+            else:
+                self._start(num_cpus)
+
+    def _start(self, num_cpus: int) -> None:
+        self._hold(self._dir / "owner.lock")
+        # Own temp dir (per FARM_HOME, short for Ray's socket paths), cleared of a
+        # killed cluster's address file: that makes ray.init join it (DESIGN.md 7).
+        digest = hashlib.sha256(str(self._home.resolve()).encode()).hexdigest()[:10]
+        temp = Path(tempfile.gettempdir()) / f"mtpfarm-ray-{os.getuid()}-{digest}"
+        (temp / "ray_current_cluster").unlink(missing_ok=True)
+        try:
+            context = ray.init(
+                num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(temp), log_to_driver=True
+            )
+        except BaseException:
+            self._release()
+            raise
+        self._owner = True
+        record = {
+            "address": context.address_info["gcs_address"],  # type: ignore[attr-defined]
+            "pid": os.getpid(),
+            "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "cpus": num_cpus,
+            # ray.init turns token authentication on for a cluster it starts, unless
+            # RAY_AUTH_MODE says otherwise; a run that joins must then use the token.
+            "token_auth": os.environ.get("RAY_AUTH_MODE", "").lower() == "token",
+        }
+        cluster = self._dir / "cluster.json"
+        partial = cluster.with_name(cluster.name + ".partial")
+        partial.write_text(json.dumps(record) + "\n")
+        partial.replace(cluster)
+
+    def _join(self, record: dict[str, Any]) -> None:
+        self._hold(self._dir / "users" / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.lock")
+        address = str(record.get("address"))
+        started = f"pid {record.get('pid')} at {record.get('started_at')}"
+        if record.get("token_auth"):
+            _use_local_token()
+        try:
+            ray.init(address=address, log_to_driver=True)
+        except (ConnectionError, RuntimeError, RayError) as exc:
+            self._release()
+            raise FarmError(
+                f"cannot join this host's Ray cluster at {address} (started by {started}, "
+                f"{self._dir / 'cluster.json'}): {exc}; wait for that run to end, or stop it"
+            ) from None
+        self._say(
+            f"joined this host's Ray cluster at {address}, started by another farm run "
+            f"({started}): the two runs share its {record.get('cpus')} CPUs and its NPUs"
+        )
+
+    def leave(self) -> None:
+        """Disconnect; the run that started the cluster stops it once nobody else uses it."""
+        if not self._owner:
+            ray.shutdown()
+            self._release()
+            return
+        said = False
+        try:
+            while True:
+                with self._host_lock("stop"):
+                    joined = self._joined()
+                    if not joined:
+                        self._stop()
+                        return
+                if not said:
+                    self._say(
+                        f"waiting for {len(joined)} farm run(s) that joined this host's Ray "
+                        f"cluster (pid {', '.join(joined)}) to finish before stopping it; "
+                        "interrupt again to stop it now (their running cells are lost)"
+                    )
+                    said = True
+                time.sleep(_JOINED_POLL_S)
+        except KeyboardInterrupt:
+            with self._host_lock("stop"):
+                self._stop()
+            raise
+
+    def _stop(self) -> None:
+        ray.shutdown()
+        (self._dir / "cluster.json").unlink(missing_ok=True)
+        self._release()
+
+    def _record(self) -> dict[str, Any] | None:
+        """The cluster another run started and still holds, or None."""
+        try:
+            record = json.loads((self._dir / "cluster.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(record, dict) or _lock_is_free(self._dir / "owner.lock"):
+            return None  # its run is gone, and the cluster with it
+        return record
+
+    def _joined(self) -> list[str]:
+        """Pids of the runs that use the cluster now; removes the files of runs gone."""
+        live = []
+        for path in sorted((self._dir / "users").glob("*.lock")):
+            if _lock_is_free(path):
+                path.unlink(missing_ok=True)
+            else:
+                live.append(path.stem.split("-")[0])
+        return live
+
+    @contextlib.contextmanager
+    def _host_lock(self, what: str) -> Iterator[None]:
+        lock = FileLock(str(self._dir / "host.lock"))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            self._say(
+                f"waiting for another farm run on this host to {what} its Ray cluster "
+                f"({self._dir / 'host.lock'})"
+            )
+            lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def _hold(self, path: Path) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self._fds.append(fd)
+
+    def _release(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
+
+
+def _lock_is_free(path: Path) -> bool:
+    """Whether nobody holds the lock file at ``path`` (a process holds it while alive)."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def _use_local_token() -> None:
+    """Use this host's Ray token (``~/.ray/auth_token``), as the run that started the
+    cluster did: Ray turns token authentication on by itself only for a cluster it
+    starts, and a joining driver without it is refused (InvalidAuthToken)."""
+    # Ray's own switch (private; Ray is pinned): it respects an explicit RAY_AUTH_MODE.
+    from ray._private.authentication import authentication_token_setup
+
+    authentication_token_setup.maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
 def _capacity(node: Mapping[str, Any]) -> dict[str, float]:

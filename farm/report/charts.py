@@ -20,7 +20,7 @@ from typing import Literal
 from farm.analysis.history import HistoryPoint
 from farm.analysis.summary import VariantSummary
 from farm.analysis.verdicts import CheckReport, Verdict
-from farm.axes import REQUEST_AXES, SERVER_AXES, AxisValue, axis
+from farm.axes import REQUEST_AXES, SERVER_AXES, AxisValue, axes_text, axis, explicit
 from farm.records import CellResult, SweepRecord
 
 __all__ = [
@@ -213,7 +213,12 @@ def al_grid(
         if k != "model" or len(first_seen[k]) > 1
     ]
     col_labels = tuple(
-        tuple(axis(k).text(dict(zip(_COL_AXES, c, strict=True))[k]) for k in col_names)
+        tuple(
+            axis(k).text(v)
+            for k in col_names
+            for v in (explicit(dict(zip(_COL_AXES, c, strict=True))).get(k),)
+            if v is not None
+        )
         for c in cols
     )
     held = [k for k in (*_ROW_AXES, *_COL_AXES) if k not in ("graph_mode", "engine", "model")]
@@ -227,9 +232,7 @@ def al_grid(
         reference=reference,
         row_axis=" · ".join(axis(k).label for k in _ROW_AXES),
         col_axis=" · ".join(axis(k).label for k in col_names),
-        rows=tuple(
-            " · ".join(axis(k).text(v) for k, v in zip(_ROW_AXES, r, strict=True)) for r in rows
-        ),
+        rows=tuple(axes_text(dict(zip(_ROW_AXES, r, strict=True)), " · ") for r in rows),
         cols=col_labels,
         cells=cells,
     )

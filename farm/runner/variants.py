@@ -215,7 +215,12 @@ async def _post_chat(
             raise EngineError(
                 f"engine exited with code {engine.returncode} during variant {variant.key}"
             ) from exc
-        return _Unanswered(f"{type(exc).__name__}: {exc}".rstrip(": "), timed_out)
+        if timed_out:
+            waited = client.timeout.read or 0
+            return _Unanswered(
+                f"{type(exc).__name__}: no answer within {waited:.0f} s (timeouts.request_s)", True
+            )
+        return _Unanswered(f"{type(exc).__name__}: {exc}")
     return response
 
 

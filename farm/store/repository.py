@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,7 +20,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, select
 
 from farm import __version__
-from farm.errors import StoreError
+from farm.errors import FarmError, StoreError
 from farm.plan import ExcludedCell, Plan, ServerCell
 from farm.records import (
     CELL_OUTCOMES,
@@ -44,17 +44,22 @@ from farm.store.tables import (
     RequestRow,
     SweepBuildRow,
     SweepRow,
+    UTCDateTime,
     VariantRunRow,
 )
 
 __all__ = [
     "BuildLocation",
+    "SweepInUseError",
+    "SweepLease",
     "SweepStatus",
     "SweepSummary",
     "build_locations",
+    "claim_sweep",
     "completed_cell_ids",
     "create_sweep",
     "finish_sweep",
+    "heartbeat",
     "history_sweeps",
     "latest_sweep_id",
     "list_sweeps",
@@ -86,8 +91,13 @@ class SweepSummary(BaseModel):
         return self.cells_ok + self.cells_failed + self.cells_build_failed + self.cells_planned
 
 
-def create_sweep(session: Session, plan: Plan, job_yaml: str, host: str) -> int:
-    """Insert a running sweep with its planned and excluded cells; return the sweep id."""
+def create_sweep(
+    session: Session, plan: Plan, job_yaml: str, host: str, driver: str | None = None
+) -> int:
+    """Insert a running sweep with its planned and excluded cells; return the sweep id.
+
+    With ``driver`` (``host:pid``) the sweep starts leased to it (:func:`heartbeat`).
+    """
     with _unit_of_work(session):
         sweep = SweepRow(
             job=plan.job,
@@ -96,6 +106,8 @@ def create_sweep(session: Session, plan: Plan, job_yaml: str, host: str) -> int:
             status="running",
             host=host,
             farm_version=__version__,
+            driver=driver,
+            heartbeat_at=_db_now(session) if driver else None,
         )
         session.add(sweep)
         session.flush()
@@ -180,8 +192,13 @@ def save_cell_result(session: Session, sweep_id: int, result: CellResult) -> Non
     started_at = _utc(result.started_at, "started_at", result.cell_id)
     finished_at = _utc(result.finished_at, "finished_at", result.cell_id)
     with _unit_of_work(session):
+        # The row lock makes concurrent saves of one cell (two drivers, a flush racing a
+        # resume) take turns on PostgreSQL: each replaces the other's variant runs instead
+        # of both inserting theirs. SQLite locks the whole file on write anyway.
         row = session.exec(
-            select(CellRow).where(CellRow.sweep_id == sweep_id, CellRow.cell_id == result.cell_id)
+            select(CellRow)
+            .where(CellRow.sweep_id == sweep_id, CellRow.cell_id == result.cell_id)
+            .with_for_update()
         ).one_or_none()
         if row is None:
             _require_sweep(session, sweep_id)
@@ -281,18 +298,100 @@ def _counters(rows: Iterable[MetricRow]) -> SpecCounters:
     )
 
 
-def finish_sweep(session: Session, sweep_id: int, status: SweepStatus) -> None:
+def finish_sweep(
+    session: Session, sweep_id: int, status: SweepStatus, driver: str | None = None
+) -> bool:
     """Mark the sweep ``ok``, ``failed`` or ``interrupted`` and stamp its end time.
 
-    Raises StoreError when there is no such sweep, ValueError for another status.
+    With ``driver``, only while the sweep is leased to it: returns False (and changes
+    nothing) when another driver took the sweep over. Raises StoreError when there is
+    no such sweep, ValueError for another status.
     """
     if status not in SWEEP_STATUSES or status == "running":
         raise ValueError(f"finish_sweep: status must be ok, failed or interrupted, not {status!r}")
     with _unit_of_work(session):
-        sweep = _require_sweep(session, sweep_id)
+        sweep = _require_sweep(session, sweep_id, lock=True)
+        if driver is not None and sweep.driver not in (None, driver):
+            return False
         sweep.status = status
         sweep.finished_at = datetime.now(UTC)
         session.add(sweep)
+    return True
+
+
+class SweepLease(BaseModel):
+    """Who holds (or last held) a sweep: the driver's ``host:pid`` and its last heartbeat."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sweep_id: int
+    driver: str | None
+    heartbeat_at: datetime | None
+
+    def describe(self, now: datetime) -> str:
+        """``driver host:pid, last heartbeat 12 s ago (2026-11-30 20:00:00 UTC)``."""
+        who = f"driver {self.driver}" if self.driver else "a driver that kept no lease"
+        if self.heartbeat_at is None:
+            return f"{who}, no heartbeat recorded"
+        age = (now - self.heartbeat_at).total_seconds()
+        return f"{who}, last heartbeat {age:.0f} s ago ({self.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC)"
+
+
+class SweepInUseError(FarmError):
+    """The sweep is running under a driver whose heartbeat is fresh."""
+
+    def __init__(self, lease: SweepLease, now: datetime, stale_after_s: float) -> None:
+        super().__init__(
+            f"sweep {lease.sweep_id} is running elsewhere: {lease.describe(now)}; a resume "
+            f"would run its cells twice. Wait for it to end, or stop that driver (its lease "
+            f"goes stale {stale_after_s:.0f} s after its last heartbeat) and resume then"
+        )
+        self.lease = lease
+
+
+def claim_sweep(
+    session: Session, sweep_id: int, driver: str, stale_after_s: float
+) -> SweepLease | None:
+    """Lease sweep ``sweep_id`` to ``driver`` and mark it ``running`` (``--resume``).
+
+    A sweep already running under a heartbeat younger than ``stale_after_s`` (by the
+    store's clock) is refused with SweepInUseError. A running sweep whose heartbeat is
+    older, or missing, is taken over: its previous lease is returned so the caller can
+    say so. Returns None when the sweep had ended (or was interrupted). Raises
+    StoreError when there is no such sweep.
+    """
+    with _unit_of_work(session):
+        sweep = _require_sweep(session, sweep_id, lock=True)
+        now = _db_now(session)
+        held = SweepLease(sweep_id=sweep_id, driver=sweep.driver, heartbeat_at=sweep.heartbeat_at)
+        previous = None
+        if sweep.status == "running":
+            beat = sweep.heartbeat_at
+            if beat is not None and now - beat < timedelta(seconds=stale_after_s):
+                raise SweepInUseError(held, now, stale_after_s)
+            previous = held
+        sweep.status = "running"
+        sweep.finished_at = None
+        sweep.driver = driver
+        sweep.heartbeat_at = now
+        session.add(sweep)
+    return previous
+
+
+def heartbeat(session: Session, sweep_id: int, driver: str) -> SweepLease | None:
+    """Refresh ``driver``'s lease on a running sweep; None while it holds it, else the
+    lease of the driver that took the sweep over (nothing is written then)."""
+    with _unit_of_work(session):
+        now = _db_now(session)
+        mine = (
+            sa.update(SweepRow)
+            .where(col(SweepRow.id) == sweep_id, col(SweepRow.driver) == driver)
+            .values(heartbeat_at=now)
+        )
+        if session.exec(mine).rowcount == 1:
+            return None
+        sweep = _require_sweep(session, sweep_id)
+        return SweepLease(sweep_id=sweep_id, driver=sweep.driver, heartbeat_at=sweep.heartbeat_at)
 
 
 def reopen_sweep(session: Session, sweep_id: int) -> None:
@@ -485,8 +584,8 @@ def _unit_of_work(session: Session) -> Iterator[None]:
         raise
 
 
-def _require_sweep(session: Session, sweep_id: int) -> SweepRow:
-    sweep = session.get(SweepRow, sweep_id)
+def _require_sweep(session: Session, sweep_id: int, lock: bool = False) -> SweepRow:
+    sweep = session.get(SweepRow, sweep_id, with_for_update=lock or None)
     if sweep is None:
         raise StoreError(f"no sweep {sweep_id}; `farm report` lists sweeps")
     return sweep
@@ -494,6 +593,11 @@ def _require_sweep(session: Session, sweep_id: int) -> SweepRow:
 
 def _dialect(session: Session) -> str:
     return session.get_bind().dialect.name
+
+
+def _db_now(session: Session) -> datetime:
+    """The store's clock: leases compare heartbeats that drivers on other hosts wrote."""
+    return session.exec(select(sa.func.current_timestamp(type_=UTCDateTime()))).one()
 
 
 def _utc(value: datetime, field: str, cell_id: str) -> datetime:

@@ -9,22 +9,32 @@ and when the next sweep starts, and ``farm spool flush`` calls it by hand.
 Spool files carry ``format_version`` (:mod:`farm.fileformat`; none means 1). A file
 that cannot be read (truncated, newer format, no longer validates) is reported as
 unreadable, with the reason, and left in place.
+
+A spool file is on disk when ``spool_result`` returns (written, fsynced, renamed into
+place, folder fsynced); when it cannot be written (a full or read-only disk), nothing
+is left behind and the caller gets the OSError. Concurrent flushes (two `farm spool
+flush`, or one and a sweep's end) each claim a file with a lock on it before storing
+it, so each file is stored once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlmodel import Session
 
 from farm.errors import StoreError
-from farm.fileformat import UnreadableFileError, read_versioned, write_versioned
+from farm.fileformat import UnreadableFileError, dump_versioned, read_versioned
 from farm.records import CellResult
-from farm.store.db import mask_url, normalize_url
+from farm.store.db import answer_within, mask_url, normalize_url
 from farm.store.repository import save_cell_result
 
 __all__ = [
@@ -67,14 +77,15 @@ class SpoolScan(BaseModel):
 
 
 class FlushReport(BaseModel):
-    """What a flush stored (cell ids by sweep), what it kept with the reason, and the
-    files it could not read (left in place)."""
+    """What a flush stored (cell ids by sweep), what it kept with the reason, the files
+    it could not read (left in place), and the files another flush was storing."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     stored: tuple[str, ...] = ()
     kept: tuple[str, ...] = ()
     unreadable: tuple[str, ...] = ()
+    busy: tuple[str, ...] = ()
 
 
 def spool_dir(home: Path) -> Path:
@@ -87,13 +98,48 @@ def _identity(url: str) -> str:
 
 
 def spool_result(home: Path, url: str, sweep_id: int, result: CellResult) -> Path:
-    """Write ``result`` of sweep ``sweep_id`` for the store at ``url``; return the file."""
+    """Write ``result`` of sweep ``sweep_id`` for the store at ``url``; return the file.
+
+    Durable when it returns (fsynced, as is its folder). Raises OSError when the file
+    cannot be written (disk full, folder not writable); nothing is left behind then.
+    """
     path = spool_dir(home) / f"sweep-{sweep_id}" / f"{result.cell_id}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
     record = SpooledResult(store=_identity(url), sweep_id=sweep_id, result=result)
-    # Written then renamed: a driver killed mid-write leaves no half file to choke on.
-    write_versioned(path, record, SPOOL_FORMAT)
-    return path
+    data = (dump_versioned(record, SPOOL_FORMAT) + "\n").encode("utf-8")
+    for attempt in range(2):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            _write_durably(path, data)
+            return path
+        except FileNotFoundError:
+            if attempt:  # a flush removed the emptied folder in between: once more
+                raise
+    raise AssertionError("unreachable")
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file, fsync it, rename it to ``path`` and fsync the
+    folder: a driver killed (or a machine losing power) mid-write leaves no half file."""
+    partial = path.with_name(path.name + ".partial")
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        partial.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 def _store_of(path: Path) -> str | None:
@@ -105,6 +151,10 @@ def _store_of(path: Path) -> str | None:
     return store if isinstance(store, str) else None
 
 
+def _read(path: Path) -> SpooledResult:
+    return read_versioned(path, SpooledResult, version=SPOOL_FORMAT, what=_WHAT, upgrades=_UPGRADES)
+
+
 def _scan(
     home: Path, url: str, sweep_id: int | None
 ) -> tuple[list[tuple[Path, SpooledResult]], list[str]]:
@@ -114,9 +164,7 @@ def _scan(
     unreadable: list[str] = []
     for path in sorted(spool_dir(home).glob(f"{folders}/*.json")):
         try:
-            record = read_versioned(
-                path, SpooledResult, version=SPOOL_FORMAT, what=_WHAT, upgrades=_UPGRADES
-            )
+            record = _read(path)
         except UnreadableFileError as exc:
             # Another store's file stays out of this store's listing, readable or not.
             if _store_of(path) in (None, identity):
@@ -143,22 +191,72 @@ def flush_spool(engine: Engine, home: Path, url: str, sweep_id: int | None = Non
     """Store every result spooled for ``url`` (only sweep ``sweep_id`` when given).
 
     Each stored file is removed; a file the store still refuses is kept and named
-    with the reason; an unreadable file is left in place and reported. Files for
-    other stores are not touched.
+    with the reason; an unreadable file is left in place and reported. Once the store
+    cannot be reached (or does not answer within the store timeouts), the remaining
+    files are kept without trying each. A file another flush is storing right now is
+    left to it (``busy``). Files for other stores are not touched.
     """
     stored: list[str] = []
     kept: list[str] = []
+    busy: list[str] = []
+    unreachable: str | None = None
     mine, unreadable = _scan(home, url, sweep_id)
     for path, record in mine:
-        try:
-            with Session(engine) as session:
-                save_cell_result(session, record.sweep_id, record.result)
-        except (StoreError, SQLAlchemyError) as exc:
-            reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-            kept.append(f"{path}: {reason[0] if reason else type(exc).__name__}")
+        if unreachable is not None:
+            kept.append(f"{path}: not tried, {unreachable}")
             continue
-        path.unlink()
+        with _claim(path) as claimed:
+            if claimed is None:
+                busy.append(str(path))
+                continue
+            if not claimed:
+                continue  # stored and removed by another flush since the scan
+            try:  # read again: the file may have been spooled anew since the scan
+                record = _read(path)
+            except UnreadableFileError:
+                continue  # the next scan reports it
+            try:
+                with answer_within(engine), Session(engine) as session:
+                    save_cell_result(session, record.sweep_id, record.result)
+            except (StoreError, SQLAlchemyError) as exc:
+                reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+                first = reason[0] if reason else type(exc).__name__
+                kept.append(f"{path}: {first}")
+                if isinstance(exc, OperationalError) or (
+                    isinstance(exc, StoreError) and isinstance(exc.__cause__, SQLAlchemyError)
+                ):
+                    unreachable = f"the store did not take {path.name}: {first}"
+                continue
+            path.unlink()
         stored.append(f"sweep {record.sweep_id}: {record.result.cell_id}")
-        if not any(path.parent.iterdir()):
+        with contextlib.suppress(OSError):  # not empty, or gone: another process's business
             path.parent.rmdir()
-    return FlushReport(stored=tuple(stored), kept=tuple(kept), unreadable=tuple(unreadable))
+    return FlushReport(
+        stored=tuple(stored), kept=tuple(kept), unreadable=tuple(unreadable), busy=tuple(busy)
+    )
+
+
+@contextlib.contextmanager
+def _claim(path: Path) -> Iterator[bool | None]:
+    """Lock the spool file at ``path`` for this flush: yields True when this process
+    holds it, False when it was removed meanwhile (another flush stored it), None when
+    another flush holds it now. The lock goes with the file, so nothing is left over."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield None
+            return
+        # Still this path's file? Removed or replaced after another flush stored it.
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        yield same
+    finally:
+        os.close(fd)

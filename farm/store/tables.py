@@ -93,6 +93,9 @@ class SweepRow(_Table, table=True):
     status: str
     host: str
     farm_version: str
+    # The lease of a running sweep: the driver (host:pid) and its last heartbeat.
+    driver: str | None = None
+    heartbeat_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
 
 
 class BuildRow(_Table, table=True):
@@ -191,6 +194,11 @@ class VariantRunRow(_Table, table=True):
     """One request-level variant (thinking x workload) run against a cell's server."""
 
     __tablename__ = "variant_run"
+    # One row per variant of a cell, however many drivers save it at once. A unique
+    # index, not a constraint: SQLite adds it without recreating the table.
+    __table_args__ = (
+        sa.Index("uq_variant_run_cell_row_id_ordinal", "cell_row_id", "ordinal", unique=True),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     cell_row_id: int = Field(foreign_key="cell.id", index=True, ondelete="CASCADE")

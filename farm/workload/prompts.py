@@ -9,9 +9,21 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from farm.errors import SpecError
-from farm.spec import WorkloadSpec
+from farm.spec import JobFile, WorkloadSpec
+from farm.yamlfile import read_text
 
-__all__ = ["LoadedWorkload", "Prompt", "load_prompts", "load_workload", "scorer_for"]
+__all__ = [
+    "LoadedWorkload",
+    "Prompt",
+    "check_prompts",
+    "load_prompts",
+    "load_workload",
+    "read_prompt_file",
+    "scorer_for",
+]
+
+# Problems shown per prompt file; the rest are counted.
+_SHOWN = 10
 
 Scorer = Callable[[str, str], bool]
 
@@ -41,27 +53,100 @@ def load_workload(spec: WorkloadSpec, resolve: Callable[[str], Path]) -> LoadedW
     return LoadedWorkload(spec=spec, prompts=load_prompts(resolve(spec.prompts), spec.count))
 
 
-def load_prompts(path: Path, count: int) -> tuple[Prompt, ...]:
-    """The first ``count`` prompts of a JSON-lines file; SpecError names file and line."""
+def _record(line: str) -> Prompt | str:
+    """The prompt record on one line of a JSON-lines file, or what is wrong with it."""
     try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read prompt file: {exc.strerror}") from exc
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return f"not JSON: {exc.msg} (column {exc.colno})"
+    if not isinstance(data, dict):
+        return f"not a prompt record: a JSON object with id and prompt, not {type(data).__name__}"
+    try:
+        return Prompt.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'record'}: {e['msg']}" for e in exc.errors()
+        )
+        return f"not a prompt record: {problems}"
+
+
+def read_prompt_file(path: Path) -> tuple[tuple[Prompt, ...], list[str]]:
+    """Every prompt record of a JSON-lines file, and ``file:line: problem`` for each line
+    that is not one (or whose id an earlier line has). Raises SpecError when the file
+    cannot be read or is not UTF-8 text."""
+    text = read_text(path, "prompt file", SpecError)
     prompts: list[Prompt] = []
-    for number, line in enumerate(lines, start=1):
+    problems: list[str] = []
+    first: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            prompts.append(Prompt.model_validate(json.loads(line)))
-        except (json.JSONDecodeError, ValidationError) as exc:
-            raise SpecError(
-                f"{path}:{number}: not a prompt record ({exc})".splitlines()[0]
-            ) from None
-        if len(prompts) == count:
-            break
+        record = _record(line)
+        if isinstance(record, str):
+            problems.append(f"{path}:{number}: {record}")
+        elif record.id in first:
+            problems.append(
+                f"{path}:{number}: id {record.id!r} again (first at line {first[record.id]})"
+            )
+        else:
+            first[record.id] = number
+            prompts.append(record)
+    return tuple(prompts), problems
+
+
+def load_prompts(path: Path, count: int) -> tuple[Prompt, ...]:
+    """The first ``count`` prompts of a JSON-lines file.
+
+    Raises SpecError naming the file and line of every malformed record, or the file
+    when it cannot be read or holds fewer than ``count`` prompts.
+    """
+    prompts, problems = read_prompt_file(path)
+    if problems:
+        raise SpecError(_summary(path, problems))
     if len(prompts) < count:
-        raise SpecError(f"{path}: workload asks for {count} prompts, file has {len(prompts)}")
-    return tuple(prompts)
+        raise SpecError(_too_few(path, count, len(prompts)))
+    return prompts[:count]
+
+
+def _summary(path: Path, problems: list[str]) -> str:
+    shown = problems[:_SHOWN]
+    more = len(problems) - len(shown)
+    tail = [f"... and {more} more"] if more else []
+    return f"{path}: malformed prompt file\n  " + "\n  ".join(shown + tail)
+
+
+def _too_few(path: Path, count: int, found: int) -> str:
+    if not found:
+        return f"{path}: the prompt file holds no prompt record; the workload needs {count}"
+    return f"{path}: the workload asks for {count} prompts, the file holds {found}"
+
+
+def check_prompts(job: JobFile) -> list[str]:
+    """What a run would refuse in the job's prompt files: a file that is missing or
+    unreadable, a malformed record, too few records for the workload's ``count``.
+    Each problem names the job file's line, or the prompt file's line."""
+    problems: list[str] = []
+    for i, workload in enumerate(job.spec.workloads):
+        if workload.prompts is None:
+            continue
+        where = job.where("workloads", i, "prompts")
+        path = job.spec.resolve(workload.prompts)
+        if not path.is_file():
+            problem = "is not a file" if path.exists() else "does not exist"
+            problems.append(f"{where}: {path} {problem}")
+            continue
+        try:
+            prompts, bad = read_prompt_file(path)
+        except SpecError as exc:
+            problems.append(f"{where}: {exc}")
+            continue
+        problems += bad[:_SHOWN]
+        if len(bad) > _SHOWN:
+            problems.append(f"{path}: ... and {len(bad) - _SHOWN} more malformed records")
+        if not bad and len(prompts) < workload.count:
+            count = job.where("workloads", i, "count")
+            problems.append(f"{count}: {_too_few(path, workload.count, len(prompts))}")
+    return problems
 
 
 def _exact(text: str, answer: str) -> bool:

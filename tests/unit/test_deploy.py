@@ -175,3 +175,50 @@ def test_a_wrong_command_line_is_caught() -> None:
     with pytest.raises(Exception, match="No such option") as info:
         _check_farm_argv(["farm", "run", "jobs/nightly-ascend.yaml", "--ray-adress", "x"])
     assert type(info.value).__name__ == "NoSuchOption"
+
+
+def _compose_default(value: str) -> str:
+    """The default of a compose ``${VAR:-default}`` value (the value itself otherwise)."""
+    m = re.fullmatch(r"\$\{\w+:-([^}]*)\}", value)
+    return m.group(1) if m else value
+
+
+def test_grafana_reads_the_store_as_a_read_only_role_over_tls() -> None:
+    """Before: Grafana used the store's owner (it could write and drop results) with
+    sslmode=disable by default."""
+    services = _yaml("docker-compose.yaml")["services"]
+    pg, grafana = services["postgres"], services["grafana"]
+    env = grafana["environment"]
+    owner = pg["environment"]["POSTGRES_USER"]
+    assert env["FARM_DB_USER"] == "farm_grafana" != owner
+    assert "FARM_DB_PASSWORD" not in env["FARM_DB_PASSWORD"]  # not the owner's password
+    assert _compose_default(env["FARM_DB_SSLMODE"]) in ("require", "verify-ca", "verify-full")
+    assert "ssl=on" in pg["command"]  # the server can answer require
+    mounts = " ".join(pg["volumes"])
+    assert "/docker-entrypoint-initdb.d/" in mounts and "readonly-role.sql" in mounts
+
+    sql = (DEPLOY / "postgres" / "readonly-role.sql").read_text()
+    statements = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
+    grants = [line for line in statements if "GRANT" in line.upper()]
+    assert grants and all(
+        re.search(r"GRANT (SELECT|CONNECT|USAGE) ON", g, re.IGNORECASE) for g in grants
+    ), grants
+    assert "default_transaction_read_only = on" in sql
+    assert "farm_grafana" in sql and "SUPERUSER" not in "\n".join(statements).upper()
+    init = (DEPLOY / "postgres" / "init-readonly-role.sh").read_text()
+    assert "readonly-role.sql" in init and "FARM_GRAFANA_DB_PASSWORD" in init
+
+
+def test_the_store_url_lives_on_the_clusters_head_only() -> None:
+    """`farm submit` sends no store URL: the head must have its own, and workers (where
+    engines and builds run) none."""
+    head_start = " ".join(_yaml("ray-cluster.yaml")["head_start_ray_commands"])
+    assert ". /etc/mtp-farm/env" in head_start and head_start.index("env") < head_start.index(
+        "ray start --head"
+    )
+    cluster = _yaml("kuberay-raycluster.yaml")["spec"]
+    (head,) = cluster["headGroupSpec"]["template"]["spec"]["containers"]
+    assert "secretKeyRef" in {e["name"]: e for e in head["env"]}["FARM_DB_URL"]["valueFrom"]
+    for group in cluster["workerGroupSpecs"]:
+        for container in group["template"]["spec"]["containers"]:
+            assert "FARM_DB_URL" not in {e["name"] for e in container["env"]}

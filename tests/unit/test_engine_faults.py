@@ -85,6 +85,10 @@ class _TimeoutsWithCellDeadline(TimeoutSpec):
     cell_s: float | None = None
 
 
+def _variant(thinking: str, workload: str) -> Variant:
+    return Variant(axes={"thinking": thinking, "workload": workload})
+
+
 def _workload(name: str, prompts: list[str], concurrency: int = 2) -> LoadedWorkload:
     return LoadedWorkload(
         spec=WorkloadSpec(name=name, prompts=f"{name}.jsonl", concurrency=concurrency),
@@ -99,17 +103,18 @@ def _task(
     timeouts: TimeoutSpec | None = None,
     engine_env: dict[str, str] | None = None,
 ) -> CellTask:
-    variants = variants or [Variant(thinking="on", workload=w.spec.name) for w in workloads]
+    variants = variants or [_variant("on", w.spec.name) for w in workloads]
     cell = ServerCell(
-        engine="cpu",
         family="vllm",
-        model="tiny",
-        graph_mode="eager",
+        axes={
+            "engine": "cpu",
+            "model": "tiny",
+            "graph_mode": "eager",
+            "mtp_depth": 1,
+            "sliding_window": "on",
+        },
         planned_graph_mode="eager",
-        mtp_depth=1,
-        sliding_window="on",
         variants=tuple(variants),
-        fingerprint="f",
     )
     return CellTask(
         cell=cell,
@@ -173,7 +178,7 @@ def test_fake_engine_malformed_answer_fails_that_request_with_what_was_wrong(
     assert other.error is None
     assert bad.prompt_id == "w-1"
     assert bad.error is not None and bad.error.startswith(f"unreadable answer: {reason}"), bad.error
-    assert variant.counters.drafts == 8  # the fake counts the two good answers
+    assert variant.counters.drafts == 12  # the fake drafts 4 per request it answers
     _assert_engine_gone(adapter)
 
 
@@ -203,7 +208,7 @@ def test_fake_engine_malformed_answers_to_a_whole_variant_fail_the_cell_not_the_
             'metric vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny"} '
             "is nan, not a count",
         ),
-        ("negative-counter", "is -5.0, not a count"),
+        ("negative-counter", "is -5, not a count"),
         ("text-counter", "metrics are not readable Prometheus text (ValueError: could not convert"),
         (
             "backwards-counter",
@@ -218,12 +223,12 @@ def test_fake_engine_bad_counters_are_marked_unusable_and_the_cell_keeps_its_var
     # Before: ValueError (int(nan), float('many')) out of run_cell, or a negative delta
     # stored as if measured.
     adapter = _FakeEngineAdapter(mode)
-    variants = [Variant(thinking="on", workload="w"), Variant(thinking="off", workload="w")]
+    variants = [_variant("on", "w"), _variant("off", "w")]
     task = _task(tmp_path, [_workload("w", ["good 1", "good 2"])], variants)
     result = _run(monkeypatch, adapter, task)
     assert result.status == "failed"
     assert result.error is not None
-    assert result.error.startswith("variant think-on.w: counters unusable: metrics scrape")
+    assert result.error.startswith("variant think-on.w: counters unusable: ")
     assert reason in result.error, result.error
     assert len(result.variants) == 2
     assert all(r.error is None for v in result.variants for r in v.requests)
@@ -242,7 +247,7 @@ def test_fake_engine_that_never_answers_fails_the_cell_within_one_request_timeou
     # every request failed, and each timeout blocked the event loop 3 s in proc.wait.
     adapter = _FakeEngineAdapter("hang")
     prompts = [f"good {i}" for i in range(6)]
-    variants = [Variant(thinking="on", workload="w"), Variant(thinking="off", workload="w")]
+    variants = [_variant("on", "w"), _variant("off", "w")]
     timeouts = TimeoutSpec(startup_s=30, request_s=2, stop_s=2)
     task = _task(tmp_path, [_workload("w", prompts, concurrency=2)], variants, timeouts)
     t0 = time.monotonic()
@@ -250,7 +255,8 @@ def test_fake_engine_that_never_answers_fails_the_cell_within_one_request_timeou
     assert time.monotonic() - t0 < 15
     assert result.status == "failed"
     assert result.error is not None and result.error.startswith(
-        "variant think-on.w: all 6 requests failed; first, w-0: ReadTimeout"
+        "variant think-on.w: all 6 requests failed; first, w-0: ReadTimeout: no answer "
+        "within 2 s (timeouts.request_s)"
     ), result.error
     assert "the cell's remaining variants were not run" in result.error
     (variant,) = result.variants

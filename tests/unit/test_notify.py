@@ -1,4 +1,5 @@
-"""Notifiers against a real HTTP receiver on 127.0.0.1: formats, retries, masked secrets."""
+"""Notifiers against a real HTTP receiver on 127.0.0.1: formats, retries, masked secrets,
+and no message posted twice by a retry."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import logging
 import socket
 import threading
+import time
 import traceback
 from collections import deque
 from collections.abc import Iterator
@@ -45,7 +47,15 @@ from farm.notify import (
 )
 from farm.notify.feishu import feishu_sign
 from farm.notify.registry import ENV_VARS
-from farm.notify.webhook import SIGNATURE_HEADER, signature
+from farm.notify.webhook import (
+    IDEMPOTENCY_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    WebhookError,
+    WebhookSignatureError,
+    signature,
+    verify_signature,
+)
 from farm.settings import NotifySettings
 
 SLACK_TOKEN = "XoXbSeCrEt0123456789abcdef"
@@ -68,11 +78,13 @@ class Received:
 
 @dataclass
 class Receiver:
-    """Records each POST and answers from a script of (status, body, headers)."""
+    """Records each POST and answers from a script of (status, body, headers); a POST
+    waits first for the next of ``delays`` (seconds), if any, as a hung server would."""
 
     port: int = 0
     requests: list[Received] = field(default_factory=list)
     script: deque[tuple[int, str, dict[str, str]]] = field(default_factory=deque)
+    delays: deque[float] = field(default_factory=deque)
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -91,13 +103,18 @@ def receiver() -> Iterator[Receiver]:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             rec.requests.append(Received(self.path, dict(self.headers.items()), body))
             status, text, headers = rec.script.popleft() if rec.script else (200, "ok", {})
+            if rec.delays:
+                time.sleep(rec.delays.popleft())  # the client has given up by now
             data = text.encode()
-            self.send_response(status)
-            for k, v in headers.items():
-                self.send_header(k, v)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            try:
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except OSError:
+                pass  # the client hung up after its read timeout
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -122,8 +139,8 @@ class FakeSleep:
         self.calls.append(seconds)
 
 
-def _policy(sleep: FakeSleep | None = None) -> RetryPolicy:
-    return RetryPolicy(attempts=3, backoff_s=1.0, timeout_s=5.0, sleep=sleep or FakeSleep())
+def _policy(sleep: FakeSleep | None = None, timeout_s: float = 5.0) -> RetryPolicy:
+    return RetryPolicy(attempts=3, backoff_s=1.0, timeout_s=timeout_s, sleep=sleep or FakeSleep())
 
 
 # --- test data ---------------------------------------------------------------------------
@@ -187,14 +204,44 @@ def test_generic_webhook_posts_each_alert_as_json_with_a_valid_signature(
     receiver: Receiver,
 ) -> None:
     alerts = [_alert(1), _alert(2, severity="warning")]
-    WebhookNotifier(receiver.url("/hook"), secret="s3cr3t-hmac", policy=_policy()).send(alerts)
+    notifier = WebhookNotifier(
+        receiver.url("/hook"), secret="s3cr3t-hmac", policy=_policy(), clock=lambda: 1767225600.4
+    )
+    notifier.send(alerts)
     assert [r.path for r in receiver.requests] == ["/hook", "/hook"]
     first = receiver.requests[0]
     assert first.json() == json.loads(alerts[0].model_dump_json())
     assert first.headers["Content-Type"].startswith("application/json")
-    expected = "sha256=" + hmac.new(b"s3cr3t-hmac", first.body, hashlib.sha256).hexdigest()
-    assert first.headers[SIGNATURE_HEADER] == expected == signature("s3cr3t-hmac", first.body)
+    # The signature covers "<timestamp>." + body, so the timestamp cannot be swapped.
+    assert first.headers[TIMESTAMP_HEADER] == "1767225600"
+    signed = b"1767225600." + first.body
+    expected = "sha256=" + hmac.new(b"s3cr3t-hmac", signed, hashlib.sha256).hexdigest()
+    assert first.headers[SIGNATURE_HEADER] == expected
+    assert expected == signature("s3cr3t-hmac", 1767225600, first.body)
+    verify_signature("s3cr3t-hmac", first.body, first.headers, now=1767225600 + 60)
     assert b"s3cr3t-hmac" not in first.body
+    # One key per alert, kept by a retry: what receivers dedupe by.
+    keys = [r.headers[IDEMPOTENCY_HEADER] for r in receiver.requests]
+    assert len(set(keys)) == 2 and all(k.startswith("mtp-farm-alert-") for k in keys)
+
+
+def test_webhook_signature_cannot_be_replayed_or_moved(receiver: Receiver) -> None:
+    """Before: the HMAC covered the body only, so a captured request could be sent again
+    at any later time and still verify."""
+    WebhookNotifier(
+        receiver.url("/hook"), secret="s3cr3t-hmac", policy=_policy(), clock=lambda: 1767225600
+    ).send([_alert()])
+    [req] = receiver.requests
+    verify_signature("s3cr3t-hmac", req.body, req.headers, now=1767225600 + 299)
+    with pytest.raises(WebhookSignatureError, match=r"off .*a replay"):
+        verify_signature("s3cr3t-hmac", req.body, req.headers, now=1767225600 + 3600)
+    moved = {**req.headers, TIMESTAMP_HEADER: str(1767225600 + 3600)}
+    with pytest.raises(WebhookSignatureError, match="does not match"):
+        verify_signature("s3cr3t-hmac", req.body, moved, now=1767225600 + 3600)
+    with pytest.raises(WebhookSignatureError, match="does not match"):
+        verify_signature("s3cr3t-hmac", req.body + b" ", req.headers, now=1767225600)
+    with pytest.raises(WebhookSignatureError, match="missing"):
+        verify_signature("s3cr3t-hmac", req.body, {}, now=1767225600)
 
 
 def test_slack_message_has_text_and_blocks_with_escaped_mrkdwn(receiver: Receiver) -> None:
@@ -307,17 +354,61 @@ def test_wecom_markdown_fits_4096_bytes_and_errcode_is_an_error(receiver: Receiv
 def test_retries_on_500_then_succeeds_with_backoff(receiver: Receiver) -> None:
     receiver.answer((500, "boom"), (503, "busy"), (200, "ok"))
     sleep = FakeSleep()
-    SlackNotifier(receiver.url("/s/" + SLACK_TOKEN), policy=_policy(sleep)).send([_alert()])
+    WebhookNotifier(receiver.url("/w/" + SLACK_TOKEN), policy=_policy(sleep)).send([_alert()])
     assert len(receiver.requests) == 3
     assert sleep.calls == [1.0, 2.0]
     assert receiver.requests[0].body == receiver.requests[2].body
+    keys = {r.headers[IDEMPOTENCY_HEADER] for r in receiver.requests}
+    assert len(keys) == 1  # the receiver sees one delivery, three times
 
 
 def test_gives_up_after_the_attempts_with_the_last_reason(receiver: Receiver) -> None:
     receiver.answer((500, "e1"), (502, "e2"), (500, "still broken"))
-    with pytest.raises(SlackError, match=r"failed after 3 attempt\(s\): HTTP 500: still broken"):
-        SlackNotifier(receiver.url("/s"), policy=_policy()).send([_alert()])
+    with pytest.raises(WebhookError, match=r"failed after 3 attempt\(s\): HTTP 500: still broken"):
+        WebhookNotifier(receiver.url("/w"), policy=_policy()).send([_alert()])
     assert len(receiver.requests) == 3
+
+
+def test_a_webhook_post_that_timed_out_is_retried_with_the_same_key(receiver: Receiver) -> None:
+    receiver.delays.append(1.5)  # the first answer comes after the client gave up
+    WebhookNotifier(receiver.url("/w"), policy=_policy(timeout_s=0.5)).send([_alert()])
+    assert len(receiver.requests) == 2
+    assert len({r.headers[IDEMPOTENCY_HEADER] for r in receiver.requests}) == 1
+
+
+def _chat_notifiers(receiver: Receiver, timeout_s: float = 5.0) -> list[Notifier]:
+    policy = _policy(timeout_s=timeout_s)
+    return [
+        SlackNotifier(receiver.url("/slack/" + SLACK_TOKEN), policy=policy),
+        FeishuNotifier(receiver.url("/feishu"), secret=FEISHU_SECRET, policy=policy),
+        WeComNotifier(receiver.url("/wecom?key=wecom-key-123"), policy=policy),
+    ]
+
+
+def test_chat_posts_are_not_retried_after_a_read_timeout(receiver: Receiver) -> None:
+    """Before: a read timeout was retried, and Slack (no idempotency key) showed the
+    message twice when the first POST had landed after all."""
+    for notifier in _chat_notifiers(receiver, timeout_s=0.5):
+        receiver.requests.clear()
+        receiver.delays.append(1.5)
+        with pytest.raises(NotifyError, match=r"ReadTimeout.*may have reached") as info:
+            notifier.send([_alert()])
+        assert len(receiver.requests) == 1, notifier.name
+        assert "not retried" in str(info.value)
+        assert SLACK_TOKEN not in str(info.value) and "wecom-key-123" not in str(info.value)
+
+
+def test_chat_posts_are_not_retried_after_a_5xx_but_are_after_429(receiver: Receiver) -> None:
+    for notifier in _chat_notifiers(receiver):
+        receiver.requests.clear()
+        receiver.answer((502, "bad gateway"))
+        with pytest.raises(NotifyError, match=r"HTTP 502: bad gateway .*not retried"):
+            notifier.send([_alert()])
+        assert len(receiver.requests) == 1, notifier.name
+        ok = '{"code":0,"errcode":0}'
+        receiver.answer((429, "slow down", {"Retry-After": "1"}), (200, ok))
+        notifier.send([_alert()])
+        assert len(receiver.requests) == 3, notifier.name
 
 
 def test_no_retry_on_400(receiver: Receiver) -> None:
@@ -366,7 +457,7 @@ def test_secrets_never_reach_logs_or_exceptions(
 ) -> None:
     caplog.set_level(logging.DEBUG)  # httpx logs every request URL at INFO
     receiver.answer(
-        (500, f"echo {SLACK_TOKEN}"), (500, "again"), (500, f"and {FEISHU_SECRET} again")
+        (429, f"echo {SLACK_TOKEN}"), (429, "again"), (500, f"and {FEISHU_SECRET} again")
     )
     with pytest.raises(FeishuError) as info:
         FeishuNotifier(
@@ -489,3 +580,106 @@ def test_parse_pr_ref() -> None:
     for bad in ("vllm#1", "a/b", "a/b#x", "a/b/c#1"):
         with pytest.raises(ValueError, match="OWNER/REPO#NUMBER"):
             parse_pr_ref(bad)
+
+
+# --- GitHub: one comment per call, whatever the retries ----------------------------------
+
+
+@dataclass
+class FakeGitHub:
+    """The two endpoints the client uses: create and list an issue's comments. The
+    first ``slow_posts`` creations answer only after ``delay`` seconds (they still land)."""
+
+    port: int = 0
+    comments: list[dict[str, Any]] = field(default_factory=list)
+    posts: int = 0
+    gets: int = 0
+    slow_posts: int = 0
+    delay: float = 1.5
+    list_status: int = 200
+
+    @property
+    def api(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@pytest.fixture
+def github() -> Iterator[FakeGitHub]:
+    gh = FakeGitHub()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self, status: int, payload: Any) -> None:
+            data = json.dumps(payload).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except OSError:
+                pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            gh.posts += 1
+            n = len(gh.comments) + 1
+            comment = {
+                "id": n,
+                "body": body["body"],
+                "html_url": f"https://github.com/octo/farm/pull/5#issuecomment-{n}",
+            }
+            gh.comments.append(comment)  # landed, whether or not the answer arrives
+            if gh.posts <= gh.slow_posts:
+                time.sleep(gh.delay)
+            self._answer(201, comment)
+
+        def do_GET(self) -> None:
+            gh.gets += 1
+            assert "since=" in self.path and "per_page=100" in self.path
+            self._answer(gh.list_status, gh.comments if gh.list_status == 200 else {})
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    gh.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    try:
+        yield gh
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_github_retry_after_a_timeout_finds_its_comment_instead_of_posting_twice(
+    github: FakeGitHub,
+) -> None:
+    """Before: a POST whose answer timed out was sent again, and the report appeared
+    twice on the pull request."""
+    github.comments.append({"id": 0, "body": "someone else's comment", "html_url": "x"})
+    github.slow_posts = 1
+    client = GitHubClient(token=GITHUB_TOKEN, api_url=github.api, policy=_policy(timeout_s=0.5))
+    url = client.post_issue_comment(parse_pr_ref("octo/farm#5"), "### report")
+    assert github.posts == 1 and github.gets == 1
+    assert url == "https://github.com/octo/farm/pull/5#issuecomment-2"
+    assert github.comments[1]["body"] == "### report"
+
+
+def test_github_does_not_post_again_when_it_cannot_check(github: FakeGitHub) -> None:
+    github.slow_posts = 1
+    github.list_status = 502
+    client = GitHubClient(token=GITHUB_TOKEN, api_url=github.api, policy=_policy(timeout_s=0.5))
+    with pytest.raises(GitHubError, match="not posting again") as info:
+        client.post_issue_comment(parse_pr_ref("octo/farm#5"), "### report")
+    assert github.posts == 1
+    assert GITHUB_TOKEN not in str(info.value)
+
+
+def test_github_first_post_needs_no_lookup(github: FakeGitHub) -> None:
+    client = GitHubClient(token=GITHUB_TOKEN, api_url=github.api, policy=_policy())
+    client.post_issue_comment(parse_pr_ref("octo/farm#5"), "a" * 70000)
+    assert github.posts == 1 and github.gets == 0
+    body = github.comments[0]["body"]
+    assert len(body) <= 65536 and body.endswith("longer than a GitHub comment allows)*")

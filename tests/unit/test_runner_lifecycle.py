@@ -352,17 +352,21 @@ class _FakePortRaceAdapter(VllmAdapter):
         return ServerLaunch(argv=(*_python(self.script), str(self.marker), str(port)), env={})
 
 
+_SERVER_AXES: dict[str, str | int] = {
+    "engine": "cpu",
+    "model": "tiny",
+    "graph_mode": "eager",
+    "mtp_depth": 1,
+    "sliding_window": "on",
+}
+
+
 def _task(tmp_path: Path) -> CellTask:
     cell = ServerCell(
-        engine="cpu",
         family="vllm",
-        model="tiny",
-        graph_mode="eager",
+        axes=_SERVER_AXES,
         planned_graph_mode="eager",
-        mtp_depth=1,
-        sliding_window="on",
-        variants=(Variant(thinking="on", workload="w"),),
-        fingerprint="f",
+        variants=(Variant(axes={"thinking": "on", "workload": "w"}),),
     )
     return CellTask(
         cell=cell,

@@ -1,0 +1,298 @@
+"""How the build stage runs a subprocess: an explicit environment, a deadline, masked text.
+
+Build steps run code the farm does not trust: ``pip install`` of a tree, a git ref or a
+pull request runs that source's build backend (``setup.py``, CMake). So a build step
+never inherits the worker's environment, which holds the farm's secrets (the store URL
+with its password, the Ray, GitHub and Grafana tokens, the notification webhooks).
+
+The rule is the engines' (:func:`farm.engines.environment.child_environment`: the
+basics, the libraries' settings, no secret-looking name, no ``FARM_*``) plus what the
+build tools read: pip's and git's configuration (``PIP_*``, ``GIT_*``, e.g.
+``PIP_FIND_LINKS``, ``GIT_SSL_CAINFO``), ``SETUPTOOLS_SCM_*``, ``CMAKE_*``, compiler
+flags and ``MAX_JOBS``; secret-looking names stay dropped under those prefixes too. The
+farm's own git commands (never a build backend) also get ``SSH_AUTH_SOCK``, so a
+mirror reached over SSH keeps working. Then what the step sets itself.
+
+Not covered: files the build user can read (``~/.netrc``, ``~/.git-credentials``);
+keep credentials out of the build user's home, or build in a container.
+
+Every step has a deadline (:class:`farm.settings.BuildSettings`); on expiry its whole
+process group is killed and :class:`StepTimeoutError` names the command. Text shown
+or stored by the farm goes through :func:`mask_text`, :func:`mask_env`,
+:func:`mask_argv` or :func:`mask_job_yaml` first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import yaml
+
+from farm.engines.environment import child_environment, looks_secret
+from farm.errors import BuildError
+
+__all__ = [
+    "MASK",
+    "StepTimeoutError",
+    "build_environment",
+    "git_environment",
+    "mask_argv",
+    "mask_env",
+    "mask_job_yaml",
+    "mask_text",
+    "run_step",
+    "stream_step",
+]
+
+MASK = "***"
+
+_BUILD_PREFIXES = ("PIP_", "GIT_", "SETUPTOOLS_SCM_", "CMAKE_")
+_BUILD_NAMES = frozenset(
+    {"MAX_JOBS", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "PKG_CONFIG_PATH"}
+)
+# A URL's user information: scheme://user:password@ (the password up to the last @
+# before the path) or scheme://token@.
+_URL_CREDENTIALS = re.compile(
+    r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/\s:@]*)(?::(?P<password>[^/\s]*))?@"
+)
+# Option names that carry a secret: --token, --hf-token, --api-key, --client-secret. Not
+# ``looks_secret``: engine options such as --tokenizer or --max-num-batched-tokens are
+# no secrets.
+_SECRET_OPTION_NAME = re.compile(
+    r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|KEY)$", re.IGNORECASE
+)
+_NODE_PROPERTIES = re.compile(r"^(?:[&!]\S*\s+)+")
+_OPTION = re.compile(r"^--?(?P<name>[A-Za-z0-9][A-Za-z0-9_-]*)(?:=(?P<value>.*))?$", re.DOTALL)
+
+
+class StepTimeoutError(BuildError):
+    """A build step ran past its deadline; its processes were killed."""
+
+
+def build_environment(
+    explicit: Mapping[str, str] | None = None, inherited: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The whole environment of a pip or Python build step (see the module docstring).
+
+    ``inherited`` defaults to this process's environment; ``explicit`` wins.
+    """
+    source = os.environ if inherited is None else inherited
+    env = child_environment({}, source)
+    env.update(
+        (k, v)
+        for k, v in source.items()
+        if (k in _BUILD_NAMES or k.startswith(_BUILD_PREFIXES)) and not looks_secret(k)
+    )
+    env.update(explicit or {})
+    return env
+
+
+def git_environment(
+    explicit: Mapping[str, str] | None = None, inherited: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """:func:`build_environment` of the farm's own git commands: with the SSH agent, no
+    credential prompt (a private repository fails instead of hanging), git's C locale."""
+    source = os.environ if inherited is None else inherited
+    env = build_environment({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}, source)
+    if "SSH_AUTH_SOCK" in source:
+        env["SSH_AUTH_SOCK"] = source["SSH_AUTH_SOCK"]
+    env.update(explicit or {})
+    return env
+
+
+# --- running a step ----------------------------------------------------------------------
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _timeout(
+    argv: Sequence[str], what: str, timeout_s: float, setting: str, note: str = ""
+) -> StepTimeoutError:
+    return StepTimeoutError(
+        f"could not {what}: no end after {timeout_s:g} s, killed: {' '.join(mask_argv(argv))}"
+        f"{note}; raise {setting} if the step is only slow"
+    )
+
+
+def run_step(
+    argv: Sequence[str],
+    *,
+    what: str,
+    timeout_s: float,
+    kill_wait_s: float,
+    setting: str,
+    env: Mapping[str, str],
+    cwd: str | Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` to its end with output captured and no stdin, within ``timeout_s``.
+
+    The step runs in its own session, so on the deadline its whole process group
+    (git's ``git-remote-https``, pip's build backend) is SIGKILLed; if the group has
+    not let go of its output within ``kill_wait_s`` seconds it is abandoned. Either
+    way raises StepTimeoutError naming ``what``, the (masked) command and ``setting``,
+    the variable that sets the deadline. Raises FileNotFoundError when the program
+    does not exist; a non-zero exit is returned, not raised.
+    """
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(env),
+        cwd=cwd,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        note = ""
+        try:
+            proc.communicate(timeout=kill_wait_s)
+        except subprocess.TimeoutExpired:
+            note = f" (still holding its output {kill_wait_s:g} s after SIGKILL: abandoned)"
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+        raise _timeout(argv, what, timeout_s, setting, note) from None
+    return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
+
+
+def stream_step(
+    argv: Sequence[str],
+    on_line: Callable[[str], None],
+    *,
+    what: str,
+    timeout_s: float,
+    kill_wait_s: float,
+    setting: str,
+    env: Mapping[str, str],
+) -> int:
+    """Run ``argv`` with stdout and stderr merged, each line to ``on_line``; return its
+    exit status. Deadline and errors as :func:`run_step`."""
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(env),
+        start_new_session=True,
+    )
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        _kill_group(proc)
+
+    # The lines are read here, so the deadline is kept by a timer thread.
+    timer = threading.Timer(timeout_s, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            on_line(raw.rstrip("\n"))
+    finally:
+        timer.cancel()
+    try:
+        code = proc.wait(timeout=kill_wait_s if expired.is_set() else None)
+    except subprocess.TimeoutExpired:
+        raise _timeout(argv, what, timeout_s, setting, " (not reaped after SIGKILL)") from None
+    if expired.is_set():
+        raise _timeout(argv, what, timeout_s, setting)
+    return code
+
+
+# --- masking -----------------------------------------------------------------------------
+
+
+def mask_text(text: str) -> str:
+    """``text`` with the credentials of every URL in it masked:
+    ``scheme://user:***@host``, and ``https://***@host`` for a bare token."""
+
+    def repl(m: re.Match[str]) -> str:
+        if m["password"] is not None:
+            return f"{m['scheme']}{m['user']}:{MASK}@"
+        # A bare user is a token on HTTP (https://x-access-token@...), a login elsewhere
+        # (ssh://git@...).
+        http = m["scheme"].lower() in ("http://", "https://")
+        return f"{m['scheme']}{MASK}@" if m["user"] and http else m[0]
+
+    return _URL_CREDENTIALS.sub(repl, text)
+
+
+def mask_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` to show or store: a secret-looking name's value (``*TOKEN*``,
+    ``*SECRET*``, ``*PASSWORD*``, ``*_KEY``, ...) is ``***``; URLs lose their credentials."""
+    return {k: MASK if looks_secret(k) else mask_text(v) for k, v in env.items()}
+
+
+def mask_argv(argv: Sequence[str]) -> list[str]:
+    """A command line to show: the value of a secret option (``--api-key X``,
+    ``--token=X``) is ``***``; URLs lose their credentials."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(MASK)
+            hide_next = False
+            continue
+        m = _OPTION.match(arg)
+        if m and _SECRET_OPTION_NAME.search(m["name"].replace("-", "_")):
+            if m["value"] is None:
+                hide_next = True
+                out.append(arg)
+            else:
+                out.append(f"{arg.split('=', 1)[0]}={MASK}")
+            continue
+        out.append(mask_text(arg))
+    return out
+
+
+def _secret_spans(node: yaml.Node, spans: list[tuple[int, int]], in_env: bool = False) -> None:
+    """Where the values of secret-looking names of every ``env`` mapping lie in the text."""
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            name = key.value if isinstance(key, yaml.ScalarNode) else None
+            if in_env and isinstance(value, yaml.ScalarNode) and name and looks_secret(name):
+                spans.append((value.start_mark.index, value.end_mark.index))
+            else:
+                _secret_spans(value, spans, in_env=name == "env")
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _secret_spans(item, spans)
+
+
+def mask_job_yaml(text: str) -> str:
+    """A job file's text to store or show, its layout and comments kept: the values of
+    secret-looking names in each ``env`` mapping (``env: {HF_TOKEN: ...}``) become
+    ``'***'``, and URLs lose their credentials. Text that is not YAML is only
+    URL-masked."""
+    spans: list[tuple[int, int]] = []
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        root = None
+    if root is not None:
+        _secret_spans(root, spans)
+    # From the end, so earlier offsets stay valid; an anchor used twice is one span.
+    for start, end in sorted(set(spans), reverse=True):
+        value = text[start:end]
+        # Kept: an anchor or tag before the value, the line break ending a block scalar.
+        head = _NODE_PROPERTIES.match(value)
+        lead = head[0] if head else ""
+        tail = value[len(value.rstrip()) :]
+        text = f"{text[:start]}{lead}'{MASK}'{tail}{text[end:]}"
+    return mask_text(text)
