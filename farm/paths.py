@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from farm.errors import FarmError
 from farm.settings import get_settings
 
 __all__ = ["farm_home"]
@@ -12,8 +13,15 @@ __all__ = ["farm_home"]
 def farm_home() -> Path:
     """The farm's folder: database, engine builds, wheels, logs (FARM_HOME, ~/.mtp-farm).
 
-    Created when missing.
+    Created when missing. Raises FarmError when it cannot be (a file is in the way,
+    no permission).
     """
     home = get_settings().paths.home
-    home.mkdir(parents=True, exist_ok=True)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FarmError(
+            f"FARM_HOME cannot be used as the farm's folder: {home} ({exc.strerror}); "
+            "set FARM_HOME to a folder"
+        ) from None
     return home

@@ -182,7 +182,7 @@ class SweepRecord(_Frozen):
     job: str
     started_at: datetime
     finished_at: datetime | None = None
-    status: str
+    status: SweepStatus
     cells: tuple[StoredCell, ...] = ()
     excluded: tuple[ExcludedCell, ...] = ()
     builds: tuple[BuildInfo, ...] = ()

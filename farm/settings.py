@@ -7,8 +7,9 @@ description. Nothing else in ``farm/`` reads these variables: stages call
 the store URL, which may carry a password) are ``SecretStr``: masked in ``repr``,
 ``str`` and model dumps; only the code that uses one calls ``get_secret_value()``.
 
-Variables passed on to subprocesses (``{**os.environ, ...}`` for engines, git, patch)
-are not settings and are not listed here.
+Subprocesses (engines, the eval harness, build steps) get an explicit environment
+from :mod:`farm.engines.environment` and :mod:`farm.builds.environment`: what they
+need, never these secrets.
 """
 
 from __future__ import annotations

@@ -498,6 +498,13 @@ class TimeoutSpec(_Spec):
     startup_s: float = Field(default=900, gt=0, le=_MAX_SECONDS)
     request_s: float = Field(default=600, gt=0, le=_MAX_SECONDS)
     stop_s: float = Field(default=20, gt=0, le=_MAX_SECONDS)
+    cell_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=_MAX_SECONDS,
+        description="deadline of one cell, start-up to last variant; default: what "
+        "startup_s and request_s allow for its variants (farm.runner.cell)",
+    )
 
 
 MatrixRule = dict[str, Any]
@@ -711,7 +718,13 @@ def check_job_paths(job: JobFile, on_this_machine: bool) -> tuple[list[str], lis
     notes: list[str] = []
     node_side = _pinned(spec) and not on_this_machine
 
-    def need(path: Path, kind: Literal["dir", "file", "any"], loc: tuple[int | str, ...]) -> None:
+    def need(
+        path: Path,
+        kind: Literal["dir", "file", "any"],
+        loc: tuple[int | str, ...],
+        mount: bool = False,
+    ) -> None:
+        # mount: the path may be a mount of the nodes (written absolute, read by cells).
         if kind == "any" and path.exists():
             return
         if (kind == "dir" and path.is_dir()) or (kind == "file" and path.is_file()):
@@ -720,7 +733,7 @@ def check_job_paths(job: JobFile, on_this_machine: bool) -> tuple[list[str], lis
             problems.append(
                 f"{job.where(*loc)}: {path} is not a {'folder' if kind == 'dir' else 'file'}"
             )
-        elif node_side and loc[0] != "engines" and Path(str(path)).is_absolute():
+        elif node_side and mount:
             notes.append(
                 f"{job.where(*loc)}: {path} is not on this machine; the nodes that run "
                 "the job's cells must have it"
@@ -729,7 +742,8 @@ def check_job_paths(job: JobFile, on_this_machine: bool) -> tuple[list[str], lis
             problems.append(f"{job.where(*loc)}: {path} does not exist")
 
     for i, model in enumerate(spec.models):
-        need(spec.resolve(model.path), "any", ("models", i, "path"))
+        mount = Path(model.path).is_absolute()
+        need(spec.resolve(model.path), "any", ("models", i, "path"), mount)
     for i, engine in enumerate(spec.engines):
         src = engine.source
         if isinstance(src, WheelSource):
@@ -757,5 +771,6 @@ def check_job_paths(job: JobFile, on_this_machine: bool) -> tuple[list[str], lis
         if harness.include_path is not None:
             need(Path(harness.include_path), "dir", ("workloads", i, "harness", "include_path"))
         if harness.dataset_path is not None and Path(harness.dataset_path).is_absolute():
-            need(Path(harness.dataset_path), "any", ("workloads", i, "harness", "dataset_path"))
+            loc = ("workloads", i, "harness", "dataset_path")
+            need(Path(harness.dataset_path), "any", loc, mount=True)
     return problems, notes

@@ -55,6 +55,9 @@ __all__ = ["SweepEvents", "SweepOptions", "SweepOutcome", "farm_home", "plan_job
 _log = logging.getLogger(__name__)
 # A lease is stale (its driver gone) after this many missed heartbeats.
 _STALE_BEATS = 3
+# Sweeps (store, id) that a driver of this process runs now: a lease of this process
+# on any other sweep belongs to a driver that ended (it may have failed to say so).
+_RUNNING_HERE: set[tuple[str, int]] = set()
 
 
 class SweepOptions(BaseModel):
@@ -190,16 +193,29 @@ class _Sweep:
                     store.load_sweep(session, self.sweep_id),
                     store.completed_cell_ids(session, self.sweep_id),
                 )
-                gone = store.claim_sweep(session, self.sweep_id, self.driver, stale_after)
+                gone = store.claim_sweep(
+                    session, self.sweep_id, self.driver, stale_after, gone=self._ended
+                )
                 if gone is not None:
                     self.events.notice(
                         f"sweep {self.sweep_id} was still marked running by "
                         f"{gone.describe(datetime.now(UTC))}: that driver is gone (no heartbeat "
-                        f"for {stale_after:.0f} s); this driver ({self.driver}) takes it over"
+                        f"for {stale_after:.0f} s, or it was this process and ended while the "
+                        f"store was down); this driver ({self.driver}) takes it over"
                     )
             self.history = store.median_cell_durations(session, plan.cells)
+        _RUNNING_HERE.add(self._key)
         self.events.planned(plan, self.sweep_id)
         return plan
+
+    @property
+    def _key(self) -> tuple[str, int]:
+        return store.mask_url(store.normalize_url(self.options.db_url)), self.sweep_id
+
+    def _ended(self, driver: str) -> bool:
+        """Whether ``driver`` is this process, not running the sweep any more (it ended
+        while the store was down, so the store still says running)."""
+        return driver == self.driver and self._key not in _RUNNING_HERE
 
     def start_heartbeat(self) -> None:
         """Start refreshing this driver's lease on the sweep (a thread; ``finish`` stops it)."""
@@ -316,6 +332,7 @@ class _Sweep:
         if self.lease is not None:
             self.lease.stop()
         self.builds_in_use.close()
+        _RUNNING_HERE.discard(self._key)
         for result, _why in list(self.unsaved.values()):
             refused = self._store(result)  # the store or the disk may be back by now
             if refused is None:

@@ -83,13 +83,7 @@ def fail(problem: FarmError | str, code: int = 2) -> typer.Exit:
 
 def home() -> Path:
     """FARM_HOME, created when missing; FarmError when it cannot be a folder."""
-    try:
-        return farm_home()
-    except OSError as exc:
-        raise FarmError(
-            f"FARM_HOME cannot be used as the farm's folder: {exc.filename or ''} "
-            f"({exc.strerror or exc}); set FARM_HOME to a folder"
-        ) from None
+    return farm_home()
 
 
 def db_url(db: str | None) -> str:

@@ -54,7 +54,7 @@ def check(out: OutOption = None) -> None:
         raise fail(
             f"{len(stale)} generated file(s) out of date; run `farm dashboards build`", code=1
         )
-    console.print(f"dashboards in {folder} match the code")
+    console.print(f"dashboards in {folder} match the code", soft_wrap=True)
 
 
 def _grafana_target(url: str | None, db: str | None) -> tuple[str, str, str | None]:

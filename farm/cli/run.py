@@ -10,6 +10,7 @@ import typer
 
 from farm import store
 from farm.analysis import summarize_sweep
+from farm.builds.environment import mask_argv, mask_env
 from farm.builds.venv import plan_builds
 from farm.cli.common import (
     DbOption,
@@ -243,9 +244,10 @@ def _print_launches(job: JobSpec, only: list[str] | None) -> None:
     launches = plan_launches(job, plan_job(job, _only(only)), python="<build>/bin/python")
     console.print("server argv and env per cell (port and NPU ids are assigned at run time):")
     for cell_id, launch in launches.items():
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))
+        shown = mask_env(launch.env)
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(shown.items()))
         console.print(
-            f"{cell_id}\n  env: {env or '-'}\n  argv: {shlex.join(launch.argv)}",
+            f"{cell_id}\n  env: {env or '-'}\n  argv: {shlex.join(mask_argv(launch.argv))}",
             markup=False,
             highlight=False,
             soft_wrap=True,

@@ -96,7 +96,8 @@ def _public_store_url(url: str) -> str:
         raise SubmitError(f"--db {mask_text(url)!r} is not a store URL") from None
     if parsed.password is not None or any(looks_secret(k) for k in parsed.query):
         raise SubmitError(
-            f"--db {parsed.render_as_string(hide_password=True)}: holds a password, and the "
+            f"--db {parsed.set(query={}).render_as_string(hide_password=True)}: holds a "
+            "password, and the "
             "job server shows a job's environment to anyone who may list jobs; leave --db out "
             "so the job uses the cluster's own FARM_DB_URL (README, Cluster), or give a URL "
             "without the password and keep it in the cluster's ~/.pgpass"

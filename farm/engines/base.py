@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -53,6 +53,7 @@ __all__ = [
     "EngineProcess",
     "ServerLaunch",
     "count_value",
+    "keeper_command",
     "last_exception_line",
     "read_completion",
 ]
@@ -341,15 +342,22 @@ class EngineProcess:
         server and SIGKILLs the whole group, the server's own workers included, when
         the process that called ``start`` dies.
         """
-        keeper = (sys.executable, "-I", "-S", str(_KEEPER), str(os.getpid()))
+        keeper, command = keeper_command(self.launch.argv)
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
-                (*keeper, *self.launch.argv),
+                keeper,
+                stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=self.environment(),
                 start_new_session=True,
             )
+        assert self._proc.stdin is not None
+        # A keeper that died at once closed the pipe; wait_ready reports its exit.
+        with contextlib.suppress(BrokenPipeError):
+            self._proc.stdin.write(command)
+        with contextlib.suppress(BrokenPipeError):
+            self._proc.stdin.close()
 
     def wait_ready(self, timeout_s: float, fatal_grace_s: float = _FATAL_GRACE_S) -> None:
         """Return when the health endpoint answers 200; raise EngineError naming the
@@ -459,6 +467,17 @@ class EngineProcess:
     def port_taken(cls, error: str) -> bool:
         """Whether a start-up error says the port was taken (worth one more try)."""
         return _PORT_TAKEN.search(error) is not None
+
+
+def keeper_command(argv: Sequence[str]) -> tuple[tuple[str, ...], bytes]:
+    """The argv that runs ``argv`` under a group keeper (``farm.engines.group_keeper``)
+    and what to write to the keeper's stdin (then close it).
+
+    Start it as a session leader (``start_new_session``) from the process whose death
+    must end the group; the keeper's pid is the group's id.
+    """
+    keeper = (sys.executable, "-I", "-S", str(_KEEPER), str(os.getpid()))
+    return keeper, json.dumps(list(argv)).encode()
 
 
 def _because(line: str | None) -> str:

@@ -105,7 +105,7 @@ _PREFIXES = (
 )
 # Secret-looking names: dropped from the inherited part even under an allowed prefix.
 _SECRET = re.compile(
-    r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|_KEY$|_KEY_|^FARM_|^RAY_AUTH",
+    r"TOKEN(?!S|IZER)|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|_KEY$|_KEY_|^FARM_|^RAY_AUTH",
     re.IGNORECASE,
 )
 

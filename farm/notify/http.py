@@ -173,66 +173,143 @@ def post_json(
     or in the exception.
     """
     policy = policy or RetryPolicy()
-    secrets = [url, *secrets]
-    body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
-    send_headers = {"Content-Type": "application/json; charset=utf-8", **(headers or {})}
-    where = f"{service} POST {mask_url(url)}"
-    suffix = f"; {hint}" if hint else ""
-    retry_all = replay_safe or delivered is not None
-    unsafe = (
-        f"not retried: the request may have reached {service}, and it keeps no "
-        "idempotency key, so a retry could post it twice"
+    request = _Request(
+        url=url,
+        secrets=[url, *secrets],
+        body=json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode(),
+        headers={"Content-Type": "application/json; charset=utf-8", **(headers or {})},
+        where=f"{service} POST {mask_url(url)}",
+        suffix=f"; {hint}" if hint else "",
+        unsafe=(
+            f"not retried: the request may have reached {service}, and it keeps no "
+            "idempotency key, so a retry could post it twice"
+        ),
+        retry_all=replay_safe or delivered is not None,
+        error=error,
+        check=check,
+        sign=sign,
     )
     own_client = client is None
     http = client or httpx.Client(timeout=policy.timeout_s)
-    reason = "no attempt made"
-    maybe_landed = False
     try:
-        with _redacting_httpx_logs(secrets):
-            for attempt in range(1, policy.attempts + 1):
-                wait: float | None = None
-                if maybe_landed and delivered is not None:
-                    found = delivered()
-                    if found is not None:
-                        return found
-                attempt_headers = {**send_headers, **(sign(body) if sign else {})}
-                try:
-                    response = http.post(url, content=body, headers=attempt_headers)
-                except httpx.TransportError as exc:
-                    reason = f"{type(exc).__name__}: {redact(str(exc), secrets) or 'no detail'}"
-                    if not isinstance(exc, _UNSENT):
-                        if not retry_all:
-                            raise error(f"{where}: {reason} ({unsafe}){suffix}") from None
-                        maybe_landed = True
-                else:
-                    status = response.status_code
-                    excerpt = redact(response.text[:_BODY_EXCERPT], secrets).strip()
-                    if 200 <= status < 300:
-                        refused = check(response) if check else None
-                        if refused is None:
-                            return response
-                        raise error(f"{where}: refused: {redact(refused, secrets)}{suffix}")
-                    reason = f"HTTP {status}" + (f": {excerpt}" if excerpt else "")
-                    if status != 429 and 400 <= status < 500:
-                        raise error(f"{where}: {reason} (not retried){suffix}")
-                    if status == 429:
-                        wait = _retry_after(response)
-                    elif not retry_all:
-                        raise error(f"{where}: {reason} ({unsafe}){suffix}")
-                    else:
-                        maybe_landed = True
-                if attempt < policy.attempts:
-                    delay = wait if wait is not None else policy.delay(attempt)
-                    log.warning(
-                        "%s: attempt %d/%d failed (%s); retrying in %.1f s",
-                        where,
-                        attempt,
-                        policy.attempts,
-                        reason,
-                        delay,
-                    )
-                    policy.sleep(delay)
+        with _redacting_httpx_logs(request.secrets):
+            return _deliver(http, request, policy, delivered)
     finally:
         if own_client:
             http.close()
-    raise error(f"{where}: failed after {policy.attempts} attempt(s): {reason}{suffix}")
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One delivery's fixed parts: what each attempt sends, and how its errors read.
+
+    ``where`` is the masked target every message starts with, ``suffix`` the caller's
+    hint, ``unsafe`` why a failure that may have posted is not retried, ``retry_all``
+    whether such failures are retried anyway (replay-safe, or ``delivered`` given).
+    """
+
+    url: str
+    secrets: list[str]
+    body: bytes
+    headers: dict[str, str]
+    where: str
+    suffix: str
+    unsafe: str
+    retry_all: bool
+    error: type[NotifyError]
+    check: Callable[[httpx.Response], str | None] | None
+    sign: Callable[[bytes], dict[str, str]] | None
+
+    def fail(self, text: str) -> NotifyError:
+        """The caller's error for ``text``, naming the target and the hint."""
+        return self.error(f"{self.where}: {text}{self.suffix}")
+
+
+@dataclass(frozen=True)
+class _Retry:
+    """A failed attempt that may be tried again: why it failed, how long the service
+    asked to wait (None: the policy's backoff), and whether it may have posted."""
+
+    reason: str
+    wait: float | None = None
+    maybe_landed: bool = False
+
+
+def _deliver(
+    http: httpx.Client,
+    request: _Request,
+    policy: RetryPolicy,
+    delivered: Callable[[], httpx.Response | None] | None,
+) -> httpx.Response:
+    """Up to ``policy.attempts`` attempts of ``request``; the 2xx response, or the
+    caller's error naming the last failure."""
+    reason = "no attempt made"
+    maybe_landed = False
+    for attempt in range(1, policy.attempts + 1):
+        # Once an attempt may have posted, ask before posting again.
+        if maybe_landed and delivered is not None:
+            found = delivered()
+            if found is not None:
+                return found
+        outcome = _attempt(http, request)
+        if isinstance(outcome, httpx.Response):
+            return outcome
+        reason = outcome.reason
+        maybe_landed = maybe_landed or outcome.maybe_landed
+        if attempt < policy.attempts:
+            delay = outcome.wait if outcome.wait is not None else policy.delay(attempt)
+            log.warning(
+                "%s: attempt %d/%d failed (%s); retrying in %.1f s",
+                request.where,
+                attempt,
+                policy.attempts,
+                reason,
+                delay,
+            )
+            policy.sleep(delay)
+    raise request.fail(f"failed after {policy.attempts} attempt(s): {reason}")
+
+
+def _attempt(http: httpx.Client, request: _Request) -> httpx.Response | _Retry:
+    """One POST: the accepted 2xx response, or a failure that may be retried; raises
+    the caller's error for one that must not be."""
+    headers = {**request.headers, **(request.sign(request.body) if request.sign else {})}
+    try:
+        response = http.post(request.url, content=request.body, headers=headers)
+    except httpx.TransportError as exc:
+        return _transport_failure(request, exc)
+    return _answered(request, response)
+
+
+def _transport_failure(request: _Request, exc: httpx.TransportError) -> _Retry:
+    """A POST that got no answer: retried if it was never sent, or if posting twice
+    is safe; otherwise the caller's error."""
+    reason = f"{type(exc).__name__}: {redact(str(exc), request.secrets) or 'no detail'}"
+    if isinstance(exc, _UNSENT):
+        return _Retry(reason)
+    if not request.retry_all:
+        # Called while ``exc`` is handled: ``from None`` keeps its text (which may hold
+        # a secret) out of the traceback.
+        raise request.fail(f"{reason} ({request.unsafe})") from None
+    return _Retry(reason, maybe_landed=True)
+
+
+def _answered(request: _Request, response: httpx.Response) -> httpx.Response | _Retry:
+    """The response if it is an accepted 2xx; a retryable failure for 429, or for
+    other non-4xx statuses when posting twice is safe; otherwise the caller's error."""
+    status = response.status_code
+    excerpt = redact(response.text[:_BODY_EXCERPT], request.secrets).strip()
+    if 200 <= status < 300:
+        refused = request.check(response) if request.check else None
+        if refused is None:
+            return response
+        raise request.fail(f"refused: {redact(refused, request.secrets)}")
+    reason = f"HTTP {status}" + (f": {excerpt}" if excerpt else "")
+    if status == 429:
+        # Rate limited: the service did nothing, so a retry cannot post twice.
+        return _Retry(reason, wait=_retry_after(response))
+    if 400 <= status < 500:
+        raise request.fail(f"{reason} (not retried)")
+    if not request.retry_all:
+        raise request.fail(f"{reason} ({request.unsafe})")
+    return _Retry(reason, maybe_landed=True)

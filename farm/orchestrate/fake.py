@@ -34,6 +34,11 @@ def fake_run_cell(task: CellTask, npu_ids: tuple[int, ...], node: str) -> CellRe
     if "FAKE_STARTED_DIR" in task.engine.env:  # lets a test act while the cell runs
         marker = Path(task.engine.env["FAKE_STARTED_DIR"], task.cell.cell_id)
         marker.write_text(ray.get_runtime_context().get_node_id())
+    if "FAKE_WAIT_FOR" in task.engine.env:  # lets a test hold cells until it is ready
+        go = Path(task.engine.env["FAKE_WAIT_FOR"])
+        deadline = time.monotonic() + 600
+        while not go.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
     time.sleep(float(task.engine.env.get("FAKE_CELL_SECONDS", "0")))
     labels = ray.get_runtime_context().get_node_labels()
     notes = (

@@ -697,7 +697,7 @@ class _HostCluster:
                     self._say(
                         f"waiting for {len(joined)} farm run(s) that joined this host's Ray "
                         f"cluster (pid {', '.join(joined)}) to finish before stopping it; "
-                        "interrupt again to stop it now (their running cells are lost)"
+                        "Ctrl-C or SIGTERM stops it now (their running cells are lost)"
                     )
                     said = True
                 time.sleep(_JOINED_POLL_S)

@@ -19,6 +19,7 @@ import json
 import math
 import time
 import traceback
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ import httpx
 from farm.engines import EngineAdapter, EngineProcess, adapter_for
 from farm.engines.base import EngineOutputError
 from farm.errors import CellError, EngineError
+from farm.plan import Variant
 from farm.records import CellResult, EffectiveConfig, VariantResult
 from farm.runner.lifecycle import StartedEngine, start_engine, stop_engine
 from farm.runner.task import CellTask
@@ -55,7 +57,7 @@ def cell_deadline_s(task: CellTask) -> float:
     ``concurrency`` requests. A cell whose every request answers within its own
     timeout never meets this default; it stops what waits outside those timeouts.
     """
-    explicit: float | None = getattr(task.timeouts, "cell_s", None)
+    explicit = task.timeouts.cell_s
     if explicit is not None:
         return explicit
     workloads = {w.spec.name: w for w in task.workloads}
@@ -86,19 +88,14 @@ def run_cell(task: CellTask, npu_ids: tuple[int, ...] = (), node: str | None = N
         raise CellError(f"cell {task.cell.cell_id} was sent to run without an engine build")
     adapter = adapter_for(task.cell.family)
     started = datetime.now(UTC)
-    log_path = Path(task.log_dir) / f"{task.cell.cell_id}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_bytes(b"")
-    variants: list[VariantResult] = []
-    problems: list[str] = []
+    log_path = _fresh_log(task)
+    done = _Progress()
     startup_s = generation_s = None
     effective = None
     t0 = time.monotonic()
     deadline_s = cell_deadline_s(task)
-    deadline = t0 + deadline_s
     start: StartedEngine | None = None
     error: str | None = None
-    variant = None
     try:
         start = start_engine(adapter, task, task.build.python, npu_ids, log_path)
         error = start.error
@@ -106,30 +103,10 @@ def run_cell(task: CellTask, npu_ids: tuple[int, ...] = (), node: str | None = N
             startup_s = time.monotonic() - t0
             effective = _effective_config(start.process, adapter, task, log_path)
             t1 = time.monotonic()
-            for variant in task.cell.variants:
-                workload = next(w for w in task.workloads if w.spec.name == variant.workload)
-                run = _within(
-                    deadline,
-                    run_variant(start.process, adapter, start.launch, task, variant, workload),
-                )
-                variants.append(_marked(run))
-                if run.counters_unusable is not None:
-                    problems.append(
-                        f"variant {variant.key}: counters unusable: {run.counters_unusable}"
-                    )
-                if run.all_failed is not None:
-                    # The engine is not serving: further variants would only wait.
-                    problems.append(f"variant {variant.key}: {run.all_failed}")
-                    if variant != task.cell.variants[-1]:
-                        problems.append("the cell's remaining variants were not run")
-                    break
+            _run_variants(start, adapter, task, t0 + deadline_s, done)
             generation_s = time.monotonic() - t1
     except _DeadlinePassed:
-        where = f" during variant {variant.key}" if variant is not None else ""
-        error = (
-            f"cell deadline of {deadline_s:.0f} s (timeouts.cell_s) passed{where}; "
-            "the engine was stopped"
-        )
+        error = _deadline_passed(deadline_s, done.running)
     except (CellError, EngineError, httpx.HTTPError) as exc:
         error = _failure(exc, start.process) if start else f"{type(exc).__name__}: {exc}"
     except Exception as exc:
@@ -138,7 +115,7 @@ def run_cell(task: CellTask, npu_ids: tuple[int, ...] = (), node: str | None = N
         error = f"internal error in the runner: {_where(exc)}"
     finally:
         not_released = stop_engine(start.process, task.timeouts.stop_s) if start else None
-    error = "; ".join(e for e in (error, *problems, not_released) if e) or None
+    error = "; ".join(e for e in (error, *done.problems, not_released) if e) or None
     return CellResult(
         cell_id=task.cell.cell_id,
         status="failed" if error else "ok",
@@ -147,12 +124,69 @@ def run_cell(task: CellTask, npu_ids: tuple[int, ...] = (), node: str | None = N
         node=node,
         argv=start.launch.argv if start else (),
         effective=effective,
-        variants=tuple(variants),
+        variants=tuple(done.variants),
         startup_s=startup_s,
         generation_s=generation_s,
         error=error,
         log_tail=_tail(log_path) if error else None,
         log_path=str(log_path),
+    )
+
+
+def _fresh_log(task: CellTask) -> Path:
+    """The cell's log file, emptied: the engine process appends to it (a second
+    start-up attempt adds to the first), so a cell run again would extend its old log."""
+    log_path = Path(task.log_dir) / f"{task.cell.cell_id}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_bytes(b"")
+    return log_path
+
+
+@dataclass
+class _Progress:
+    """What the cell's variants gave so far; a cell that fails part-way keeps it.
+
+    ``running`` is the variant being run (the last one once all ran), for the
+    deadline's message; ``problems`` are the variants' failures, for the cell's error.
+    """
+
+    variants: list[VariantResult] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    running: Variant | None = None
+
+
+def _run_variants(
+    start: StartedEngine, adapter: EngineAdapter, task: CellTask, deadline: float, done: _Progress
+) -> None:
+    """Run the cell's variants in order on the started engine, recording into ``done``;
+    stop after a variant none of whose requests succeeded. Raises _DeadlinePassed at
+    ``deadline`` (``time.monotonic()``)."""
+    for variant in task.cell.variants:
+        done.running = variant
+        workload = next(w for w in task.workloads if w.spec.name == variant.workload)
+        run = _within(
+            deadline,
+            run_variant(start.process, adapter, start.launch, task, variant, workload),
+        )
+        done.variants.append(_marked(run))
+        if run.counters_unusable is not None:
+            done.problems.append(
+                f"variant {variant.key}: counters unusable: {run.counters_unusable}"
+            )
+        if run.all_failed is not None:
+            # The engine is not serving: further variants would only wait.
+            done.problems.append(f"variant {variant.key}: {run.all_failed}")
+            if variant != task.cell.variants[-1]:
+                done.problems.append("the cell's remaining variants were not run")
+            break
+
+
+def _deadline_passed(deadline_s: float, running: Variant | None) -> str:
+    """The cell's error when its deadline passed while ``running`` ran."""
+    where = f" during variant {running.key}" if running is not None else ""
+    return (
+        f"cell deadline of {deadline_s:.0f} s (timeouts.cell_s) passed{where}; "
+        "the engine was stopped"
     )
 
 

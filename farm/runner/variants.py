@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from farm.errors import EngineError
 from farm.plan import Variant
 from farm.records import RequestRecord, SpecCounters, VariantResult
 from farm.runner.task import CellTask
+from farm.spec import WorkloadSpec
 from farm.workload.harness import (
     HarnessError,
     harness_command,
@@ -38,7 +39,7 @@ from farm.workload.harness import (
     parse_outcome,
     run_harness,
 )
-from farm.workload.prompts import LoadedWorkload, Prompt, scorer_for
+from farm.workload.prompts import LoadedWorkload, Prompt, Scorer, scorer_for
 from farm.workload.proxy import RecordingProxy
 
 __all__ = ["VariantRun", "counters_from_log", "run_variant", "variant_counters"]
@@ -122,52 +123,18 @@ async def run_variant(
     limits = httpx.Limits(max_connections=spec.concurrency)
     gate = asyncio.Semaphore(spec.concurrency)
     silence = _Silence(spec.concurrency, task.timeouts.request_s)
-    logged_ids: dict[str, str] = {}
     async with httpx.AsyncClient(
         base_url=engine.url, timeout=task.timeouts.request_s, limits=limits
     ) as client:
-
-        async def one(prompt: Prompt) -> RequestRecord:
-            body = adapter.chat_request(served, prompt.prompt, variant, spec)
-            async with gate:
-                t0 = time.monotonic()
-                if silence.verdict is not None:
-                    return _failed_request(prompt.id, t0, f"not sent: {silence.verdict}")
-                response = await _post_chat(client, launch.chat_path, body, engine, variant)
-                if isinstance(response, _Unanswered):
-                    if response.timed_out:
-                        silence.timed_out()
-                    else:
-                        silence.answered()
-                    return _failed_request(prompt.id, t0, response.error)
-                silence.answered()
-                latency = time.monotonic() - t0
-            try:
-                done = adapter.completion_from_response(response.content)
-            except EngineOutputError as exc:
-                return _failed_request(prompt.id, t0, f"unreadable answer: {exc}", latency)
-            if done.counters is None and done.request_id:
-                logged_ids[prompt.id] = done.request_id
-            return RequestRecord(
-                prompt_id=prompt.id,
-                output_text=done.text,
-                completion_tokens=done.completion_tokens,
-                finish_reason=done.finish_reason,
-                latency_s=latency,
-                correct=score(done.text, prompt.answer)
-                if score and prompt.answer is not None
-                else None,
-                counters=done.counters,
-            )
-
+        chat = _Chat(client, engine, adapter, launch, variant, spec, served, score, gate, silence)
         before = await _scrape(client, adapter, launch, engine, task)
         t0 = time.monotonic()
-        records = await asyncio.gather(*(one(p) for p in workload.prompts))
+        records = await asyncio.gather(*(chat.send(p) for p in workload.prompts))
         elapsed = time.monotonic() - t0
         after = await _scrape(client, adapter, launch, engine, task)
-    if logged_ids:
+    if chat.logged_ids:
         log_path = Path(task.log_dir) / f"{task.cell.cell_id}.log"
-        records = counters_from_log(adapter, log_path, records, logged_ids)
+        records = counters_from_log(adapter, log_path, records, chat.logged_ids)
     failed = sum(r.error is not None for r in records)
     print(
         f"[{task.cell.cell_id}] {variant.key}: {len(records)} requests ({failed} failed) "
@@ -185,6 +152,65 @@ async def run_variant(
         ),
         counters_unusable=unusable,
     )
+
+
+@dataclass
+class _Chat:
+    """Sends the farm's own prompts of one variant to the engine's chat endpoint.
+
+    ``gate`` holds at most ``concurrency`` requests in flight, ``silence`` stops
+    sending once the engine has gone quiet. ``logged_ids`` collects (prompt -> response
+    id) the answers whose counters the engine wrote to its log instead.
+    """
+
+    client: httpx.AsyncClient
+    engine: EngineProcess
+    adapter: EngineAdapter
+    launch: ServerLaunch
+    variant: Variant
+    spec: WorkloadSpec
+    served: str
+    score: Scorer | None
+    gate: asyncio.Semaphore
+    silence: _Silence
+    logged_ids: dict[str, str] = field(default_factory=dict)
+
+    async def send(self, prompt: Prompt) -> RequestRecord:
+        """The record of one prompt: its answer, or the failure with its error; raises
+        EngineError when the engine has exited."""
+        body = self.adapter.chat_request(self.served, prompt.prompt, self.variant, self.spec)
+        async with self.gate:
+            t0 = time.monotonic()
+            if self.silence.verdict is not None:
+                return _failed_request(prompt.id, t0, f"not sent: {self.silence.verdict}")
+            response = await _post_chat(
+                self.client, self.launch.chat_path, body, self.engine, self.variant
+            )
+            if isinstance(response, _Unanswered):
+                if response.timed_out:
+                    self.silence.timed_out()
+                else:
+                    self.silence.answered()
+                return _failed_request(prompt.id, t0, response.error)
+            self.silence.answered()
+            latency = time.monotonic() - t0
+        try:
+            done = self.adapter.completion_from_response(response.content)
+        except EngineOutputError as exc:
+            return _failed_request(prompt.id, t0, f"unreadable answer: {exc}", latency)
+        if done.counters is None and done.request_id:
+            self.logged_ids[prompt.id] = done.request_id
+        return RequestRecord(
+            prompt_id=prompt.id,
+            output_text=done.text,
+            completion_tokens=done.completion_tokens,
+            finish_reason=done.finish_reason,
+            latency_s=latency,
+            correct=self.score(done.text, prompt.answer)
+            if self.score and prompt.answer is not None
+            else None,
+            counters=done.counters,
+        )
 
 
 async def _post_chat(

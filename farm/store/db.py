@@ -12,6 +12,7 @@ import contextlib
 import os
 import re
 import socket
+import sqlite3
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -277,6 +278,9 @@ def upgrade(url: str, create: bool = True) -> str:
     """
     url = normalize_url(url)
     cfg = _alembic_config(url)
+    path = sqlite_file(url)
+    if path is not None and path.is_file():
+        _check_sqlite_identity(path, cfg, url, create)
     engine = connect(url)
     try:
         try:
@@ -381,6 +385,44 @@ def _check_identity(connection: sa.Connection, cfg: Config, url: str, create: bo
     """Refuse a database that holds tables but not the farm's, or no store at all when
     ``create`` is false; before anything is migrated."""
     tables = _user_tables(connection)
+    revision = (
+        MigrationContext.configure(connection).get_current_revision()
+        if _VERSION_TABLE in tables
+        else None
+    )
+    _judge_identity(tables, revision, cfg, url, create)
+
+
+def _check_sqlite_identity(path: Path, cfg: Config, url: str, create: bool) -> None:
+    """:func:`_check_identity` for an existing SQLite file, read through a read-only
+    connection: the farm's own connections switch the file to WAL, a write that a
+    foreign or empty file must not get."""
+    try:
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return  # unreadable here: the farm's own connection reports why
+    try:
+        rows = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        tables = {r[0] for r in rows if not r[0].startswith("sqlite_")}
+        revision = None
+        if _VERSION_TABLE in tables:
+            found = connection.execute(f"SELECT version_num FROM {_VERSION_TABLE}").fetchone()
+            revision = found[0] if found else None
+    except sqlite3.DatabaseError as exc:
+        raise StoreDamagedError(
+            f"{path} is not an mtp-farm store: SQLite cannot read it ({exc}); check --db "
+            "or FARM_DB_URL (nothing was changed)"
+        ) from None
+    finally:
+        connection.close()
+    _judge_identity(tables, revision, cfg, url, create)
+
+
+def _judge_identity(
+    tables: set[str], revision: str | None, cfg: Config, url: str, create: bool
+) -> None:
+    """The verdict on a database's ``tables`` and schema ``revision``: empty (a store
+    may be made when ``create``), the farm's, or refused."""
     if not tables:
         if not create:
             raise StoreError(
@@ -395,7 +437,6 @@ def _check_identity(connection: sa.Connection, cfg: Config, url: str, create: bo
             f"{_VERSION_TABLE}; point --db or FARM_DB_URL at the farm's store or at an "
             "empty database (nothing was changed)"
         )
-    revision = MigrationContext.configure(connection).get_current_revision()
     ours = {s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()}
     if revision not in ours:
         raise StoreDamagedError(
@@ -507,6 +548,15 @@ def _value_problem(
     return None
 
 
+def _reader(column: sa.Column[Any], dialect: sa.Dialect) -> Callable[[Any], Any] | None:
+    """The column type's own reader of a raw value on ``dialect`` (SQLite keeps JSON and
+    timestamps as text); None where the driver reads values itself (PostgreSQL)."""
+    try:
+        return column.type.dialect_impl(dialect).result_processor(dialect, None)
+    except (TypeError, ValueError, NotImplementedError):
+        return None
+
+
 def damaged_rows(engine: Engine, limit: int = 20) -> list[str]:
     """``row <table> id=N: <column>: <problem>`` for stored values this farm cannot read
     (malformed JSON, an unparseable timestamp, a word outside its column's allowed
@@ -520,10 +570,7 @@ def damaged_rows(engine: Engine, limit: int = 20) -> list[str]:
             if name not in present:
                 continue
             allowed = _allowed_values(table)
-            readers = {
-                c.name: c.type.dialect_impl(dialect).result_processor(dialect, None)
-                for c in table.columns
-            }
+            readers = {c.name: _reader(c, dialect) for c in table.columns}
             keys = [c.name for c in table.primary_key.columns]
             # Raw values: no type processing, so one bad value cannot stop the scan.
             rows = connection.exec_driver_sql(f'SELECT * FROM "{name}"')
@@ -557,7 +604,7 @@ def read_error(engine: Engine, url: str, exc: BaseException) -> StoreError | Non
             "(fix or delete them, or restore a backup):\n  " + "\n  ".join(rows)
         )
     if isinstance(exc, SQLAlchemyError):
-        return _store_error(url, "cannot read the farm store", exc)
+        return _store_error(url, "the farm store refused the command", exc)
     return None
 
 

@@ -9,7 +9,7 @@ else pending in it) and write nothing.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -350,15 +350,20 @@ class SweepInUseError(FarmError):
 
 
 def claim_sweep(
-    session: Session, sweep_id: int, driver: str, stale_after_s: float
+    session: Session,
+    sweep_id: int,
+    driver: str,
+    stale_after_s: float,
+    gone: Callable[[str], bool] | None = None,
 ) -> SweepLease | None:
     """Lease sweep ``sweep_id`` to ``driver`` and mark it ``running`` (``--resume``).
 
     A sweep already running under a heartbeat younger than ``stale_after_s`` (by the
-    store's clock) is refused with SweepInUseError. A running sweep whose heartbeat is
-    older, or missing, is taken over: its previous lease is returned so the caller can
-    say so. Returns None when the sweep had ended (or was interrupted). Raises
-    StoreError when there is no such sweep.
+    store's clock) is refused with SweepInUseError, unless ``gone(its driver)`` says
+    the caller knows that driver ended. A running sweep whose heartbeat is older, or
+    missing, is taken over: its previous lease is returned so the caller can say so.
+    Returns None when the sweep had ended (or was interrupted). Raises StoreError when
+    there is no such sweep.
     """
     with _unit_of_work(session):
         sweep = _require_sweep(session, sweep_id, lock=True)
@@ -367,15 +372,35 @@ def claim_sweep(
         previous = None
         if sweep.status == "running":
             beat = sweep.heartbeat_at
-            if beat is not None and now - beat < timedelta(seconds=stale_after_s):
+            fresh = beat is not None and now - beat < timedelta(seconds=stale_after_s)
+            if fresh and not (gone is not None and sweep.driver and gone(sweep.driver)):
                 raise SweepInUseError(held, now, stale_after_s)
             previous = held
-        sweep.status = "running"
-        sweep.finished_at = None
-        sweep.driver = driver
-        sweep.heartbeat_at = now
-        session.add(sweep)
+        # Only if nobody claimed it since it was read: PostgreSQL's row lock makes that
+        # sure already, SQLite (no row locks) needs the compare.
+        claim = (
+            sa.update(SweepRow)
+            .where(
+                col(SweepRow.id) == sweep_id,
+                col(SweepRow.status) == sweep.status,
+                _is(col(SweepRow.driver), sweep.driver),
+                _is(col(SweepRow.heartbeat_at), sweep.heartbeat_at),
+            )
+            .values(status="running", finished_at=None, driver=driver, heartbeat_at=now)
+        )
+        if session.exec(claim).rowcount != 1:
+            raise SweepInUseError(_lease(session, sweep_id), now, stale_after_s)
     return previous
+
+
+def _is(column: Any, value: Any) -> Any:
+    return column.is_(None) if value is None else column == value
+
+
+def _lease(session: Session, sweep_id: int) -> SweepLease:
+    session.expire_all()
+    sweep = _require_sweep(session, sweep_id)
+    return SweepLease(sweep_id=sweep_id, driver=sweep.driver, heartbeat_at=sweep.heartbeat_at)
 
 
 def heartbeat(session: Session, sweep_id: int, driver: str) -> SweepLease | None:
@@ -390,8 +415,7 @@ def heartbeat(session: Session, sweep_id: int, driver: str) -> SweepLease | None
         )
         if session.exec(mine).rowcount == 1:
             return None
-        sweep = _require_sweep(session, sweep_id)
-        return SweepLease(sweep_id=sweep_id, driver=sweep.driver, heartbeat_at=sweep.heartbeat_at)
+        return _lease(session, sweep_id)
 
 
 def reopen_sweep(session: Session, sweep_id: int) -> None:

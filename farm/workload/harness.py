@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from farm.engines.base import keeper_command
 from farm.engines.environment import child_environment
 from farm.errors import CellError
 from farm.records import RequestRecord
@@ -180,20 +181,28 @@ def derived_task_yaml(task: str, source: Path, dataset_path: str) -> str:
 async def run_harness(command: HarnessCommand, timeout_s: float, log_path: Path) -> None:
     """Run the harness to completion, its output in ``log_path``.
 
-    The harness runs in its own process group with an explicit environment (never
+    The harness runs in its own process group, killed with the worker that started
+    it (``farm.engines.base.keeper_command``), with an explicit environment (never
     the farm's secrets: ``farm.engines.environment``). Raises HarnessError on a
     non-zero exit (with the log tail) or after ``timeout_s`` (the harness's process
     group is killed).
     """
+    keeper, argv = keeper_command(command.argv)
     with open(log_path, "wb") as log:
         proc = await asyncio.create_subprocess_exec(
-            *command.argv,
+            *keeper,
+            stdin=asyncio.subprocess.PIPE,
             stdout=log,
             stderr=asyncio.subprocess.STDOUT,
             env=child_environment(command.env),
             cwd=command.output_dir,
             start_new_session=True,
         )
+    assert proc.stdin is not None
+    with contextlib.suppress(ConnectionError):  # a keeper that died at once: its exit says
+        proc.stdin.write(argv)
+        await proc.stdin.drain()
+    proc.stdin.close()
     try:
         code = await asyncio.wait_for(proc.wait(), timeout=timeout_s)
     except TimeoutError:

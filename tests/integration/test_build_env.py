@@ -111,12 +111,12 @@ def test_a_hanging_install_is_killed_at_the_pip_deadline(
     took = time.monotonic() - started
     message = str(info.value)
     assert "no end after 45 s, killed:" in message and "FARM_PIP_TIMEOUT_S" in message
-    assert message.startswith("could not install the engine") or "venv" in message
+    assert message.startswith("could not install the engine: no end after 45 s")
     assert took < 45 * 2 + 30  # once, not retried
-    if pid_file.exists():  # the backend got to run: it is gone with the pip group
-        pid = int(pid_file.read_text())
-        time.sleep(1)
-        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+    # The backend ran, and went with pip's process group.
+    pid = int(pid_file.read_text())
+    time.sleep(1)
+    assert not Path(f"/proc/{pid}").exists() or " Z " in Path(f"/proc/{pid}/stat").read_text()
 
 
 @pytest.fixture

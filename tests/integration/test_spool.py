@@ -2,8 +2,9 @@
 
 PostgreSQL is real (a fresh database per test); the sweep reaches it through a TCP
 proxy the test stops and restarts, so the store refuses connections exactly as a
-stopped server does, without stopping the machine's PostgreSQL under other users.
-The cells run the FAKE runner and FAKE builder (no engine) on a real local Ray.
+stopped server does, or silences, so it answers nothing as behind a network
+partition, without touching the machine's PostgreSQL under other users. The cells run
+the FAKE runner and FAKE builder (no engine) on a real local Ray.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,10 +46,15 @@ resources: {cpus: 1}
 
 
 class TcpProxy:
-    """A TCP forwarder to ``target`` on a fixed local port that can be stopped and restarted.
+    """A TCP forwarder to ``target`` on a fixed local port that can be stopped and restarted,
+    or silenced and resumed.
 
     Stopped, it closes its listener and every forwarded connection: clients get
-    "connection refused", as from a database server that is down.
+    "connection refused", as from a database server that is down. Silenced, it keeps
+    accepting and keeps every connection open but forwards nothing either way (what
+    it holds goes on when resumed): clients wait for answers that do not come, as
+    behind a network partition. Their TCP stack sees a live peer, so only a client's
+    own deadline ends the wait.
     """
 
     def __init__(self, target: tuple[str, int]) -> None:
@@ -56,9 +63,20 @@ class TcpProxy:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.port = 0
+        self.silent = False
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+
+    def silence(self) -> None:
+        self.silent = True
+
+    def resume(self) -> None:
+        self.silent = False
+
+    async def _quiet(self) -> None:
+        while self.silent:
+            await asyncio.sleep(0.05)
 
     def _call(self, coro: object) -> None:
         asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=10)  # type: ignore[arg-type]
@@ -96,6 +114,7 @@ class TcpProxy:
         assert task is not None
         self._tasks.add(task)  # type: ignore[arg-type]
         try:
+            await self._quiet()
             up_reader, up_writer = await asyncio.open_connection(*self.target)
         except OSError:
             writer.close()
@@ -105,6 +124,7 @@ class TcpProxy:
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             with contextlib.suppress(OSError, asyncio.CancelledError):
                 while data := await src.read(65536):
+                    await self._quiet()
                     dst.write(data)
                     await dst.drain()
             dst.close()
@@ -262,6 +282,60 @@ def test_a_build_landing_while_the_store_is_down_does_not_stop_the_sweep(
     assert set(_stored(url, outcome.sweep_id).values()) == {"ok"}
 
 
+class _StoreGoesSilent(_StoreGoesAway):
+    """Silences the proxy after the first result; records when."""
+
+    def __init__(self, proxy: TcpProxy) -> None:
+        super().__init__(proxy, back_after=None)
+        self.silent_at: float | None = None
+
+    def cell_done(self, cell: ServerCell, result: CellResult) -> None:
+        self.done += 1
+        if self.done == 1:
+            self.proxy.silence()
+            self.silent_at = time.monotonic()
+
+
+def test_a_store_that_goes_silent_costs_the_sweep_seconds_and_loses_nothing(
+    proxied_url: tuple[str, TcpProxy],
+    tmp_path: Path,
+    ray_local: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Before: a partitioned PostgreSQL blocked the driver for good (only a connect
+    # timeout; no statement deadline, no keepalive). Now each store call has a deadline
+    # (statement + connect timeout, here 2 + 2 s) after which the result is spooled.
+    monkeypatch.setenv("FARM_DB_CONNECT_TIMEOUT_S", "2")
+    monkeypatch.setenv("FARM_DB_STATEMENT_TIMEOUT_S", "2")
+    monkeypatch.setenv("FARM_SWEEP_HEARTBEAT_S", "1")
+    url, proxy = proxied_url
+    events = _StoreGoesSilent(proxy)
+    outcome: list[tuple[int, tuple[str, ...]]] = []
+    driver = threading.Thread(target=lambda: outcome.append(_sweep(tmp_path, url, events)))
+    driver.start()
+    driver.join(timeout=300)
+    if driver.is_alive():
+        proxy.resume()  # let it end, then fail: it was blocked
+        driver.join(timeout=120)
+        pytest.fail("the sweep was still blocked on the silent store after 300 s")
+    assert outcome, "the sweep raised (see the thread's traceback above)"
+    assert events.silent_at is not None
+    blocked_s = time.monotonic() - events.silent_at
+    # Five results, the sweep's end and a flush attempt, each bounded by about 4 s; the
+    # heartbeat's failure makes the later results skip the store.
+    assert blocked_s < 90, f"{blocked_s:.0f} s from the store going silent to the sweep's end"
+    sweep_id, still_spooled = outcome[0]
+    assert len(still_spooled) == 5
+    assert sorted(events.spooled_ids) == sorted(p.rsplit("/", 1)[1][:-5] for p in still_spooled)
+    proxy.resume()
+    result = CliRunner().invoke(
+        app, ["spool", "flush", "--db", url], env={"FARM_HOME": str(tmp_path / "home")}
+    )
+    assert result.exit_code == 0, result.output
+    assert "5 stored, 0 still spooled" in result.output
+    assert set(_stored(url, sweep_id).values()) == {"ok"}
+
+
 # --- versioned spool files ---------------------------------------------------------------
 
 
@@ -292,7 +366,10 @@ def test_unreadable_spool_files_are_reported_and_left_in_place(tmp_path: Path) -
     truncated = folder / "cut.json"
     truncated.write_text(good[0].read_text()[:100])
     newer = folder / "newer.json"
-    newer.write_text(json.dumps({**json.loads(good[1].read_text()), "format_version": 2}))
+    newer_version = SPOOL_FORMAT + 1
+    newer.write_text(
+        json.dumps({**json.loads(good[1].read_text()), "format_version": newer_version})
+    )
     invalid = folder / "invalid.json"
     invalid.write_text(json.dumps({**json.loads(good[1].read_text()), "sweep_id": "one"}))
     elsewhere = folder / "other-store.json"  # readable to nobody, but says whose it is
@@ -303,7 +380,7 @@ def test_unreadable_spool_files_are_reported_and_left_in_place(tmp_path: Path) -
     assert len(scan.unreadable) == 3
     reasons = "\n".join(scan.unreadable)
     assert f"{truncated}: unreadable spooled result: not valid JSON" in reasons
-    assert f"{newer}: unreadable spooled result: format version 2 is newer" in reasons
+    assert f"{newer}: unreadable spooled result: format version {newer_version} is newer" in reasons
     assert f"{invalid}: unreadable spooled result: does not validate" in reasons
     assert str(elsewhere) not in reasons
 

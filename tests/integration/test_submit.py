@@ -132,7 +132,7 @@ def ray_head(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
 
 
 def test_submitted_sweep_runs_as_a_ray_job_and_succeeds(
-    ray_head: tuple[str, dict[str, str]],
+    ray_head: tuple[str, dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, env = ray_head
     job = str(REPO / "jobs" / "local.yaml")
@@ -170,6 +170,8 @@ def test_submitted_sweep_runs_as_a_ray_job_and_succeeds(
     assert "FARM_DB_URL" not in json.dumps(described.json().get("runtime_env") or {})
 
     # A job run by the head sees the head's own FARM_DB_URL: where the sweep finds its store.
+    monkeypatch.setenv("RAY_AUTH_TOKEN", env["RAY_AUTH_TOKEN"])
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     server = JobServer(url)
     probe = "import os; print('store url is', os.environ.get('FARM_DB_URL'))"
     probe_id = server.submit(shlex.join([sys.executable, "-c", probe]), {}, {})

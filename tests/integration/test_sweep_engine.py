@@ -88,8 +88,8 @@ def test_local_slice_measures_real_mtp_and_lands_in_sqlite(
 
     rows = summarize_sweep(record)
     spec_rows = [r for r in rows if r.mtp_depth == 3]
-    assert all(r.greedy_compared == 8 for r in spec_rows if r.graph_mode == "eager")
-    thinking_on = [r for r in rows if r.thinking == "on"]
+    assert all(r.greedy_compared == 8 for r in spec_rows if r.axes["graph_mode"] == "eager")
+    thinking_on = [r for r in rows if r.axes.get("thinking") == "on"]
     assert all(r.accuracy is not None and r.accuracy >= 0.75 for r in thinking_on), thinking_on
 
     shown = CliRunner().invoke(app, ["report", "latest", "--db", url], env={"COLUMNS": "200"})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,8 @@ from farm.cli.main import app
 from farm.engines import adapter_for
 from farm.errors import BuildError, SpecError
 from farm.spec import EngineSpec, parse_job
+
+REPO = Path(__file__).resolve().parents[2]
 
 JOB = """\
 name: t
@@ -366,6 +369,10 @@ def test_farm_plan_shows_each_builds_hash(repo: tuple[Path, str, str], tmp_path:
     path, first, _ = repo
     jobs = tmp_path / "jobs"
     jobs.mkdir()
+    # `farm plan` checks what a run would read: the model folder and the prompt file.
+    (tmp_path / "models" / "tiny-mtp").mkdir(parents=True)
+    (tmp_path / "workloads").mkdir()
+    shutil.copy(REPO / "workloads" / "arith.jsonl", tmp_path / "workloads")
     engines = (
         "    version: 0.1.0\n"
         "  - name: from-git\n    family: vllm\n    package: vllm\n"

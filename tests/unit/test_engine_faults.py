@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import os
 import signal
@@ -376,14 +377,25 @@ def test_sigkilled_worker_leaves_no_process_of_its_fake_engine_group(tmp_path: P
                 os.killpg(pgid, signal.SIGKILL)
 
 
-def test_engine_exit_status_comes_through_its_keeper(tmp_path: Path) -> None:
-    engine = EngineProcess(
-        ServerLaunch(argv=(sys.executable, "-c", "raise SystemExit(3)"), env={}),
-        1,
-        tmp_path / "log",
-    )
+@pytest.mark.parametrize(
+    ("script", "code"),
+    [
+        ("raise SystemExit(3)", 3),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", -9),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", -15),
+    ],
+)
+def test_engine_exit_status_comes_through_its_keeper(
+    tmp_path: Path, script: str, code: int
+) -> None:
+    # A SIGKILLed engine once made the keeper exit 1 (signal.signal(SIGKILL) raised).
+    launch = ServerLaunch(argv=(sys.executable, "-c", script), env={})
+    engine = EngineProcess(launch, 1, tmp_path / "log")
     engine.start()
-    assert engine.exited(within_s=10) and engine.returncode == 3
+    assert engine.exited(within_s=10) and engine.returncode == code
+
+
+def test_engine_that_cannot_start_names_why(tmp_path: Path) -> None:
     missing = EngineProcess(ServerLaunch(argv=("/no/such/python",), env={}), 1, tmp_path / "log2")
     missing.start()
     assert missing.exited(within_s=10) and missing.returncode == 127
@@ -438,9 +450,14 @@ def test_real_vllm_start_passes_an_explicit_environment(
     engine = adapter.process(launch, 8000, tmp_path / "log", (0, 1))
     started: list[dict[str, object]] = []
 
+    class _Pipe(io.BytesIO):
+        def close(self) -> None:  # keep what was written readable
+            pass
+
     class _CaughtPopen:
         def __init__(self, argv: tuple[str, ...], **kwargs: object) -> None:
-            started.append({"argv": argv, **kwargs})
+            self.stdin = _Pipe()
+            started.append({**kwargs, "argv": argv, "pipe": self.stdin})
 
     monkeypatch.setattr("farm.engines.base.subprocess.Popen", _CaughtPopen)
     engine.start()
@@ -449,8 +466,11 @@ def test_real_vllm_start_passes_an_explicit_environment(
     assert isinstance(env, dict) and env == engine.environment()
     assert not set(DRIVER_SECRETS) & set(env)
     assert env["ASCEND_RT_VISIBLE_DEVICES"] == "0,1" and env["VLLM_LOGGING_LEVEL"] == "DEBUG"
-    argv = popen["argv"]
-    assert isinstance(argv, tuple) and argv[-len(launch.argv) :] == launch.argv
+    # The keeper gets vLLM's command line on stdin and runs it.
+    pipe = popen["pipe"]
+    assert isinstance(pipe, io.BytesIO)
+    assert tuple(json.loads(pipe.getvalue())) == launch.argv
+    assert launch.argv[1:3] == ("-m", "vllm.entrypoints.openai.api_server")
     assert popen["start_new_session"] is True
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from farm.errors import SpecError
@@ -62,3 +64,39 @@ def test_missing_section_and_bad_yaml() -> None:
         parse_job("name: t\nengines: [\n  : :\n", "bad.yaml")
     with pytest.raises(SpecError, match="a job file is a mapping"):
         parse_job("- 1\n- 2\n", "bad.yaml")
+
+
+def test_a_job_built_in_code_refuses_duplicate_names_without_a_file() -> None:
+    from pydantic import ValidationError
+
+    from farm.spec import JobSpec
+
+    job = parse_job(GOOD, "job.yaml", base_dir="/repo/jobs")
+    data = job.model_dump()
+    data["models"] = [data["models"][0], data["models"][0]]
+    with pytest.raises(ValidationError, match="'tiny' is named twice"):
+        JobSpec.model_validate(data)
+
+
+def test_job_file_where_names_file_line_and_key() -> None:
+    from farm.spec import parse_job_file
+
+    job = parse_job_file(GOOD, "jobs/x.yaml", base_dir="/repo/jobs")
+    assert job.where("models", 0, "path") == "jobs/x.yaml:9: models.0.path"
+    assert job.where("workloads", 0, "count") == "jobs/x.yaml:16: workloads.0.count"
+
+
+def test_node_mounts_are_noted_only_for_pinned_jobs_run_elsewhere(tmp_path: Path) -> None:
+    from farm.spec import check_job_paths, parse_job_file
+
+    text = GOOD.replace("../models/tiny-mtp", "/mnt/none/tiny")
+    free = parse_job_file(text, "j.yaml", base_dir=str(tmp_path))
+    assert check_job_paths(free, on_this_machine=False)[0] == [
+        "j.yaml:9: models.0.path: /mnt/none/tiny does not exist"
+    ]
+    pinned = parse_job_file(
+        text + "resources:\n  label_selector: {pool: a3}\n", "j.yaml", base_dir=str(tmp_path)
+    )
+    problems, notes = check_job_paths(pinned, on_this_machine=False)
+    assert problems == [] and "/mnt/none/tiny is not on this machine" in notes[0]
+    assert check_job_paths(pinned, on_this_machine=True)[0]
