@@ -13,6 +13,8 @@ refused (another driver runs it); one whose heartbeat is stale is taken over.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import logging
 import os
 import platform
@@ -170,6 +172,7 @@ class _Sweep:
         self.unsaved: dict[str, tuple[CellResult, str]] = {}
         self.heartbeat_s = get_settings().store.heartbeat_s
         self.lease: _Lease | None = None
+        self._lease_fd: int | None = None
         # Shared locks on the builds this sweep uses here, so `farm builds gc` spares them.
         self.builds_in_use = ExitStack()
 
@@ -200,11 +203,12 @@ class _Sweep:
                     self.events.notice(
                         f"sweep {self.sweep_id} was still marked running by "
                         f"{gone.describe(datetime.now(UTC))}: that driver is gone (no heartbeat "
-                        f"for {stale_after:.0f} s, or it was this process and ended while the "
-                        f"store was down); this driver ({self.driver}) takes it over"
+                        f"for {stale_after:.0f} s, or its process on this host has ended); "
+                        f"this driver ({self.driver}) takes it over"
                     )
             self.history = store.median_cell_durations(session, plan.cells)
         _RUNNING_HERE.add(self._key)
+        self._hold_lease_file()
         self.events.planned(plan, self.sweep_id)
         return plan
 
@@ -212,10 +216,49 @@ class _Sweep:
     def _key(self) -> tuple[str, int]:
         return store.mask_url(store.normalize_url(self.options.db_url)), self.sweep_id
 
+    def _lease_file(self, driver: str) -> Path:
+        """``FARM_HOME/leases/<store>-<sweep>-<host>-<pid>.lock``: locked by that driver
+        for as long as its process runs the sweep."""
+        digest = hashlib.sha256(self._key[0].encode()).hexdigest()[:10]
+        name = f"{digest}-{self.sweep_id}-{driver}".replace(":", "-").replace("/", "-")
+        return self.options.home / "leases" / f"{name}.lock"
+
+    def _hold_lease_file(self) -> None:
+        path = self._lease_file(self.driver)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lease_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._lease_fd, fcntl.LOCK_EX)
+
+    def _release_lease_file(self) -> None:
+        if self._lease_fd is not None:
+            self._lease_file(self.driver).unlink(missing_ok=True)  # unlinked while held
+            os.close(self._lease_fd)
+            self._lease_fd = None
+
     def _ended(self, driver: str) -> bool:
-        """Whether ``driver`` is this process, not running the sweep any more (it ended
-        while the store was down, so the store still says running)."""
-        return driver == self.driver and self._key not in _RUNNING_HERE
+        """Whether the lease's ``driver`` is known to have ended without waiting for its
+        heartbeat to go stale: this process, not running the sweep any more (it ended
+        while the store was down), or a process of this host whose lease file in this
+        FARM_HOME nobody holds (killed). Anything else (another host, another FARM_HOME)
+        is left to the heartbeat."""
+        if driver == self.driver:
+            return self._key not in _RUNNING_HERE
+        if driver.rpartition(":")[0] != platform.node():
+            return False
+        path = self._lease_file(driver)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        else:
+            path.unlink(missing_ok=True)
+            return True
+        finally:
+            os.close(fd)
 
     def start_heartbeat(self) -> None:
         """Start refreshing this driver's lease on the sweep (a thread; ``finish`` stops it)."""
@@ -333,6 +376,7 @@ class _Sweep:
             self.lease.stop()
         self.builds_in_use.close()
         _RUNNING_HERE.discard(self._key)
+        self._release_lease_file()
         for result, _why in list(self.unsaved.values()):
             refused = self._store(result)  # the store or the disk may be back by now
             if refused is None:

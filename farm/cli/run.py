@@ -91,6 +91,9 @@ class _ConsoleEvents(SweepEvents):
     def spooled(self, cell_id: str, where: str) -> None:
         say(("spooled", "yellow"), f" {cell_id} (the store refused it): {where}")
 
+    def notice(self, text: str) -> None:
+        say(("note", "yellow"), f" {text}")
+
     def cell_done(self, cell: ServerCell, result: CellResult) -> None:
         self.tally.done(cell.cell_id, result.status == "ok", result.node)
         self.progress.advance(self.task)
@@ -128,6 +131,13 @@ def _print_outcome(outcome: SweepOutcome, url: str) -> None:
             (f"{len(outcome.spooled)} result(s) still spooled", "yellow"),
             " (the store refused them): " + ", ".join(outcome.spooled) + "; `farm spool flush` "
             "stores them once the store is back (the next `farm run` does too)",
+        )
+    if outcome.unsaved:
+        say(
+            (f"{len(outcome.unsaved)} result(s) not saved", "red"),
+            " (neither the store nor the spool took them): "
+            + ", ".join(outcome.unsaved)
+            + f"; `farm run JOB --resume {outcome.sweep_id}` runs them again",
         )
     try:
         with open_session(url) as session:

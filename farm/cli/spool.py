@@ -57,6 +57,9 @@ def flush(db: DbOption = None) -> None:
         console.print(Text.assemble(("kept", "yellow"), f" {line}"), soft_wrap=True)
     _print_unreadable(report.unreadable)
     unreadable = f", {len(report.unreadable)} unreadable" if report.unreadable else ""
-    console.print(f"{len(report.stored)} stored, {len(report.kept)} still spooled{unreadable}")
+    busy = f", {len(report.busy)} left to a flush already running" if report.busy else ""
+    console.print(
+        f"{len(report.stored)} stored, {len(report.kept)} still spooled{unreadable}{busy}"
+    )
     if report.kept or report.unreadable:
         raise typer.Exit(1)

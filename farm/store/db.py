@@ -277,6 +277,13 @@ def upgrade(url: str, create: bool = True) -> str:
     added to it) or a table of the farm's is missing.
     """
     url = normalize_url(url)
+    # Under the lock from the identity check on: a file another process is creating
+    # right now has tables but no revision yet.
+    with _migration_lock(url):
+        return _upgrade_locked(url, create)
+
+
+def _upgrade_locked(url: str, create: bool) -> str:
     cfg = _alembic_config(url)
     path = sqlite_file(url)
     if path is not None and path.is_file():
@@ -288,7 +295,7 @@ def upgrade(url: str, create: bool = True) -> str:
         except SQLAlchemyError as exc:
             raise _store_error(url, "cannot connect to the farm store", exc) from exc
         try:
-            with _migration_lock(url), connection, connection.begin():
+            with connection, connection.begin():
                 if connection.dialect.name == "postgresql":
                     # A migration may rewrite big tables: not bound by the farm's timeout.
                     connection.execute(sa.text("SET LOCAL statement_timeout = 0"))

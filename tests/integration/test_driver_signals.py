@@ -197,11 +197,14 @@ def test_resume_of_a_sweep_running_elsewhere_is_refused_and_a_stale_one_taken_ov
     tmp_path: Path, ray_local: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Before: `--resume` of a sweep another driver was running was accepted, and both
-    # drivers ran the same cells.
-    monkeypatch.setenv("FARM_SWEEP_HEARTBEAT_S", "1")
+    # drivers ran the same cells. The resumes here use another FARM_HOME, as a driver on
+    # another host would: no lease file to show the first driver has ended, so only its
+    # heartbeat (every 3 s, stale after 9 s) decides.
+    monkeypatch.setenv("FARM_SWEEP_HEARTBEAT_S", "3")
     text, job_file, started = _job(tmp_path, seconds=3.0)
     url = f"sqlite:///{tmp_path / 'farm.db'}"
     home = tmp_path / "home"
+    elsewhere = tmp_path / "other-home"
     driver = subprocess.Popen(
         [sys.executable, "-c", RUN_SWEEP, str(job_file), str(tmp_path), url, str(home)],
         start_new_session=True,
@@ -213,26 +216,30 @@ def test_resume_of_a_sweep_running_elsewhere_is_refused_and_a_stale_one_taken_ov
         refused = CliRunner().invoke(
             app,
             ["run", str(job_file), "--db", url, "--resume", str(sweep_id)],
-            env={"FARM_HOME": str(home), "FARM_SWEEP_HEARTBEAT_S": "1", "COLUMNS": "300"},
+            env={"FARM_HOME": str(elsewhere), "FARM_SWEEP_HEARTBEAT_S": "3", "COLUMNS": "300"},
         )
-        options = SweepOptions(
-            db_url=url, home=home, resume=sweep_id, runner=fake_run_cell, builder=fake_build
-        )
-        with pytest.raises(SweepInUseError):
-            run_sweep(parse_job(text, base_dir=str(tmp_path)), text, options)
         assert driver.poll() is None, "the first driver ended: the refusal proves nothing"
         os.killpg(driver.pid, signal.SIGKILL)  # the driver and everything it started
+        killed = time.monotonic()
+        options = SweepOptions(
+            db_url=url, home=elsewhere, resume=sweep_id, runner=fake_run_cell, builder=fake_build
+        )
+        with pytest.raises(SweepInUseError):  # killed, but its last heartbeat is fresh
+            run_sweep(parse_job(text, base_dir=str(tmp_path)), text, options)
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
+    assert time.monotonic() - killed < 6, "the refusal came too late to prove anything"
     assert refused.exit_code == 2, refused.output
     who = f"driver {platform.node()}:{driver.pid}, last heartbeat "
     assert refused.stderr.startswith(f"error: sweep {sweep_id} is running elsewhere: {who}")
     assert "a resume would run its cells twice" in refused.stderr
 
-    time.sleep(3.5)  # three missed heartbeats: the lease is stale
-    rerun, done_before, events = _resume_only_the_rest(text, tmp_path, url, home, sweep_id, started)
+    time.sleep(max(0.0, killed + 9.5 - time.monotonic()))  # three missed heartbeats: stale
+    rerun, done_before, events = _resume_only_the_rest(
+        text, tmp_path, url, elsewhere, sweep_id, started
+    )
     assert rerun == set(_stored(url)[1]) - done_before
     (takeover,) = [n for n in events.notices if "takes it over" in n]
     assert f"sweep {sweep_id} was still marked running by {who}" in takeover

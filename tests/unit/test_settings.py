@@ -33,6 +33,15 @@ NAMES = {
     "GRAFANA_TOKEN",
     "RAY_API_SERVER_ADDRESS",
     "RAY_AUTH_TOKEN",
+    "FARM_DB_CONNECT_TIMEOUT_S",
+    "FARM_DB_STATEMENT_TIMEOUT_S",
+    "FARM_DB_KEEPALIVE_IDLE_S",
+    "FARM_SWEEP_HEARTBEAT_S",
+    "FARM_RAY_CLIENT_TIMEOUT_S",
+    "FARM_GIT_TIMEOUT_S",
+    "FARM_PIP_TIMEOUT_S",
+    "FARM_PATCH_TIMEOUT_S",
+    "FARM_KILL_WAIT_S",
 }
 SECRETS = {
     "FARM_DB_URL": "postgresql://farm:pg-Secret-1@db/farm",
@@ -138,7 +147,15 @@ def test_get_settings_is_cached_and_follows_the_environment(
 
 
 def test_settings_assemble_from_the_services() -> None:
-    assert list(Settings.model_fields) == ["paths", "store", "notify", "github", "grafana", "ray"]
+    assert list(Settings.model_fields) == [
+        "paths",
+        "store",
+        "notify",
+        "github",
+        "grafana",
+        "ray",
+        "builds",
+    ]
 
 
 _READ = re.compile(r"""(?:os\.environ\.get|os\.getenv|os\.environ\[)\(?\s*["']([A-Z0-9_]+)""")
