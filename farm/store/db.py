@@ -411,10 +411,12 @@ def _check_sqlite_identity(path: Path, cfg: Config, url: str, create: bool) -> N
     try:
         rows = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         tables = {r[0] for r in rows if not r[0].startswith("sqlite_")}
-        revision = None
         if _VERSION_TABLE in tables:
-            found = connection.execute(f"SELECT version_num FROM {_VERSION_TABLE}").fetchone()
-            revision = found[0] if found else None
+            # A farm store: its revision is judged on the farm's own connection. A
+            # read-only one cannot replay the WAL of a driver that was killed, so the
+            # revision row may look missing here.
+            return
+        revision = None
     except sqlite3.DatabaseError as exc:
         raise StoreDamagedError(
             f"{path} is not an mtp-farm store: SQLite cannot read it ({exc}); check --db "
