@@ -277,6 +277,12 @@ def upgrade(url: str, create: bool = True) -> str:
     added to it) or a table of the farm's is missing.
     """
     url = normalize_url(url)
+    path = sqlite_file(url)
+    if path is not None and not path.parent.is_dir():
+        # Checked before the lock, whose file would otherwise make the folder.
+        raise _store_error(
+            url, "cannot connect to the farm store", FileNotFoundError(f"no folder {path.parent}")
+        )
     # Under the lock from the identity check on: a file another process is creating
     # right now has tables but no revision yet.
     with _migration_lock(url):
