@@ -27,6 +27,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from farm.paths import ray_temp_prefix
+
 __all__ = [
     "RECENT_S",
     "LogFolder",
@@ -75,11 +77,11 @@ class LogScan(BaseModel):
 def ray_temp_dirs(tmp: Path | None = None) -> list[Path]:
     """The temp folders of the local Ray clusters this user's farm runs started.
 
-    The names follow :mod:`farm.orchestrate.ray_pool` (``mtpfarm-ray-<uid>``, and one
-    per FARM_HOME, ``mtpfarm-ray-<uid>-<digest>``).
+    Named by :func:`farm.paths.ray_temp_dir` (``mtpfarm-ray-<uid>-<digest>``, one per
+    FARM_HOME; ``mtpfarm-ray-<uid>`` from older farms).
     """
     root = tmp or Path(tempfile.gettempdir())
-    prefix = f"mtpfarm-ray-{os.getuid()}"
+    prefix = ray_temp_prefix()
     return sorted(
         p
         for p in root.glob(f"{prefix}*")

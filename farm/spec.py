@@ -314,8 +314,8 @@ class EngineSpec(_Spec):
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
-        # Plan fingerprints hash this dump: engines from job files written before
-        # sources existed must keep theirs, so the default source is left out.
+        # Dumps of engines from job files written before sources existed keep their
+        # shape (build recipes hash them), so the default source is left out.
         if isinstance(data, dict) and self.source.kind == "pypi":
             data.pop("source", None)
         return data
@@ -364,7 +364,7 @@ class ModelSpec(_Spec):
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
-        # Plan fingerprints hash this dump: models that leave these unset keep theirs.
+        # Dumps of models that leave these unset keep their shape.
         if isinstance(data, dict):
             for optional in ("npus", "max_num_seqs"):
                 if data.get(optional) is None:

@@ -22,12 +22,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
-import hashlib
 import json
 import os
 import queue
 import socket
-import tempfile
 import threading
 import time
 import uuid
@@ -45,7 +43,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from farm.builds import ensure_build
 from farm.builds.cache import use_build
 from farm.errors import BuildError, FarmError
-from farm.paths import farm_home
+from farm.paths import farm_home, ray_temp_dir
 from farm.records import BuildInfo, CellResult, CellStatus
 from farm.runner import CellTask, run_cell
 from farm.schedule import Dispatcher, Job, Order
@@ -635,8 +633,7 @@ class _HostCluster:
         self._hold(self._dir / "owner.lock")
         # Own temp dir (per FARM_HOME, short for Ray's socket paths), cleared of a
         # killed cluster's address file: that makes ray.init join it (DESIGN.md 7).
-        digest = hashlib.sha256(str(self._home.resolve()).encode()).hexdigest()[:10]
-        temp = Path(tempfile.gettempdir()) / f"mtpfarm-ray-{os.getuid()}-{digest}"
+        temp = ray_temp_dir(self._home)
         (temp / "ray_current_cluster").unlink(missing_ok=True)
         try:
             context = ray.init(

@@ -35,7 +35,7 @@ def render_plan(plan: Plan, build_ids: dict[str, str] | None = None) -> list[Tab
     )
     cells.add_column("cell", overflow="fold")
     for col in ("build", "graph (planned)", "variants", "remaps"):
-        cells.add_column(col)
+        cells.add_column(col, overflow="fold")
     for c in plan.cells:
         cells.add_row(
             *_texts(
@@ -51,8 +51,8 @@ def render_plan(plan: Plan, build_ids: dict[str, str] | None = None) -> list[Tab
     tables = [cells]
     if plan.excluded:
         excluded = Table(title=f"excluded: {len(plan.excluded)}")
-        excluded.add_column("axes")
-        excluded.add_column("reason")
+        excluded.add_column("axes", overflow="fold")
+        excluded.add_column("reason", overflow="fold")
         for e in plan.excluded:
             excluded.add_row(Text(e.label), Text(e.reason))
         tables.append(excluded)
@@ -64,9 +64,12 @@ def render_matrix(title: str, rows: tuple[VariantSummary, ...]) -> Table:
     table = Table(title=Text(title))
     shown = matrix_axes(rows)
     for heading in (*matrix_headings(shown), "status"):
-        table.add_column(heading)
+        table.add_column(heading, overflow="fold")
     for heading in FIGURE_HEADINGS:
-        table.add_column(heading, justify="left" if heading == "per position" else "right")
+        # Folded, not cut with an ellipsis: every digit stays in the output.
+        table.add_column(
+            heading, justify="left" if heading == "per position" else "right", overflow="fold"
+        )
     for r in rows:
         status = (
             r.status if not r.failed_requests else f"{r.status} ({r.failed_requests} req failed)"
