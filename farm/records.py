@@ -77,7 +77,8 @@ class RequestRecord(_Frozen):
     """One request of a variant: what was asked, what came back, how long it took."""
 
     prompt_id: str
-    output_text: str
+    # None once ``farm db prune`` dropped it: greedy agreement is unknown then.
+    output_text: str | None
     completion_tokens: int
     finish_reason: str | None
     latency_s: float

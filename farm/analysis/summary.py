@@ -63,7 +63,7 @@ def summarize_sweep(sweep: SweepRecord) -> tuple[VariantSummary, ...]:
     graph mode, sliding window, thinking and workload: under greedy decoding,
     speculation must not change the output (DESIGN.md section 5).
     """
-    baselines: dict[tuple[AxisValue, ...], dict[str, str]] = {}
+    baselines: dict[tuple[AxisValue, ...], dict[str, str | None]] = {}
     for stored in sweep.cells:
         if stored.cell.mtp_depth == 0 and stored.result is not None:
             for v in stored.result.variants:
@@ -95,9 +95,17 @@ def summarize_sweep(sweep: SweepRecord) -> tuple[VariantSummary, ...]:
             same = compared = None
             base = baselines.get(_baseline_key(stored, v))
             if base is not None and cell.mtp_depth > 0:
-                pairs = [(r.output_text, base[r.prompt_id]) for r in ok if r.prompt_id in base]
-                compared = len(pairs)
-                same = sum(a == b for a, b in pairs)
+                shared = [r for r in ok if r.prompt_id in base]
+                # Text pruned (`farm db prune`) on either side: that prompt's agreement
+                # is unknown, and with every text pruned so is the variant's.
+                pairs = [
+                    (r.output_text, base[r.prompt_id])
+                    for r in shared
+                    if r.output_text is not None and base[r.prompt_id] is not None
+                ]
+                same, compared = sum(a == b for a, b in pairs), len(pairs)
+                if not pairs and len(shared) > 0:
+                    same = compared = None
             tokens = sum(r.completion_tokens for r in ok)
             rows.append(
                 VariantSummary(

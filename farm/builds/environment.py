@@ -37,6 +37,7 @@ import yaml
 
 from farm.engines.environment import child_environment, looks_secret
 from farm.errors import BuildError
+from farm.settings import get_settings
 
 __all__ = [
     "MASK",
@@ -47,6 +48,7 @@ __all__ = [
     "mask_env",
     "mask_job_yaml",
     "mask_text",
+    "run_logged",
     "run_step",
     "stream_step",
 ]
@@ -213,6 +215,51 @@ def stream_step(
     if expired.is_set():
         raise _timeout(argv, what, timeout_s, setting)
     return code
+
+
+def run_logged(
+    argv: Sequence[str], what: str, say: Callable[[str], None], *, retry: bool = False
+) -> None:
+    """Run one pip or Python build step with the build environment (no secrets) and the
+    FARM_PIP_TIMEOUT_S deadline, each (masked) output line to ``say``.
+
+    Raises BuildError ``could not <what> (exit N): <command>`` with the last 30 lines;
+    with ``retry``, only after a second failure. A step that ran out of time raises
+    StepTimeoutError at once (it would only do so again).
+    """
+    if retry:
+        try:
+            run_logged(argv, what, say)
+        except StepTimeoutError:
+            raise
+        except BuildError as first:
+            say(f"retrying once: {first}".splitlines()[0])
+        else:
+            return
+    tail: list[str] = []
+
+    def line_out(raw: str) -> None:
+        nonlocal tail
+        line = mask_text(raw.rstrip())
+        # pip's find-links warnings repeat per package and say nothing useful.
+        if not line or "is ignored: it is neither a file nor a directory" in line:
+            return
+        tail = [*tail, line][-30:]
+        say(line)
+
+    limits = get_settings().builds
+    code = stream_step(
+        argv,
+        line_out,
+        what=what,
+        timeout_s=limits.pip_timeout_s,
+        kill_wait_s=limits.kill_wait_s,
+        setting="FARM_PIP_TIMEOUT_S",
+        env=build_environment(),
+    )
+    if code != 0:
+        shown = " ".join(mask_argv(argv))
+        raise BuildError(f"could not {what} (exit {code}): {shown}\n" + "\n".join(tail))
 
 
 # --- masking -----------------------------------------------------------------------------

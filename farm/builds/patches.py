@@ -184,7 +184,9 @@ def _patch_root(patch: Patch, tree: Path, target: Target | None) -> Path:
         raise PatchError(f"patch {patch.id}: target {tree} is not a folder")
     if patch.root == "source" or target is None or target.tree == "package":
         return tree
-    package = ENGINE_IMPORT_NAMES.get(patch.engine, patch.engine)
+    # An overlay's patch: its paths start with the overlay's own import package.
+    first = patch.files[0].path.split("/", 1)[0] if patch.overlay else None
+    package = first or ENGINE_IMPORT_NAMES.get(patch.engine, patch.engine)
     for candidate in (tree, tree / "python", tree / "src"):
         if (candidate / package).is_dir():
             return candidate

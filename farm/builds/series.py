@@ -13,17 +13,19 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from farm.errors import BuildError
 from farm.settings import get_settings
-from farm.spec import JobFile
+from farm.spec import EngineSpec, JobFile, is_distribution_name
 from farm.yamlfile import line_of, load_mapping, read_text, validation_problems
 
 __all__ = [
     "ENGINE_DISTRIBUTIONS",
     "ENGINE_IMPORT_NAMES",
+    "ENGINE_ROOTS",
     "AppliesTo",
     "FileDiff",
     "Hunk",
@@ -39,6 +41,7 @@ __all__ = [
     "not_applicable_reason",
     "parse_diff",
     "select_patches",
+    "unknown_root",
 ]
 
 # The distribution `farm patches check --version` downloads, and the top-level import
@@ -58,7 +61,11 @@ ENGINE_IMPORT_NAMES: dict[str, str] = {
 }
 
 PatchPurpose = Literal["fix", "canary"]
-PatchRoot = Literal["package", "source"]
+# What a patch's paths are relative to: the engine as installed (`package`), the
+# engine's source checkout (`source`), or the name of one of the engine's overlays
+# (the overlay as installed, after it is installed on top of the base).
+PatchRoot = str
+ENGINE_ROOTS = ("package", "source")
 TreeKind = Literal["package", "source"]
 _COMMIT = re.compile(r"^[0-9a-fA-F]{7,40}$")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -168,7 +175,10 @@ class PatchEntry(_Frozen):
     recreates: str | None = Field(default=None, description="upstream bug a canary re-creates")
     applies_to: AppliesTo
     fixed_upstream_in: str | None = None
-    root: PatchRoot = "package"
+    root: PatchRoot = Field(
+        default="package",
+        description="package | source | the distribution name of an overlay of the engine",
+    )
     strip: int = Field(default=1, ge=0)
     targets: tuple[str, ...] = Field(
         default=(), description="releases the patch claims to apply to; CI checks each"
@@ -180,6 +190,21 @@ class PatchEntry(_Frozen):
     def _short_form(cls, value: Any) -> Any:
         # `applies_to: "<=0.5.12.post1"` is shorthand for {versions: ...}.
         return {"versions": value} if isinstance(value, str) else value
+
+    @field_validator("root")
+    @classmethod
+    def _root(cls, value: str) -> str:
+        if value not in ENGINE_ROOTS and not is_distribution_name(value):
+            raise ValueError(
+                f"{value!r} is neither package, source nor a distribution name (the "
+                "overlay the patch applies to)"
+            )
+        return value
+
+    @property
+    def overlay(self) -> str | None:
+        """The canonical name of the overlay the patch applies to; None for the engine."""
+        return None if self.root in ENGINE_ROOTS else canonicalize_name(self.root)
 
     @field_validator("targets", mode="before")
     @classmethod
@@ -225,6 +250,23 @@ class PatchSeries(_Frozen):
 
 class _SeriesFile(_Frozen):
     patches: tuple[PatchEntry, ...] = Field(min_length=1)
+
+
+def unknown_root(patch: PatchEntry, engine: EngineSpec) -> str | None:
+    """Why ``patch``'s ``root`` names no part of ``engine``'s build, or None when it does.
+
+    A root other than ``package`` or ``source`` must be one of the engine's overlays.
+    """
+    if patch.overlay is None:
+        return None
+    overlays = [o.package for o in engine.overlays]
+    if patch.overlay in {canonicalize_name(o) for o in overlays}:
+        return None
+    known = ", ".join(overlays) if overlays else "the engine has none"
+    return (
+        f"patch {patch.id} has root {patch.root!r}, which is neither package, source nor "
+        f"an overlay of engine {engine.name} (overlays: {known})"
+    )
 
 
 def claimed_targets(patch: PatchEntry) -> tuple[Target, ...]:
@@ -406,13 +448,15 @@ def check_patch_names(job: JobFile) -> list[str]:
         except PatchSeriesError as exc:
             problems.append(f"{job.where('engines', i, 'patches')}: {exc}")
             continue
-        known = {p.id for p in series.patches}
+        known = {p.id: p for p in series.patches}
         for n, name in enumerate(engine.patches):
             if name not in known:
                 problems.append(
                     f"{job.where('engines', i, 'patches', n)}: no patch {name!r} in {series.path} "
                     f"(known: {', '.join(sorted(known)) or 'none'})"
                 )
+            elif reason := unknown_root(known[name], engine):
+                problems.append(f"{job.where('engines', i, 'patches', n)}: {reason}")
     return problems
 
 

@@ -4,9 +4,10 @@ Template (after asv's environment classes): check cache -> build -> install ->
 verify -> finalize. The finished marker (`build.json`) is written last, so a build
 interrupted at any step is rebuilt from scratch next time.
 
-A patched build is derived from its unpatched base without reinstalling anything:
-the base environment is copied as hard links and only the files the patches touch
-become new files (the patch engine replaces files, never writes through a link).
+A patched or layered build (overlay packages on top, e.g. vllm-ascend at a commit on a
+pinned vLLM) is derived from its cached base without reinstalling it: the base is
+copied as hard links and only what the overlays install and the patches touch
+becomes new files (:mod:`farm.builds.layers`).
 
 The engine's source (a PyPI release, a wheel, a tree, a git ref or pull request;
 see :mod:`farm.builds.sources`) enters the build id by its content: the wheel's
@@ -17,11 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import shutil
 import sys
-import sysconfig
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -29,16 +28,18 @@ from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 
 from farm.builds.cache import MARKER, SOURCE_FILE, read_marker, touch_build, write_marker
-from farm.builds.environment import (
-    StepTimeoutError,
-    build_environment,
-    mask_argv,
-    mask_text,
-    run_step,
-    stream_step,
+from farm.builds.environment import build_environment, mask_text, run_logged, run_step
+from farm.builds.layers import (
+    UNKNOWN_VERSION,
+    DerivedBuild,
+    ResolvedOverlay,
+    check_patch_roots,
+    ensure_derived,
+    layered_label,
+    resolve_overlays,
+    site_packages,
 )
-from farm.builds.patches import apply_patch_series
-from farm.builds.series import Patch, Target, bundled_patches_dir, load_series, select_patches
+from farm.builds.series import Patch, bundled_patches_dir, load_series, select_patches
 from farm.builds.sources import ResolvedSource, installable, resolve_source
 from farm.engines import adapter_for
 from farm.engines.base import BuildRecipe
@@ -51,7 +52,7 @@ from farm.spec import EngineSpec
 __all__ = ["PlannedBuild", "build_id", "ensure_build", "patches_of", "plan_builds"]
 
 LineSink = Callable[[str], None]
-_PATCHED = "patched-files.json"
+_site_packages = site_packages  # the name tests and bench/builds.py import
 
 
 def _hash(payload: object) -> str:
@@ -70,11 +71,14 @@ def build_id(
     recipe: BuildRecipe,
     patches: tuple[Patch, ...] = (),
     source: ResolvedSource | None = None,
+    overlays: tuple[ResolvedOverlay, ...] = (),
 ) -> str:
     """Hash of everything that decides the environment's contents, patch texts included.
 
     ``source`` (from :func:`resolve_source`) is required unless the engine comes from
     PyPI; its identity replaces the ``package==version`` requirement of the recipe.
+    A layered build's id hashes the base build's id, each overlay's identity (from
+    :func:`resolve_overlays`, in order) and the patch texts.
     """
     base = _hash(
         {
@@ -85,10 +89,12 @@ def build_id(
             "platform": f"{sys.platform}-{platform.machine()}",
         }
     )
-    if not patches:
+    if not patches and not overlays:
         return base
     texts = [(p.id, hashlib.sha256(Path(p.diff_path).read_bytes()).hexdigest()) for p in patches]
-    return _hash({"base": base, "patches": texts})
+    if not overlays:
+        return _hash({"base": base, "patches": texts})  # as patched builds always were
+    return _hash({"base": base, "overlays": [o.key for o in overlays], "patches": texts})
 
 
 class PlannedBuild(BaseModel):
@@ -113,8 +119,11 @@ def plan_builds(engines: Sequence[EngineSpec]) -> tuple[PlannedBuild, ...]:
     for engine in engines:
         try:
             source = resolve_source(engine)
+            overlays = resolve_overlays(engine)
+            patches = patches_of(engine)
+            check_patch_roots(engine, patches)
             recipe = adapter_for(engine.family).build_recipe(engine)
-            bid = build_id(engine, recipe, patches_of(engine), source)
+            bid = build_id(engine, recipe, patches, source, overlays)
         except FarmError as exc:
             planned.append(
                 PlannedBuild(engine=engine.name, build_id=None, source="?", error=str(exc))
@@ -122,7 +131,10 @@ def plan_builds(engines: Sequence[EngineSpec]) -> tuple[PlannedBuild, ...]:
             continue
         planned.append(
             PlannedBuild(
-                engine=engine.name, build_id=bid, source=source.label, patches=engine.patches
+                engine=engine.name,
+                build_id=bid,
+                source=layered_label(source.label, overlays),
+                patches=engine.patches,
             )
         )
     return tuple(planned)
@@ -132,69 +144,26 @@ def ensure_build(engine: EngineSpec, cache_dir: Path, on_line: LineSink | None =
     """Return the ready build of ``engine``, building it under ``cache_dir`` if needed.
 
     Concurrent callers (threads or processes) asking for the same build wait on a
-    file lock and build it once. A patched build whose patched files no longer match
-    their recorded hashes is rebuilt. Raises BuildError with the installer's own
-    output when a step fails twice, SourceError when the source cannot be found or
-    fetched, or PatchError with the failing hunk.
+    file lock and build it once. A build with patches or overlays is derived from the
+    cached build of the rest (:func:`farm.builds.layers.ensure_derived`); one whose own
+    files no longer match their recorded hashes is rebuilt. Raises BuildError with the
+    installer's own output when a step fails twice (naming the overlay and the step
+    for an overlay), SourceError when a source cannot be found or fetched, or
+    PatchError with the failing hunk or a patch root that names no overlay.
     """
     say = on_line or (lambda _line: None)
     source = resolve_source(engine)
+    overlays = resolve_overlays(engine)
     patches = patches_of(engine)
-    base = _ensure_base(engine.model_copy(update={"patches": ()}), source, cache_dir, say)
-    if not patches:
+    check_patch_roots(engine, patches)
+    plain = engine.model_copy(update={"patches": (), "overlays": ()})
+    base = _ensure_base(plain, source, cache_dir, say)
+    if not patches and not overlays:
         return base
     recipe = adapter_for(engine.family).build_recipe(engine)
-    env_dir = cache_dir / "builds" / build_id(engine, recipe, patches, source)
-    info = base.model_copy(
-        update={
-            "build_id": env_dir.name,
-            "engine": engine.name,
-            "patches": engine.patches,
-            "python": str(env_dir / "bin" / "python"),
-            "env_dir": str(env_dir),
-        }
-    )
-    with FileLock(str(env_dir.with_suffix(".lock"))):
-        if (env_dir / MARKER).exists():
-            damage = _damage(env_dir)
-            if damage is None:
-                touch_build(env_dir)
-                return info
-            say(f"cached build {env_dir.name} is damaged ({damage}): rebuilding it")
-        shutil.rmtree(env_dir, ignore_errors=True)
-        say(f"deriving {engine.name} from base build {base.build_id} (hard links)")
-        staging = env_dir.with_name(env_dir.name + ".partial")
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.copytree(base.env_dir, staging, symlinks=True, copy_function=os.link)
-        (staging / MARKER).unlink(missing_ok=True)
-        site = _site_packages(staging)
-        # The declared release, else what pip installed (a git build's own version).
-        version = source.version or (base.version if base.version != _UNKNOWN else None)
-        target = Target(version=version, commit=source.commit, tree="package")
-        canaries = [p.id for p in patches if p.purpose == "canary"]
-        outcomes = apply_patch_series(patches, site, target, canaries=canaries)
-        for outcome in outcomes:
-            if outcome.state == "not_applicable":
-                shutil.rmtree(staging, ignore_errors=True)
-                raise BuildError(
-                    f"patch {outcome.patch_id} does not apply to "
-                    f"{engine.package} {target.label} ({source.label}): {outcome.detail}"
-                )
-            say(f"patch {outcome.patch_id}: {outcome.state} {outcome.detail}".rstrip())
-        touched = sorted({f for o in outcomes for f in o.files})
-        (staging / _PATCHED).write_text(
-            json.dumps({f: _sha256(site / f) for f in touched}, indent=1)
-        )
-        staging.rename(env_dir)
-        site = _site_packages(env_dir)
-        # The base passed the import check and only these files changed: compiling
-        # them catches a broken patch in milliseconds instead of a 10 s engine import.
-        py_files = [str(site / f) for f in touched if f.endswith(".py")]
-        if py_files:
-            _run([info.python, "-m", "py_compile", *py_files], "compile the patched files", say)
-        write_marker(env_dir, info)
-        touch_build(env_dir)
-        return info
+    env_dir = cache_dir / "builds" / build_id(engine, recipe, patches, source, overlays)
+    derived = DerivedBuild(engine=engine, source=source, patches=patches, overlays=overlays)
+    return ensure_derived(derived, base, recipe, env_dir, cache_dir, say)
 
 
 def _ensure_base(
@@ -209,7 +178,7 @@ def _ensure_base(
         engine=engine.name,
         family=engine.family,
         package=engine.package,
-        version=source.version or _UNKNOWN,
+        version=source.version or UNKNOWN_VERSION,
         pins=engine.pins,
         python=str(env_dir / "bin" / "python"),
         env_dir=str(env_dir),
@@ -224,14 +193,16 @@ def _ensure_base(
                 return cached
         shutil.rmtree(env_dir, ignore_errors=True)
         say(f"building {engine.name} ({source.label}) into {env_dir}")
-        _run([sys.executable, "-m", "venv", str(env_dir)], "create the virtual environment", say)
+        run_logged(
+            [sys.executable, "-m", "venv", str(env_dir)], "create the virtual environment", say
+        )
         pip = [info.python, "-m", "pip", "--disable-pip-version-check"]
         with installable(engine, source, cache_dir, say) as requirement:
             argv = [*pip, "install", *_sourced(recipe, engine, source, requirement).requirements]
-            _run_with_retry(argv, "install the engine", say)
+            run_logged(argv, "install the engine", say, retry=True)
         if recipe.remove:
-            _run([*pip, "uninstall", "-y", *recipe.remove], "remove unusable packages", say)
-        _run([info.python, "-c", recipe.import_check], "import the engine", say)
+            run_logged([*pip, "uninstall", "-y", *recipe.remove], "remove unusable packages", say)
+        run_logged([info.python, "-c", recipe.import_check], "import the engine", say)
         if source.kind != "pypi":
             info = info.model_copy(update={"version": _installed_version(info, say)})
         location = mask_text(source.location) if source.location else None
@@ -286,7 +257,7 @@ def _installed_version(info: BuildInfo, say: LineSink) -> str:
     )
     if proc.returncode != 0:
         say(f"cannot read the installed version of {info.package}: {proc.stderr.strip()}")
-        return _UNKNOWN
+        return UNKNOWN_VERSION
     return proc.stdout.strip()
 
 
@@ -299,68 +270,3 @@ def _cached_info(env_dir: Path, fresh: BuildInfo, say: LineSink) -> BuildInfo | 
         say(f"{exc}; rebuilding {env_dir.name}")
         return None
     return fresh.model_copy(update={"version": recorded.version})
-
-
-_UNKNOWN = "unknown"
-
-
-def _site_packages(env_dir: Path) -> Path:
-    version = sysconfig.get_python_version()
-    return env_dir / "lib" / f"python{version}" / "site-packages"
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _damage(env_dir: Path) -> str | None:
-    """Why a patched build's files differ from what was recorded, or None if intact."""
-    try:
-        recorded: dict[str, str] = json.loads((env_dir / _PATCHED).read_text())
-    except (OSError, ValueError):
-        return f"{_PATCHED} is missing or unreadable"
-    site = _site_packages(env_dir)
-    for rel, digest in recorded.items():
-        if not (site / rel).is_file() or _sha256(site / rel) != digest:
-            return f"{rel} changed since it was patched"
-    return None
-
-
-def _run_with_retry(argv: list[str], what: str, say: LineSink) -> None:
-    try:
-        _run(argv, what, say)
-    except StepTimeoutError:
-        raise  # a step that ran out of time would only do so again
-    except BuildError as first:
-        say(f"retrying once: {first}".splitlines()[0])
-        _run(argv, what, say)
-
-
-def _run(argv: list[str], what: str, say: LineSink) -> None:
-    """Run one build step with the build environment (no secrets) and the
-    FARM_PIP_TIMEOUT_S deadline, its output to ``say``. Raises BuildError with the last
-    30 lines on failure, StepTimeoutError on the deadline."""
-    tail: list[str] = []
-
-    def line_out(raw: str) -> None:
-        nonlocal tail
-        line = mask_text(raw.rstrip())
-        # pip's find-links warnings repeat per package and say nothing useful.
-        if not line or "is ignored: it is neither a file nor a directory" in line:
-            return
-        tail = [*tail, line][-30:]
-        say(line)
-
-    limits = get_settings().builds
-    code = stream_step(
-        argv,
-        line_out,
-        what=what,
-        timeout_s=limits.pip_timeout_s,
-        kill_wait_s=limits.kill_wait_s,
-        setting="FARM_PIP_TIMEOUT_S",
-        env=build_environment(),
-    )
-    if code != 0:
-        shown = " ".join(mask_argv(argv))
-        raise BuildError(f"could not {what} (exit {code}): {shown}\n" + "\n".join(tail))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import getpass
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -25,8 +25,9 @@ from farm.cli.common import (
     resolve_sweep,
 )
 from farm.errors import FarmError
-from farm.notify.pipeline import AlertCheck, check_and_notify
-from farm.store.alerts import acknowledge, list_alerts, resolve
+
+if TYPE_CHECKING:
+    from farm.notify.pipeline import AlertCheck
 
 __all__ = ["alerts_app"]
 
@@ -51,6 +52,8 @@ def list_command(
     db: DbOption = None,
 ) -> None:
     """List alerts, most recently updated first."""
+    from farm.store.alerts import list_alerts
+
     try:
         with open_session(db) as session:
             alerts = list_alerts(session, state.value if state else None, limit)
@@ -87,6 +90,8 @@ def ack_command(
     db: DbOption = None,
 ) -> None:
     """Acknowledge an alert: it stays listed but is not notified again."""
+    from farm.store.alerts import acknowledge
+
     try:
         with open_session(db) as session:
             record = acknowledge(session, alert_id, by or getpass.getuser(), note)
@@ -102,6 +107,8 @@ def resolve_command(
     db: DbOption = None,
 ) -> None:
     """Resolve an alert; a newer sweep that shows the same regression re-opens it."""
+    from farm.store.alerts import resolve
+
     try:
         with open_session(db) as session:
             record = resolve(session, alert_id, note)
@@ -129,6 +136,8 @@ def check_command(
 
     Exit status 1 when a notification channel failed (the alerts stay pending).
     """
+    from farm.notify.pipeline import check_and_notify
+
     pairs = parse_pairs(base_of, "--base-of")
     try:
         with open_session(db) as session:

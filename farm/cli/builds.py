@@ -9,9 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from farm.builds.cache import gc_builds, prune_sources, scan_builds
-from farm.cli.common import console
-from farm.paths import farm_home
+from farm.cli.common import console, home
 
 __all__ = ["builds_app"]
 
@@ -27,10 +25,12 @@ def _print_unreadable(lines: tuple[str, ...]) -> None:
 def list_() -> None:
     """Cached builds with their inputs, size on disk and last use; then the build markers
     that cannot be read."""
-    table = Table(title=f"builds in {farm_home() / 'cache'}")
+    from farm.builds.cache import scan_builds
+
+    table = Table(title=f"builds in {home() / 'cache'}")
     for col in ("build id", "engine", "package", "source", "patches", "size", "last used"):
         table.add_column(col)
-    scan = scan_builds(farm_home() / "cache")
+    scan = scan_builds(home() / "cache")
     for b in scan.builds:
         age_h = (time.time() - b.last_used) / 3600
         table.add_row(
@@ -57,7 +57,9 @@ def gc(
     one whose marker cannot be read (listed: remove it by hand once you know what it is).
     Removes the build's folder under the cache only, whatever its marker says.
     """
-    report = gc_builds(farm_home() / "cache", older_than_days, dry_run)
+    from farm.builds.cache import gc_builds, prune_sources, scan_builds
+
+    report = gc_builds(home() / "cache", older_than_days, dry_run)
     removed = report.removed
     verb = "would remove" if dry_run else "removed"
     for build in removed:
@@ -78,8 +80,8 @@ def gc(
             markup=False,
             highlight=False,
         )
-    repos = prune_sources(farm_home() / "cache", older_than_days, dry_run)
+    repos = prune_sources(home() / "cache", older_than_days, dry_run)
     for repo in repos:
         console.print(f"{verb} git source {repo}")
-    _print_unreadable(scan_builds(farm_home() / "cache", sizes=False).unreadable)
+    _print_unreadable(scan_builds(home() / "cache", sizes=False).unreadable)
     console.print(f"{verb} {len(removed)} build(s), {len(repos)} git source(s)")

@@ -8,6 +8,10 @@ and exit with status 2 (:func:`fail`); a command never ends in a traceback for a
 Nothing printed is read as rich markup: engine errors, file paths, names and store
 rows hold brackets (``[/models/m/config.json]``) that markup would eat or choke on.
 The consoles have markup off; colour comes from :func:`say`'s ``(text, style)`` parts.
+
+Light on purpose: every command module imports this one, so it imports no store,
+SQLAlchemy or engine at module level (`farm --help` must start at once); the store is
+imported by the functions that open it.
 """
 
 from __future__ import annotations
@@ -15,22 +19,21 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.text import Text
-from sqlalchemy.exc import SQLAlchemyError
-from sqlmodel import Session
 
-from farm import store
 from farm.errors import FarmError, OutputError
-from farm.paths import farm_home
-from farm.records import SWEEP_STATUSES
-from farm.store.db import read_error, sqlite_file
+
+if TYPE_CHECKING:
+    from sqlmodel import Session
 
 __all__ = [
+    "PIPED_WIDTH",
     "DbOption",
+    "FarmConsole",
     "SweepArg",
     "check_output",
     "check_sweep_statuses",
@@ -46,13 +49,49 @@ __all__ = [
     "write_output",
 ]
 
-console = Console(markup=False)
-err_console = Console(stderr=True, markup=False)
+# Wide enough for any table row of the farm: piped output is never wrapped nor cut.
+PIPED_WIDTH = 10_000
+
+
+class FarmConsole(Console):
+    """A rich console that, when it does not write to a terminal (cron, CI logs,
+    ``farm report > log``), neither wraps nor cuts: each table row and line stays whole
+    on one line of the file, whatever ``COLUMNS`` or the invoking terminal's width.
+
+    Rich otherwise lays piped output out at the width of whatever terminal started the
+    process (or 80 columns), folding figures across lines. A ``width`` given to the
+    constructor is kept. Whether the file is a terminal is asked at each print, as rich
+    does: the same console serves the terminal and CliRunner's capture in tests.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._fixed_width = kwargs.get("width") is not None
+        super().__init__(**kwargs)
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        if self._fixed_width or self.is_terminal:
+            return size
+        return ConsoleDimensions(PIPED_WIDTH, size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._fixed_width = True
+        self.width, self.height = new_size
+
+
+console = FarmConsole(markup=False)
+err_console = FarmConsole(stderr=True, markup=False)
 
 
 def say(*parts: str | tuple[str, str], err: bool = False) -> None:
-    """Print one line of plain text; a ``(text, style)`` part is coloured, never parsed."""
-    (err_console if err else console).print(Text.assemble(*parts), soft_wrap=True)
+    """Print one line of plain text; a ``(text, style)`` part is coloured, never parsed.
+
+    At a terminal the line wraps between words (a figure is never split by the
+    terminal's own wrap); elsewhere it stays one line."""
+    target = err_console if err else console
+    target.print(Text.assemble(*parts), soft_wrap=not target.is_terminal)
 
 
 # FARM_DB_URL is read by farm.settings (through store.default_db_url), not by typer.
@@ -83,12 +122,18 @@ def fail(problem: FarmError | str, code: int = 2) -> typer.Exit:
 
 def home() -> Path:
     """FARM_HOME, created when missing; FarmError when it cannot be a folder."""
+    from farm.paths import farm_home
+
     return farm_home()
 
 
 def db_url(db: str | None) -> str:
     """``--db`` when given, else the configured store (FARM_DB_URL, else SQLite)."""
-    return db or store.default_db_url()
+    if db:
+        return db
+    from farm.store.db import default_db_url
+
+    return default_db_url()
 
 
 @contextmanager
@@ -100,8 +145,13 @@ def open_session(db: str | None) -> Iterator[Session]:
     StoreDamagedError when it is not a farm store or reading it meets a malformed row
     (the error names the rows).
     """
+    from sqlalchemy.exc import SQLAlchemyError
+    from sqlmodel import Session
+
+    from farm.store.db import open_store, read_error
+
     url = db_url(db)
-    engine = store.open_store(url, create=False)
+    engine = open_store(url, create=False)
     try:
         with Session(engine) as session:
             try:
@@ -120,6 +170,8 @@ def open_session(db: str | None) -> Iterator[Session]:
 def check_sweep_statuses(*statuses: str) -> None:
     """ValueError when a sweep row read in :func:`open_session` holds a status outside
     :data:`~farm.records.SWEEP_STATUSES`: the session then names the damaged row."""
+    from farm.records import SWEEP_STATUSES
+
     if any(s not in SWEEP_STATUSES for s in statuses):
         raise ValueError("a sweep row holds an unknown status")
 
@@ -132,8 +184,10 @@ def check_output(out: Path, db: str | None = None) -> Path:
         raise OutputError(f"--out {out} is a folder; name a file in it")
     if not out.parent.is_dir():
         raise OutputError(f"--out {out}: the folder {out.parent} does not exist")
+    from farm.store.db import normalize_url, sqlite_file
+
     try:
-        store_file = sqlite_file(store.normalize_url(db_url(db)))
+        store_file = sqlite_file(normalize_url(db_url(db)))
     except FarmError:
         store_file = None  # a malformed URL is reported when the store is opened
     if store_file is not None:
@@ -162,7 +216,9 @@ def resolve_sweep(session: Session, sweep: str | int) -> int:
     Raises FarmError for anything else and when the store holds no sweep.
     """
     if sweep == "latest":
-        found = store.latest_sweep_id(session)
+        from farm.store.repository import latest_sweep_id
+
+        found = latest_sweep_id(session)
         if found is None:
             raise FarmError("the store holds no sweep yet; run `farm run JOB.yaml`")
         return found

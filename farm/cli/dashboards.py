@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
-from farm.cli.common import fail
-from farm.dashboards.alerting import alert_rules
-from farm.dashboards.files import all_dashboards, default_out_dir, stale_files, write_files
-from farm.dashboards.provisioning import DASHBOARD_FOLDER
+from farm.cli.common import FarmConsole, fail
 from farm.errors import FarmError
-from farm.settings import get_settings
+
+if TYPE_CHECKING:
+    from farm.dashboards.alerting import AlertRule
+
+# farm.dashboards is imported by the commands, not here: building its models is most
+# of what `farm --help` would otherwise spend.
 
 __all__ = ["dashboards_app"]
 
@@ -22,8 +23,8 @@ dashboards_app = typer.Typer(
     no_args_is_help=True,
 )
 # Markup off: paths, titles and Grafana's answers are text.
-console = Console(highlight=False, markup=False)
-err_console = Console(stderr=True, highlight=False, markup=False)
+console = FarmConsole(highlight=False, markup=False)
+err_console = FarmConsole(stderr=True, highlight=False, markup=False)
 
 OutOption = Annotated[
     Path | None,
@@ -32,12 +33,23 @@ OutOption = Annotated[
 
 
 def _out(out: Path | None) -> Path:
+    from farm.dashboards.files import default_out_dir
+
     return out if out is not None else default_out_dir()
+
+
+def alert_rules() -> tuple[AlertRule, ...]:
+    """The alert rules `push` uploads (:func:`farm.dashboards.alerting.alert_rules`)."""
+    from farm.dashboards.alerting import alert_rules as rules
+
+    return rules()
 
 
 @dashboards_app.command("build")
 def build(out: OutOption = None) -> None:
     """Write the dashboards' JSON and Grafana's provisioning files (other files stay)."""
+    from farm.dashboards.files import write_files
+
     folder = _out(out)
     for path in write_files(folder):
         console.print(f"wrote {path}", soft_wrap=True)
@@ -46,6 +58,8 @@ def build(out: OutOption = None) -> None:
 @dashboards_app.command("check")
 def check(out: OutOption = None) -> None:
     """Exit 1 when the files differ from what the code generates (run `build`)."""
+    from farm.dashboards.files import stale_files
+
     folder = _out(out)
     stale = stale_files(folder)
     if stale:
@@ -59,6 +73,8 @@ def check(out: OutOption = None) -> None:
 
 def _grafana_target(url: str | None, db: str | None) -> tuple[str, str, str | None]:
     """Grafana's URL, its token and the store URL: the options, else the settings."""
+    from farm.settings import get_settings
+
     settings = get_settings()
     url = url or settings.grafana.url
     if not url:
@@ -75,9 +91,10 @@ def push(
     url: Annotated[
         str | None, typer.Option("--url", help="Grafana's base URL; default: GRAFANA_URL")
     ] = None,
-    folder: Annotated[str, typer.Option(help="Grafana folder for the dashboards")] = (
-        DASHBOARD_FOLDER
-    ),
+    folder: Annotated[
+        str | None,
+        typer.Option(help="Grafana folder for the dashboards; default: the farm's, 'MTP farm'"),
+    ] = None,
     db: Annotated[
         str | None,
         typer.Option(
@@ -101,6 +118,8 @@ def push(
     The token comes from GRAFANA_TOKEN (a service account token); it is never printed.
     """
     # Imported here: the HTTP client is needed by this command only.
+    from farm.dashboards.files import all_dashboards
+    from farm.dashboards.provisioning import DASHBOARD_FOLDER
     from farm.dashboards.push import (
         PushedRule,
         push_alert_rules,
@@ -108,6 +127,7 @@ def push(
         store_connection,
     )
 
+    folder = folder or DASHBOARD_FOLDER
     url, token, db = _grafana_target(url, db)
     try:
         store = store_connection(db) if db else None

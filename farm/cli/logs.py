@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.text import Text
 
-from farm import store
 from farm.cli.common import DbOption, console, fail, open_session
 from farm.errors import FarmError
-from farm.logs import LogFolder, find_old_logs, remove_logs
-from farm.paths import farm_home
+
+if TYPE_CHECKING:
+    from farm.logs import LogFolder
 
 __all__ = ["logs_app"]
 
@@ -54,9 +54,13 @@ def gc(
     lists as running, or the session of a local Ray cluster whose process is alive;
     those that are old are listed with the reason they stay.
     """
+    from farm.logs import find_old_logs, remove_logs
+    from farm.paths import farm_home
+    from farm.store.repository import list_sweeps
+
     try:
         with open_session(db) as session:
-            sweeps = store.list_sweeps(session, limit=_SWEEPS_LOOKED_AT)
+            sweeps = list_sweeps(session, limit=_SWEEPS_LOOKED_AT)
     except FarmError as exc:
         raise fail(f"cannot tell which sweeps are running, so nothing was removed: {exc}") from None
     running = {s.id for s in sweeps if s.status == "running"}

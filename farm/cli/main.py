@@ -13,6 +13,7 @@ from farm.cli.alerts import alerts_app
 from farm.cli.builds import builds_app
 from farm.cli.dashboards import dashboards_app
 from farm.cli.logs import logs_app
+from farm.cli.nightly import nightly_app
 from farm.cli.patches import patches_app
 from farm.cli.reports import reports_app
 from farm.cli.run import run_app
@@ -29,6 +30,7 @@ app = typer.Typer(
 )
 # Sub-apps without a name add their commands at the top level.
 app.add_typer(run_app)  # run, selftest, plan
+app.add_typer(nightly_app)  # nightly
 app.add_typer(submit_app)  # submit
 app.add_typer(reports_app)  # report, compare
 app.add_typer(store_app)  # sweeps, export

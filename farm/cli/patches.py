@@ -5,28 +5,22 @@ Register with ``app.add_typer(patches_app, name="patches")`` in :mod:`farm.cli.m
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field
 from rich.table import Table
 from rich.text import Text
 
-from farm.builds.patches import PatchStatus, check_patch, fetch_release, source_target
-from farm.builds.series import (
-    ENGINE_DISTRIBUTIONS,
-    Patch,
-    PatchSeries,
-    Target,
-    bundled_patches_dir,
-    claimed_targets,
-    load_series,
-    not_applicable_reason,
-)
 from farm.cli.common import console, home, say
 from farm.errors import FarmError
+
+if TYPE_CHECKING:
+    # farm.builds imports the engines; the command imports them when it runs.
+    from farm.builds.patches import PatchStatus
+    from farm.builds.series import Patch, PatchSeries, Target
 
 __all__ = ["patches_app"]
 
@@ -47,13 +41,12 @@ _STYLE = {
 }
 
 
-class _Row(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+@dataclasses.dataclass(frozen=True)
+class _Row:
     engine: str
     patch: Patch
     target: Target
-    claimed: bool | None = Field(description="None: an unidentified tree, nobody claims it")
+    claimed: bool | None  # None: an unidentified tree, nobody claims it
     state: str
     detail: str
     status: PatchStatus | None = None
@@ -63,6 +56,8 @@ class _Trees:
     """Where each target's files are: wheels are fetched once per release."""
 
     def __init__(self, engine: str, source: Path | None) -> None:
+        from farm.builds.patches import source_target
+
         self.engine = engine
         self.source = source
         self.named = source_target(source) if source else None
@@ -71,6 +66,9 @@ class _Trees:
     def tree(self, target: Target) -> Path | None:
         if target.version is not None and target.tree == "package":
             if target.version not in self._wheels:
+                from farm.builds.patches import fetch_release
+                from farm.builds.series import ENGINE_DISTRIBUTIONS
+
                 cache = home() / "cache" / "wheels"
                 dist = ENGINE_DISTRIBUTIONS[self.engine]
                 self._wheels[target.version] = fetch_release(dist, target.version, cache)
@@ -102,6 +100,8 @@ def _targets(patch: Patch, named: Target | None) -> list[tuple[Target, bool | No
     A named release or commit is claimed when it is inside ``applies_to``; a tree with
     neither (not a git checkout) is checked on content alone and claimed by nobody.
     """
+    from farm.builds.series import claimed_targets
+
     claimed = list(claimed_targets(patch))
     rows: list[tuple[Target, bool | None]] = [(t, True) for t in claimed]
     if named is not None and not any(t == named or _same_commit(t, named) for t in claimed):
@@ -111,6 +111,9 @@ def _targets(patch: Patch, named: Target | None) -> list[tuple[Target, bool | No
 
 
 def _rows(series: PatchSeries, named: Target | None, trees: _Trees) -> list[_Row]:
+    from farm.builds.patches import check_patch
+    from farm.builds.series import not_applicable_reason
+
     rows = []
     for patch in series.patches:
         for target, claimed in _targets(patch, named):
@@ -124,11 +127,12 @@ def _rows(series: PatchSeries, named: Target | None, trees: _Trees) -> list[_Row
             )
             # A gated target is reported without downloading or checking anything.
             if reason := not_applicable_reason(patch, target):
-                row = row.model_copy(update={"state": "not_applicable", "detail": reason})
+                row = dataclasses.replace(row, state="not_applicable", detail=reason)
             elif (tree := trees.tree(target)) is not None:
                 status = check_patch(patch, tree, target)
-                update = {"state": status.state, "detail": status.detail, "status": status}
-                row = row.model_copy(update=update)
+                row = dataclasses.replace(
+                    row, state=status.state, detail=status.detail, status=status
+                )
             rows.append(row)
     return rows
 
@@ -167,6 +171,13 @@ def check(
     Exits 1 when a patch conflicts with a target it claims, 2 on a malformed series
     or when a release cannot be downloaded.
     """
+    from farm.builds.series import (
+        ENGINE_DISTRIBUTIONS,
+        Target,
+        bundled_patches_dir,
+        load_series,
+    )
+
     if version and source:
         raise typer.BadParameter("give --version or --source, not both")
     if (version or source) and not engine:

@@ -10,16 +10,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from farm import store
-from farm.builds.series import check_patch_names
 from farm.cli.common import open_session, say
 from farm.errors import FarmError, SpecError
-from farm.plan import Plan, ServerCell
-from farm.records import SweepRecord
-from farm.spec import JobFile, check_job_paths, read_job
-from farm.sweep import plan_job
-from farm.workload.prompts import check_prompts
+
+if TYPE_CHECKING:
+    from farm.plan import Plan, ServerCell
+    from farm.records import SweepRecord
+    from farm.spec import JobFile
 
 __all__ = ["check_job", "check_resume", "resume_problems"]
 
@@ -36,6 +35,12 @@ def check_job(
     must exist here too. Notes (paths expected on the nodes) go to standard error.
     Raises SpecError listing every problem, PlanError for a bad ``--only``.
     """
+    # Imported here: planning asks the engines for their capabilities.
+    from farm.builds.series import check_patch_names
+    from farm.spec import check_job_paths, read_job
+    from farm.sweep import plan_job
+    from farm.workload.prompts import check_prompts
+
     job = read_job(job_file)
     plan = plan_job(job.spec, only)
     problems, notes = check_job_paths(job, on_this_machine)
@@ -53,6 +58,8 @@ def check_job(
 def _empty_plan(job: JobFile, plan: Plan, only: Mapping[str, str]) -> str:
     """Why ``plan`` has no cell: the ``--only`` slice, or what excluded every cell."""
     if only:
+        from farm.sweep import plan_job
+
         full = plan_job(job.spec)
         if full.cells:
             given = " ".join(f"--only {k}={v}" for k, v in only.items())
@@ -117,8 +124,10 @@ def resume_problems(
 def check_resume(job: JobFile, plan: Plan, only: Mapping[str, str], db: str, sweep_id: int) -> None:
     """FarmError unless ``plan`` is the plan sweep ``sweep_id`` was started with (same
     job, same cells, same slice); the store must exist. Reads only."""
+    from farm.store.repository import load_sweep
+
     with open_session(db) as session:
-        stored = store.load_sweep(session, sweep_id)
+        stored = load_sweep(session, sweep_id)
     problems = resume_problems(stored, job, plan, only)
     if problems:
         raise FarmError(

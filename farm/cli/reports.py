@@ -9,15 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.text import Text
 
-from farm.analysis.checks import check_sweep
-from farm.analysis.compare import compare_sweeps
-from farm.analysis.history import series_from_sweeps
-from farm.analysis.summary import patched_bases, summarize_sweep
 from farm.cli.common import (
     DbOption,
     SweepArg,
@@ -33,15 +29,9 @@ from farm.cli.common import (
     write_output,
 )
 from farm.errors import FarmError
-from farm.notify.github import DEFAULT_API_URL, GitHubClient, parse_pr_ref
-from farm.records import SweepRecord
-from farm.report import render_matrix
-from farm.report.findings import render_findings
-from farm.report.html import render_html
-from farm.report.markdown import render_comparison, render_markdown
-from farm.settings import get_settings
-from farm.store import load_sweep
-from farm.store.repository import history_sweeps
+
+if TYPE_CHECKING:
+    from farm.records import SweepRecord
 
 __all__ = ["ReportFormat", "render_report", "report_files", "reports_app", "show_sweep"]
 
@@ -52,6 +42,11 @@ reports_app = typer.Typer()
 
 def show_sweep(record: SweepRecord, title: str) -> None:
     """Print ``record`` as a matrix, then the within-sweep checks' findings."""
+    from farm.analysis.checks import check_sweep
+    from farm.analysis.summary import patched_bases, summarize_sweep
+    from farm.report.findings import render_findings
+    from farm.report.table import render_matrix
+
     console.print(render_matrix(title, summarize_sweep(record)))
     checks = check_sweep(record, patched_bases(record.builds))
     if checks.findings:
@@ -70,13 +65,18 @@ def render_report(
     trends over the last ``history`` sweeps of the same job. Returns (sweep id, text).
     Raises FarmError.
     """
+    from farm.analysis.checks import check_sweep
+    from farm.analysis.summary import patched_bases, summarize_sweep
+    from farm.report.html import render_html
+    from farm.report.markdown import render_markdown
+    from farm.store.repository import history_series, load_sweep
+
     with open_session(db) as session:
         sweep_id = resolve_sweep(session, sweep)
         record = load_sweep(session, sweep_id)
         check_sweep_statuses(record.status)
-        trends = (
-            series_from_sweeps(history_sweeps(session, record, history)) if history > 1 else None
-        )
+        # From the per-variant summaries: trends read no request of earlier sweeps.
+        trends = history_series(session, record, history) if history > 1 else None
     report = check_sweep(record, patched_bases(record.builds))
     summaries = summarize_sweep(record)
     if fmt == "html":
@@ -130,6 +130,8 @@ def report(
             raise fail(exc) from None
         say(f"wrote {path}")
         return
+    from farm.store.repository import load_sweep
+
     try:
         with open_session(db) as session:
             record = load_sweep(session, resolve_sweep(session, sweep))
@@ -145,6 +147,9 @@ def report(
 
 def _post_to_github(ref_text: str, text: str) -> None:
     """Post ``text`` as a comment on pull request ``ref_text``; only warn without a token."""
+    from farm.notify.github import DEFAULT_API_URL, GitHubClient, parse_pr_ref
+    from farm.settings import get_settings
+
     ref = parse_pr_ref(ref_text)
     github = get_settings().github
     if github.token is None:
@@ -177,6 +182,11 @@ def compare(
 ) -> None:
     """Compare two sweeps cell by cell: pass / regress / improve, AL difference with its
     interval, as Markdown ready for a pull request."""
+    from farm.analysis.compare import compare_sweeps
+    from farm.notify.github import parse_pr_ref
+    from farm.report.markdown import render_comparison
+    from farm.store.repository import load_sweep
+
     if post_github is not None:
         try:
             parse_pr_ref(post_github)

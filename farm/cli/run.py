@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from farm import store
-from farm.analysis import summarize_sweep
-from farm.builds.environment import mask_argv, mask_env
-from farm.builds.venv import plan_builds
 from farm.cli.common import (
     DbOption,
     console,
@@ -23,17 +19,12 @@ from farm.cli.common import (
     say,
 )
 from farm.cli.preflight import check_job, check_resume
-from farm.cli.progress import SweepProgress, SweepTally
 from farm.cli.reports import show_sweep
-from farm.engines import plan_launches
 from farm.errors import FarmError
-from farm.plan import Plan, ServerCell
-from farm.records import BuildInfo, CellResult
-from farm.report import render_matrix, render_plan
-from farm.report.findings import render_findings
-from farm.selftest import analyze_selftest
-from farm.spec import JobSpec
-from farm.sweep import SweepEvents, SweepOptions, SweepOutcome, plan_job, run_sweep
+
+if TYPE_CHECKING:
+    from farm.spec import JobSpec
+    from farm.sweep import SweepOptions, SweepOutcome
 
 __all__ = ["run_app"]
 
@@ -46,76 +37,13 @@ def _only(values: list[str] | None) -> dict[str, str]:
     return parse_pairs(values, "--only", "AXIS=VALUE")
 
 
-class _ConsoleEvents(SweepEvents):
-    def __init__(self) -> None:
-        self.tally = SweepTally()
-        self.progress = SweepProgress(self.tally, console=console)
-        self.task = self.progress.add_task("cells", total=None)
-
-    def planned(self, plan: Plan, sweep_id: int) -> None:
-        say(
-            "sweep ",
-            (str(sweep_id), "bold"),
-            f": {len(plan.cells)} server cells, {plan.variant_count} variants, "
-            f"{len(plan.excluded)} excluded",
-        )
-        self.progress.update(self.task, total=len(plan.cells))
-        self.tally.total = len(plan.cells)
-
-    def build_line(self, engine: str, line: str) -> None:
-        # Cells start on nodes whose build is ready while others still build, so the
-        # build's last line shares the progress bar's line.
-        self.progress.update(
-            self.task, description=f"cells · building {engine} (first run ~3-5 min): {line[:80]}"
-        )
-
-    def build_done(self, engine: str, build: BuildInfo | None, error: str | None) -> None:
-        self.progress.update(self.task, description="cells")
-        if build:
-            say(f"build {engine}: ", ("ready", "green"), f" {build.build_id} ({build.env_dir})")
-        else:
-            say(f"build {engine}: ", ("failed", "red"), f"\n{error}")
-
-    def build_placed(self, engine: str, node: str, error: str | None) -> None:
-        state = ("ready", "green") if error is None else ("failed", "red")
-        say(f"build {engine} on {node}: ", state, "" if error is None else f": {error}")
-
-    def cells_started(self, count: int) -> None:
-        console.print(f"running {count} cells on Ray (each ~1-3 min on 2 CPU cores)")
-        self.progress.start()
-
-    def cell_started(self, cell: ServerCell, node: str) -> None:
-        self.tally.started(cell.cell_id, node)
-        self.progress.refresh()
-
-    def spooled(self, cell_id: str, where: str) -> None:
-        say(("spooled", "yellow"), f" {cell_id} (the store refused it): {where}")
-
-    def notice(self, text: str) -> None:
-        say(("note", "yellow"), f" {text}")
-
-    def cell_done(self, cell: ServerCell, result: CellResult) -> None:
-        self.tally.done(cell.cell_id, result.status == "ok", result.node)
-        self.progress.advance(self.task)
-        if result.status == "ok":
-            parts = []
-            for v in result.variants:
-                al = v.counters.mean_acceptance_length
-                parts.append(
-                    f"{v.thinking}/{v.workload} AL={al:.2f}" if al else f"{v.thinking}/{v.workload}"
-                )
-            say(
-                ("ok", "green"),
-                f"     {cell.cell_id} "
-                f"(start {result.startup_s or 0:.0f}s, gen {result.generation_s or 0:.0f}s) "
-                + ", ".join(parts),
-            )
-        else:
-            say((result.status, "red"), f" {cell.cell_id}: {result.error}")
-
-
 def _run_with_progress(job: JobSpec, job_file: Path, options: SweepOptions) -> SweepOutcome:
-    events = _ConsoleEvents()
+    # Imported here, as in every command below: the sweep, the engines, Ray, the store
+    # and the analysis load when a command needs them, not when `farm --help` starts.
+    from farm.cli.run_events import ConsoleEvents
+    from farm.sweep import run_sweep
+
+    events = ConsoleEvents()
     try:
         return run_sweep(job, job_file.read_text(), options, events)
     finally:
@@ -124,6 +52,8 @@ def _run_with_progress(job: JobSpec, job_file: Path, options: SweepOptions) -> S
 
 def _print_outcome(outcome: SweepOutcome, url: str) -> None:
     """What happened to the results, then the stored sweep as a matrix."""
+    from farm.store.repository import load_sweep
+
     for line in outcome.flushed:
         say(f"flushed to the store (spooled earlier): {line}")
     if outcome.spooled:
@@ -141,7 +71,7 @@ def _print_outcome(outcome: SweepOutcome, url: str) -> None:
         )
     try:
         with open_session(url) as session:
-            record = store.load_sweep(session, outcome.sweep_id)
+            record = load_sweep(session, outcome.sweep_id)
         show_sweep(record, f"sweep {outcome.sweep_id} ({record.job})")
     except FarmError as exc:
         say((f"cannot show sweep {outcome.sweep_id}:", "yellow"), f" {exc}")
@@ -163,6 +93,8 @@ def run(
     Everything a run reads is checked first (as `farm plan` does); nothing is written
     when a check fails.
     """
+    from farm.sweep import SweepOptions
+
     try:
         # Without --ray-address the cells run in a local cluster: on this machine.
         checked, planned = check_job(job_file, _only(only), on_this_machine=ray_address is None)
@@ -199,12 +131,19 @@ def selftest(
 
     Exits 1 when a canary is not caught or the clean repeat is flagged.
     """
+    from farm.analysis import summarize_sweep
+    from farm.report.findings import render_findings
+    from farm.report.table import render_matrix
+    from farm.selftest import analyze_selftest
+    from farm.store.repository import load_sweep
+    from farm.sweep import SweepOptions
+
     try:
         job = check_job(job_file, _only(only), on_this_machine=True)[0].spec
         options = SweepOptions(db_url=db_url(db), only=_only(only), home=home())
         outcome = _run_with_progress(job, job_file, options)
         with open_session(options.db_url) as session:
-            record = store.load_sweep(session, outcome.sweep_id)
+            record = load_sweep(session, outcome.sweep_id)
     except FarmError as exc:
         raise fail(exc) from None
     console.print(render_matrix(f"self-test sweep {record.sweep_id}", summarize_sweep(record)))
@@ -251,6 +190,10 @@ def plan(
 
 def _print_launches(job: JobSpec, only: list[str] | None) -> None:
     """Each cell's exact server command and environment (python, port, NPU ids as placeholders)."""
+    from farm.builds.environment import mask_argv, mask_env
+    from farm.engines import plan_launches
+    from farm.sweep import plan_job
+
     launches = plan_launches(job, plan_job(job, _only(only)), python="<build>/bin/python")
     console.print("server argv and env per cell (port and NPU ids are assigned at run time):")
     for cell_id, launch in launches.items():
@@ -266,6 +209,10 @@ def _print_launches(job: JobSpec, only: list[str] | None) -> None:
 
 def _print_plan(job: JobSpec, only: list[str] | None) -> None:
     """The plan's tables, then each planned engine's build id and source."""
+    from farm.builds.venv import plan_builds
+    from farm.report.table import render_plan
+    from farm.sweep import plan_job
+
     plan = plan_job(job, _only(only))
     planned = {c.engine for c in plan.cells}
     builds = plan_builds([e for e in job.engines if e.name in planned])

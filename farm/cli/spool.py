@@ -5,10 +5,8 @@ from __future__ import annotations
 import typer
 from rich.text import Text
 
-from farm import store
 from farm.cli.common import DbOption, console, db_url, fail, home
 from farm.errors import FarmError
-from farm.store.spool import flush_spool, scan_spool
 
 __all__ = ["spool_app"]
 
@@ -23,6 +21,9 @@ def _print_unreadable(lines: tuple[str, ...]) -> None:
 @spool_app.command("list")
 def list_spool(db: DbOption = None) -> None:
     """List the spooled results meant for the store, and spool files that cannot be read."""
+    from farm.store.db import mask_url
+    from farm.store.spool import scan_spool
+
     try:
         url = db_url(db)
         scan = scan_spool(home(), url)
@@ -33,7 +34,7 @@ def list_spool(db: DbOption = None) -> None:
     _print_unreadable(scan.unreadable)
     unreadable = f", {len(scan.unreadable)} unreadable" if scan.unreadable else ""
     console.print(
-        f"{len(scan.files)} spooled result(s) for {store.mask_url(url)}{unreadable}",
+        f"{len(scan.files)} spooled result(s) for {mask_url(url)}{unreadable}",
         highlight=False,
     )
 
@@ -42,9 +43,12 @@ def list_spool(db: DbOption = None) -> None:
 def flush(db: DbOption = None) -> None:
     """Write every result spooled for the store into it; exit 1 if any is still refused
     or cannot be read (those files stay where they are)."""
+    from farm.store.db import open_store
+    from farm.store.spool import flush_spool
+
     try:
         url = db_url(db)
-        engine = store.open_store(url)
+        engine = open_store(url)
         try:
             report = flush_spool(engine, home(), url)
         finally:

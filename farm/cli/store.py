@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from farm import store
 from farm.cli.common import (
     DbOption,
     SweepArg,
@@ -23,7 +22,6 @@ from farm.cli.common import (
     write_output,
 )
 from farm.errors import FarmError
-from farm.store.export import dump_sweep_export
 
 __all__ = ["db_app", "store_app"]
 
@@ -34,16 +32,27 @@ db_app = typer.Typer(help="The SQL store.", no_args_is_help=True)
 @store_app.command()
 def sweeps(db: DbOption = None, limit: int = 20) -> None:
     """List recent sweeps."""
+    from farm.store.repository import list_sweeps
+    from farm.store.verdicts import list_verdicts
+
     try:
         with open_session(db) as session:
-            rows = store.list_sweeps(session, limit)
+            rows = list_sweeps(session, limit)
             check_sweep_statuses(*(s.status for s in rows))
+            verdicts = list_verdicts(session, [s.id for s in rows])
     except FarmError as exc:
         raise fail(exc) from None
     for s in rows:
+        # A nightly's or PR run's verdict: `nightly: regression (2)`, `pr #12: clean`.
+        judged = "  ".join(
+            f"{v.kind}{f' #{v.pr_number}' if v.pr_number is not None else ''}: {v.outcome}"
+            + (f" ({len(v.findings)})" if v.findings else "")
+            for v in verdicts.get(s.id, ())
+        )
         console.print(
             f"{s.id:>5}  {s.job:<20} {s.status:<12} {s.started_at:%Y-%m-%d %H:%M}  "
             f"ok={s.cells_ok} failed={s.cells_failed} planned={s.cells_planned}"
+            + (f"  {judged}" if judged else "")
         )
 
 
@@ -55,11 +64,14 @@ def export(
 ) -> None:
     """Write a stored sweep (cells, builds, every request's counters) as JSON, the
     input of `bench/detection.py --recorded` and of analyses away from the store."""
+    from farm.store.export import dump_sweep_export
+    from farm.store.repository import load_sweep
+
     try:
         if out is not None:
             check_output(out, db)  # before the store is read: nothing half-done
         with open_session(db) as session:
-            record = store.load_sweep(session, resolve_sweep(session, sweep))
+            record = load_sweep(session, resolve_sweep(session, sweep))
             check_sweep_statuses(record.status)
         text = dump_sweep_export(record)
         if out is not None:
@@ -75,9 +87,43 @@ def export(
 @db_app.command("upgrade")
 def db_upgrade(db: DbOption = None) -> None:
     """Create or migrate the store's tables to the newest schema."""
+    from farm.store.db import mask_url, normalize_url, upgrade
+
     try:
         url = db_url(db)
-        revision = store.upgrade(store.normalize_url(url))
+        revision = upgrade(normalize_url(url))
     except FarmError as exc:
         raise fail(exc) from None
-    console.print(f"store at {store.mask_url(url)} is at revision {revision}")
+    console.print(f"store at {mask_url(url)} is at revision {revision}")
+
+
+@db_app.command("prune")
+def db_prune(
+    text_older_than: Annotated[
+        str,
+        typer.Option(
+            "--text-older-than",
+            help="drop the output text of sweeps started before this age: 30d, 12h, 2w",
+        ),
+    ],
+    db: DbOption = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="say what would go, change nothing")
+    ] = False,
+) -> None:
+    """Drop the output text of old sweeps; every number, verdict and alert stays.
+
+    Reports of a pruned sweep show its greedy agreement as unknown.
+    """
+    from farm.store.prune import parse_age, prune_text
+
+    try:
+        age = parse_age(text_older_than)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--text-older-than") from None
+    try:
+        with open_session(db) as session:
+            pruned = prune_text(session, age, dry_run=dry_run)
+    except FarmError as exc:
+        raise fail(exc) from None
+    console.print(pruned.describe())

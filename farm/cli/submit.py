@@ -13,34 +13,41 @@ files set it from a secret). ``--db`` only names a store whose URL holds no pass
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import BaseModel, ConfigDict
 from rich.text import Text
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
-from farm.builds.environment import mask_text
 from farm.cli.common import console, fail
-from farm.engines.environment import looks_secret
-from farm.orchestrate.jobs import JobServer, SubmitError
-from farm.settings import get_settings
+
+if TYPE_CHECKING:
+    from farm.orchestrate.jobs import SubmitError
 
 __all__ = ["Submission", "SubmitError", "make_submission", "submit", "submit_app"]
 
 submit_app = typer.Typer()
 
+
+def __getattr__(name: str) -> Any:
+    # SubmitError is part of this module's API, but farm.orchestrate imports Ray: it is
+    # imported when asked for, not when `farm --help` loads the command.
+    if name == "SubmitError":
+        from farm.orchestrate.jobs import SubmitError
+
+        return SubmitError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 # Never uploaded: the local venv and caches are large and machine-specific.
 _EXCLUDES = (".venv", ".git", "**/__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache")
 
 
-class Submission(BaseModel):
+@dataclasses.dataclass(frozen=True)
+class Submission:
     """What `farm submit` sends: the entrypoint and its runtime environment."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     entrypoint: str
     runtime_env: dict[str, Any]
@@ -61,6 +68,8 @@ def make_submission(
     ``FARM_DB_URL``. A ``db_url`` travels as ``FARM_DB_URL`` in the job's environment
     and must therefore hold no password: SubmitError otherwise.
     """
+    from farm.orchestrate.jobs import SubmitError
+
     root = working_dir.resolve()
     try:
         relative = job_file.resolve().relative_to(root)
@@ -90,6 +99,13 @@ def make_submission(
 def _public_store_url(url: str) -> str:
     """``url`` if it may be shown to every reader of the job API; SubmitError if it
     holds a password (or a secret-looking query parameter)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from farm.builds.environment import mask_text
+    from farm.engines.environment import looks_secret
+    from farm.orchestrate.jobs import SubmitError
+
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
@@ -138,6 +154,9 @@ def submit(
     stop: Annotated[str | None, typer.Option("--stop", metavar="ID", help="stop a job")] = None,
 ) -> None:
     """Submit `farm run JOB` to a Ray cluster as a Ray Job, or show or stop a submitted one."""
+    from farm.orchestrate.jobs import JobServer, SubmitError
+    from farm.settings import get_settings
+
     address = address or get_settings().ray.api_server_address
     try:
         if status or logs or stop:

@@ -5,7 +5,14 @@ from __future__ import annotations
 from farm.dashboards import queries as q
 from farm.dashboards.model import Dashboard, Panel, QueryVariable
 
-__all__ = ["HEALTH_UID", "farm_health"]
+__all__ = [
+    "HEALTH_UID",
+    "NIGHTLY_VERDICTS",
+    "PR_VERDICTS",
+    "farm_health",
+    "nightly_verdicts_panel",
+    "pr_verdicts_panel",
+]
 
 HEALTH_UID = "mtp-farm-health"
 
@@ -36,6 +43,79 @@ def _trouble_count(title: str, sql: str, description: str) -> Panel:
         height=4,
         defaults=_RED_ABOVE_ZERO,
         options=_STAT_OPTIONS,
+    )
+
+
+# Verdicts of `farm nightly` and `farm pr` (table ``verdict``, farm.store.verdicts),
+# coloured by outcome; the time range bounds them like every other panel here.
+_VERDICT_COLORS = {
+    "matcher": {"id": "byName", "options": "verdict"},
+    "properties": [
+        {"id": "custom.cellOptions", "value": {"type": "color-background"}},
+        {
+            "id": "mappings",
+            "value": [
+                {
+                    "type": "value",
+                    "options": {
+                        "clean": {"color": "green", "index": 0},
+                        "regression": {"color": "red", "index": 1},
+                        "failed_cells": {"color": "orange", "index": 2},
+                    },
+                }
+            ],
+        },
+    ],
+}
+
+NIGHTLY_VERDICTS = """SELECT s.id AS sweep, s.job, s.started_at AS started, v.outcome AS verdict,
+  json_array_length(v.findings) AS findings, v.baseline_sweep_ids::text AS "baseline sweeps",
+  v.created_at AS judged
+FROM verdict v
+JOIN sweep s ON s.id = v.sweep_id
+WHERE v.kind = 'nightly'
+  AND $__timeFilter(s.started_at)
+  AND s.job IN (${job:sqlstring})
+ORDER BY s.id DESC
+LIMIT 14"""
+
+PR_VERDICTS = """SELECT v.pr_number AS "PR", v.engine, left(v.head_sha, 12) AS "head",
+  v.outcome AS verdict, json_array_length(v.findings) AS findings,
+  json_array_length(v.reused_cells) AS "reused cells", s.id AS sweep, s.job,
+  v.created_at AS judged
+FROM verdict v
+JOIN sweep s ON s.id = v.sweep_id
+WHERE v.kind = 'pr'
+  AND $__timeFilter(v.created_at)
+  AND s.job IN (${job:sqlstring})
+ORDER BY v.created_at DESC, v.id DESC"""
+
+
+def nightly_verdicts_panel() -> Panel:
+    """The job's last 14 nightlies in the time range, one row per night with its verdict."""
+    return Panel(
+        title="Last 14 nightlies: verdict per night",
+        kind="table",
+        sql=NIGHTLY_VERDICTS,
+        description="`farm nightly` verdicts: clean, regression (alerts raised) or "
+        "failed_cells, with the last good night each was compared with.",
+        width=12,
+        height=8,
+        overrides=(_VERDICT_COLORS,),
+    )
+
+
+def pr_verdicts_panel() -> Panel:
+    """PR validations in the time range, newest first, one row per run with its verdict."""
+    return Panel(
+        title="PR validations: verdict per PR",
+        kind="table",
+        sql=PR_VERDICTS,
+        description="`farm pr` verdicts: the PR, engine and head commit validated, and how "
+        "many baseline cells were reused from stored nightlies.",
+        width=12,
+        height=8,
+        overrides=(_VERDICT_COLORS,),
     )
 
 
@@ -71,6 +151,7 @@ def farm_health() -> Dashboard:
                     defaults=_BARS,
                 ),
             ),
+            (nightly_verdicts_panel(), pr_verdicts_panel()),
             (
                 Panel(
                     title="Sweeps",

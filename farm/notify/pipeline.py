@@ -14,14 +14,14 @@ from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session
 
 from farm.analysis.checks import check_sweep
-from farm.analysis.history import analyze_histories, series_from_sweeps
+from farm.analysis.history import analyze_histories
 from farm.analysis.summary import patched_bases
 from farm.analysis.verdicts import CheckConfig
 from farm.notify.alert import AlertRecord
 from farm.notify.candidates import alert_candidates_from_history, alert_candidates_from_report
 from farm.notify.registry import Notifier, configured_notifiers, send_all
 from farm.store.alerts import mark_notified, pending_notifications, raise_alerts
-from farm.store.repository import history_sweeps, load_sweep
+from farm.store.repository import history_series, load_sweep
 
 __all__ = ["AlertCheck", "check_and_notify"]
 
@@ -68,7 +68,8 @@ def check_and_notify(
     report = check_sweep(record, base_of or patched_bases(record.builds), config or CheckConfig())
     candidates = alert_candidates_from_report(report, record)
     if history > 1:
-        series = series_from_sweeps(history_sweeps(session, record, history))
+        # Earlier sweeps from their per-variant summaries: no request is read.
+        series = history_series(session, record, history)
         candidates += alert_candidates_from_history(analyze_histories(series), sweep_id)
     alerts = raise_alerts(session, sweep_id, candidates)
     channels = list(configured_notifiers() if notifiers is None else notifiers)

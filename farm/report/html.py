@@ -37,8 +37,9 @@ from farm.report.markdown import (
     reference_label,
     verdict_status,
 )
+from farm.workflows.verdict import SweepVerdict, VerdictFinding
 
-__all__ = ["render_html"]
+__all__ = ["render_html", "render_verdict_index"]
 
 _MAX_TRENDS = 80
 _MAX_VERDICT_ROWS = 1000
@@ -132,6 +133,7 @@ def render_html(
     history: History | None = None,
     *,
     base_engine: str | None = None,
+    verdict: SweepVerdict | None = None,
 ) -> str:
     """The sweep report as a standalone HTML page.
 
@@ -139,7 +141,9 @@ def render_html(
     change across the matrix (reference: eager for a single engine; the first engine,
     or ``base_engine``, when the sweep has several - then a graph-vs-eager heatmap
     follows); per-position acceptance bars per variant; AL trends per cell key when
-    ``history`` is given; the matrix table; notes; every verdict.
+    ``history`` is given; the matrix table; notes; every verdict. With ``verdict``
+    (a nightly's or PR run's, :mod:`farm.workflows.verdict`), its outcome and findings
+    come first.
     """
     engines = list(dict.fromkeys(s.cell.engine for s in sweep.cells))
     ok = sum(1 for s in sweep.cells if s.result is not None and s.result.status == "ok")
@@ -165,6 +169,8 @@ def render_html(
             for b in sweep.builds
         )
         parts.append(f"<ul>{items}</ul>")
+    if verdict is not None:
+        parts.append(_verdict_section(verdict))
     parts.append(_cards(len(sweep.cells), ok, failed, len(summaries), check_report))
     parts.append(_findings(check_report))
     mode: GridMode = "engine" if len(engines) > 1 else "graph"
@@ -328,3 +334,84 @@ def _notes(sweep: SweepRecord, report: CheckReport) -> str:
     if not items:
         return ""
     return f"<h2>Notes</h2><ul>{''.join(items)}</ul>"
+
+
+_OUTCOME_CLASS = {"clean": "ok", "regression": "bad", "failed_cells": "bad"}
+
+
+def _finding_row(f: VerdictFinding) -> tuple[str, list[str]]:
+    positions = "<br>".join(
+        f"{p.position}: {p.baseline:.3f} &rarr; {p.candidate:.3f} ({p.difference:+.3f})"
+        + (" <b>fell</b>" if p.fell else "")
+        for p in f.positions
+    )
+    rel = f"{f.relative:+.1%}" if f.relative is not None else ""
+    return (
+        "regressed" if f.is_regression else "failed",
+        [_e(f.source), _e(f.check), _e(", ".join(f.cells)), _e(rel), positions, _e(f.summary)],
+    )
+
+
+def _verdict_section(verdict: SweepVerdict) -> str:
+    """The run's verdict: outcome, what it was compared with, one row per finding."""
+    cls = _OUTCOME_CLASS.get(verdict.outcome, "")
+    against = (
+        "compared with sweep " + ", ".join(str(i) for i in verdict.baseline_sweep_ids)
+        if verdict.baseline_sweep_ids
+        else "no earlier good night to compare with"
+    )
+    pr = f" · PR #{verdict.pr_number}" if verdict.pr_number is not None else ""
+    head = f" @ {verdict.head_sha[:12]}" if verdict.head_sha else ""
+    out = [
+        f'<h2>{_e(verdict.kind.capitalize())} verdict: <span class="{cls}">'
+        f"{_e(verdict.outcome)}</span></h2>",
+        f'<p class="meta">{_e(against)} · {verdict.comparisons} comparisons · history '
+        f"{verdict.history} sweeps{_e(pr)}{_e(head)}</p>",
+    ]
+    if verdict.findings:
+        head_row = ["source", "check", "cells", "change", "draft positions", "finding"]
+        out.append(_table(head_row, [_finding_row(f) for f in verdict.findings], {3}))
+    if verdict.reused_cells:
+        cells = ", ".join(f"{c.cell_id} (sweep {c.sweep_id})" for c in verdict.reused_cells)
+        out.append(f'<p class="muted">baseline cells reused: {_e(cells)}</p>')
+    return "".join(out)
+
+
+def render_verdict_index(job: str, verdicts: Sequence[SweepVerdict]) -> str:
+    """The publish folder's index: the job's sweeps (newest first), each with its
+    verdict and a link to its report ``sweep-<id>.html`` beside the index."""
+    rows = []
+    for v in verdicts:
+        cls = _OUTCOME_CLASS.get(v.outcome, "")
+        when = f"{v.created_at:%Y-%m-%d %H:%M} UTC" if v.created_at else ""
+        first = v.findings[0].summary if v.findings else ""
+        rows.append(
+            (
+                "regressed" if v.outcome == "regression" else "",
+                [
+                    f'<a href="sweep-{v.sweep_id}.html">{v.sweep_id}</a>',
+                    _e(when),
+                    f'<span class="{cls}">{_e(v.outcome)}</span>',
+                    str(len(v.findings)),
+                    _e(", ".join(str(i) for i in v.baseline_sweep_ids) or "-"),
+                    _e(first),
+                ],
+            )
+        )
+    title = f"mtp-farm nightlies: {job}"
+    body = (
+        _table(["sweep", "judged", "verdict", "findings", "baseline", "first finding"], rows, {3})
+        if rows
+        else "<p>No judged night yet.</p>"
+    )
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
+            f"<h1>{_e(title)}</h1>",
+            '<p class="meta"><a href="latest.html">latest report</a></p>',
+            body,
+            f'<p class="muted">generated by mtp-farm {_e(__version__)}</p></body></html>',
+        ]
+    )

@@ -20,6 +20,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, select
 
 from farm import __version__
+from farm.analysis.history import HistoryPoint
+from farm.comparable import ComparableKey
 from farm.errors import FarmError, StoreError
 from farm.plan import ExcludedCell, Plan, ServerCell
 from farm.records import (
@@ -28,20 +30,20 @@ from farm.records import (
     BuildInfo,
     CellResult,
     EffectiveConfig,
-    RequestRecord,
     SpecCounters,
     StoredCell,
     SweepRecord,
     SweepStatus,
     VariantResult,
 )
+from farm.store.requests import delete_requests, insert_requests, read_requests, server_cell
+from farm.store.requests import history_series as requests_history_series
 from farm.store.tables import (
     BuildLocationRow,
     BuildRow,
     CellRow,
     ExcludedCellRow,
     MetricRow,
-    RequestRow,
     SweepBuildRow,
     SweepRow,
     UTCDateTime,
@@ -60,6 +62,7 @@ __all__ = [
     "create_sweep",
     "finish_sweep",
     "heartbeat",
+    "history_series",
     "history_sweeps",
     "latest_sweep_id",
     "list_sweeps",
@@ -223,11 +226,15 @@ def save_cell_result(session: Session, sweep_id: int, result: CellResult) -> Non
         row.log_tail = result.log_tail
         row.log_path = result.log_path
         session.add(row)
-        _insert_variants(session, _server_cell(row), cell_row_id, result.variants)
+        _insert_variants(session, sweep_id, _server_cell(row), cell_row_id, result.variants)
 
 
 def _insert_variants(
-    session: Session, cell: ServerCell, cell_row_id: int, variants: tuple[VariantResult, ...]
+    session: Session,
+    sweep_id: int,
+    cell: ServerCell,
+    cell_row_id: int,
+    variants: tuple[VariantResult, ...],
 ) -> None:
     runs = [
         VariantRunRow(
@@ -246,19 +253,17 @@ def _insert_variants(
     session.add_all(runs)
     session.flush()
     metrics: list[dict[str, Any]] = []
-    requests: list[dict[str, Any]] = []
     for run, variant in zip(runs, variants, strict=True):
-        run_id = _id(run.id)
         metrics.extend(
-            {"variant_run_id": run_id, "name": name, "position": pos, "value": value}
+            {"variant_run_id": _id(run.id), "name": name, "position": pos, "value": value}
             for name, pos, value in _counter_rows(variant.counters)
         )
-        requests.extend({"variant_run_id": run_id, **r.model_dump()} for r in variant.requests)
-    # Bulk inserts: a variant carries hundreds of requests and per-position counters.
+    # Bulk insert: a variant carries per-position counters.
     if metrics:
         session.exec(sa.insert(MetricRow), params=metrics)
-    if requests:
-        session.exec(sa.insert(RequestRow), params=requests)
+    insert_requests(
+        session, sweep_id, [(_id(r.id), v) for r, v in zip(runs, variants, strict=True)]
+    )
 
 
 def _delete_variant_runs(session: Session, cell_row_id: int) -> None:
@@ -266,7 +271,7 @@ def _delete_variant_runs(session: Session, cell_row_id: int) -> None:
     # honours only when the connection enabled foreign keys.
     runs = select(VariantRunRow.id).where(VariantRunRow.cell_row_id == cell_row_id)
     session.exec(sa.delete(MetricRow).where(col(MetricRow.variant_run_id).in_(runs)))
-    session.exec(sa.delete(RequestRow).where(col(RequestRow.variant_run_id).in_(runs)))
+    delete_requests(session, runs)
     session.exec(sa.delete(VariantRunRow).where(col(VariantRunRow.cell_row_id) == cell_row_id))
 
 
@@ -461,16 +466,34 @@ def list_sweeps(session: Session, limit: int = 20) -> list[SweepSummary]:
     ]
 
 
-def history_sweeps(session: Session, record: SweepRecord, count: int) -> list[SweepRecord]:
-    """Up to ``count`` sweeps of ``record``'s job ending with ``record``, oldest first."""
+def _history_ids(session: Session, record: SweepRecord, count: int) -> list[int]:
+    """Ids of up to ``count`` sweeps of ``record``'s job ending with it, oldest first."""
     if count <= 1:
-        return [record]
-    ids = [
-        s.id
-        for s in list_sweeps(session, limit=max(200, 10 * count))
-        if s.job == record.job and s.id < record.sweep_id
-    ][: count - 1]
-    return [*(load_sweep(session, i) for i in sorted(ids)), record]
+        return [record.sweep_id]
+    earlier = session.exec(
+        select(SweepRow.id)
+        .where(SweepRow.job == record.job, col(SweepRow.id) < record.sweep_id)
+        .order_by(col(SweepRow.id).desc())
+        .limit(count - 1)
+    ).all()
+    return [*sorted(_id(i) for i in earlier), record.sweep_id]
+
+
+def history_sweeps(session: Session, record: SweepRecord, count: int) -> list[SweepRecord]:
+    """Up to ``count`` sweeps of ``record``'s job ending with ``record``, oldest first,
+    each read whole (requests and text): for callers that pair requests. History
+    figures alone come cheaper from :func:`history_series`."""
+    ids = _history_ids(session, record, count)
+    return [*(load_sweep(session, i) for i in ids[:-1]), record]
+
+
+def history_series(
+    session: Session, record: SweepRecord, count: int
+) -> dict[ComparableKey, tuple[HistoryPoint, ...]]:
+    """Per-key AL series over up to ``count`` sweeps of ``record``'s job ending with it:
+    ``series_from_sweeps(history_sweeps(...))`` from the stored per-variant summaries,
+    one query whatever ``count``, no request read."""
+    return requests_history_series(session, _history_ids(session, record, count))
 
 
 def completed_cell_ids(session: Session, sweep_id: int) -> set[str]:
@@ -507,15 +530,7 @@ def load_sweep(session: Session, sweep_id: int) -> SweepRecord:
         select(MetricRow).join(VariantRunRow).join(CellRow).where(CellRow.sweep_id == sweep_id)
     ):
         metrics_by_run[metric.variant_run_id].append(metric)
-    requests_by_run: dict[int, list[RequestRecord]] = defaultdict(list)
-    for req in session.exec(
-        select(RequestRow)
-        .join(VariantRunRow)
-        .join(CellRow)
-        .where(CellRow.sweep_id == sweep_id)
-        .order_by(col(RequestRow.prompt_id), col(RequestRow.id))
-    ):
-        requests_by_run[req.variant_run_id].append(_request(req))
+    requests_by_run = read_requests(session, sweep_id)
 
     stored: list[StoredCell] = []
     for row in cells:
@@ -557,18 +572,7 @@ def load_sweep(session: Session, sweep_id: int) -> SweepRecord:
 
 
 def _server_cell(row: CellRow) -> ServerCell:
-    return ServerCell.model_validate(
-        {
-            "family": row.family,
-            "axes": row.axes,
-            "planned_graph_mode": row.planned_graph_mode,
-            "remaps": tuple(row.remaps),
-            "variants": tuple(
-                {k: v for k, v in variant.items() if k != "comparable_key"}
-                for variant in row.variants
-            ),
-        }
-    )
+    return server_cell(row.family, row.axes, row.planned_graph_mode, row.remaps, row.variants)
 
 
 def _cell_result(row: CellRow, variants: tuple[VariantResult, ...]) -> CellResult | None:
@@ -591,10 +595,6 @@ def _cell_result(row: CellRow, variants: tuple[VariantResult, ...]) -> CellResul
             "log_path": row.log_path,
         }
     )
-
-
-def _request(row: RequestRow) -> RequestRecord:
-    return RequestRecord.model_validate(row.model_dump(exclude={"id", "variant_run_id"}))
 
 
 @contextmanager

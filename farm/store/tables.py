@@ -25,10 +25,12 @@ __all__ = [
     "ExcludedCellRow",
     "MetricRow",
     "RequestRow",
+    "RequestTextRow",
     "SweepBuildRow",
     "SweepRow",
     "UTCDateTime",
     "VariantRunRow",
+    "VariantSummaryRow",
     "metadata",
 ]
 
@@ -227,17 +229,101 @@ class MetricRow(_Table, table=True):
     value: int = Field(sa_type=sa.BigInteger)
 
 
+class RequestTextRow(_Table, table=True):
+    """A request's output text, stored once however many requests produced it.
+
+    Content-addressed (``digest``: the first 16 bytes of its UTF-8 SHA-256): under
+    greedy decoding a prompt gives the same text on every night and in every cell
+    that agrees with speculation off, so most requests share a row. Text is kept
+    apart from the request's numbers so ``farm db prune`` can drop it and history
+    reads never touch it.
+    """
+
+    __tablename__ = "request_text"
+
+    id: int | None = Field(default=None, primary_key=True)
+    digest: bytes = Field(sa_type=sa.LargeBinary, unique=True)
+    output_text: str = Field(sa_type=sa.Text)
+
+
 class RequestRow(_Table, table=True):
+    """One request's numbers; its text (``text_id``) is None once pruned."""
+
     __tablename__ = "request_record"
+    # Partial: a pruned request (text_id NULL) costs no index entry.
+    __table_args__ = (
+        sa.Index(
+            "ix_request_record_text_id",
+            "text_id",
+            postgresql_where=sa.text("text_id IS NOT NULL"),
+            sqlite_where=sa.text("text_id IS NOT NULL"),
+        ),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     variant_run_id: int = Field(foreign_key="variant_run.id", index=True, ondelete="CASCADE")
     prompt_id: str
-    output_text: str = Field(sa_type=sa.Text)
+    text_id: int | None = Field(default=None, foreign_key="request_text.id", ondelete="SET NULL")
     completion_tokens: int
     finish_reason: str | None = None
     latency_s: float
     correct: bool | None = None
     error: str | None = Field(default=None, sa_type=sa.Text)
-    # Per-request speculative counters, when the engine reports them per request.
-    counters: dict[str, Any] | None = Field(default=None, sa_type=sa.JSON)
+    # Per-request speculative counters, when the engine reports them per request (all
+    # None otherwise): narrow columns, a third of the width of the JSON they replace.
+    drafts: int | None = None
+    draft_tokens: int | None = None
+    accepted: int | None = None
+    accepted_per_pos: list[int] | None = Field(default=None, sa_type=sa.JSON(none_as_null=True))
+
+
+class VariantSummaryRow(_Table, table=True):
+    """Per-variant figures written with the variant, so history reads no request row.
+
+    Counts over the variant's requests (``failed`` have an error; ``scored`` are the
+    successful ones with a correctness verdict), its summed counters, and the
+    request-level bootstrap interval of AL that history draws
+    (:func:`farm.analysis.history.al_interval`; None without per-request counters).
+    """
+
+    __tablename__ = "variant_summary"
+
+    variant_run_id: int = Field(foreign_key="variant_run.id", primary_key=True, ondelete="CASCADE")
+    requests: int
+    failed_requests: int
+    scored: int
+    correct: int
+    output_tokens: int = Field(sa_type=sa.BigInteger)
+    drafts: int = Field(sa_type=sa.BigInteger)
+    draft_tokens: int = Field(sa_type=sa.BigInteger)
+    accepted: int = Field(sa_type=sa.BigInteger)
+    accepted_per_pos: list[int] = Field(sa_type=sa.JSON)
+    al_low: float | None = None
+    al_high: float | None = None
+
+
+class VerdictRow(_Table, table=True):
+    """The verdict of a nightly or PR run on a sweep (``farm.workflows.verdict``); one
+    per sweep and kind, so a rerun of the same night cannot store a second one."""
+
+    __tablename__ = "verdict"
+    __table_args__ = (
+        sa.UniqueConstraint("sweep_id", "kind"),
+        _status_check("kind", ("nightly", "pr")),
+        _status_check("outcome", ("clean", "regression", "failed_cells")),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    sweep_id: int = Field(foreign_key="sweep.id", ondelete="CASCADE")
+    kind: str
+    outcome: str
+    findings: list[dict[str, Any]] = Field(sa_type=sa.JSON)
+    notes: list[str] = Field(default_factory=list, sa_type=sa.JSON)
+    comparisons: int = 0
+    baseline_sweep_ids: list[int] = Field(default_factory=list, sa_type=sa.JSON)
+    reused_cells: list[dict[str, Any]] = Field(default_factory=list, sa_type=sa.JSON)
+    history: int = 0
+    engine: str | None = None
+    pr_number: int | None = Field(default=None, index=True)
+    head_sha: str | None = None
+    created_at: datetime = Field(sa_type=UTCDateTime)

