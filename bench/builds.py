@@ -1,12 +1,20 @@
-"""Cost of a patched engine build derived from a cached base versus a cold build.
+"""Cost of builds derived from a cached base (patched, layered) versus a cold build.
 
     python bench/builds.py [JOB]
 
 Builds the job's first engine cold into a fresh cache (download + install, minutes),
-then derives a patched variant of it (a one-line patch to a real engine module, made
-here against the installed file) and reports time and disk of the derivation as
-ratios of the cold build's. Disk counts each inode once (hard links are shared).
-Target: <= 5% of a cold build in both.
+then derives from it, each timed:
+
+- a patched variant (a one-line patch to a real engine module, made here against the
+  installed file);
+- layered builds: a tiny pure-Python vLLM plugin (a ``vllm.general_plugins`` entry
+  point) from a local git repository, installed on top with ``pip install --no-deps``
+  at its first commit (the repository is fetched), at its second commit (what each
+  step of a bisection costs), and the second commit again (a cache hit).
+
+Time and disk are reported as ratios of the cold build's. Disk is what a derived build
+does not share with its base: files counted once per inode (hard links to the base
+are free) plus its own directories' blocks. Target: <= 5% of a cold build in both.
 """
 
 from __future__ import annotations
@@ -14,26 +22,88 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from farm.builds import ensure_build
-from farm.builds.cache import list_builds
-from farm.builds.venv import _site_packages
-from farm.spec import load_job
+from farm.builds.layers import site_packages
+from farm.records import BuildInfo
+from farm.spec import EngineSpec, GitSource, OverlaySpec, load_job
 
 REPO = Path(__file__).resolve().parents[1]
 MARKED = "vllm/logits_process.py"
+PLUGIN_PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "farm-bench-plugin"
+version = "0.1.{n}"
+
+[project.entry-points."vllm.general_plugins"]
+farm_bench_plugin = "farm_bench_plugin:register"
+"""
+PLUGIN_CODE = "GENERATION = {n}\n\n\ndef register():\n    pass\n"
 
 
-def _inodes(path: Path) -> set[tuple[int, int]]:
-    out = set()
+def _files(path: Path) -> dict[int, int]:
+    """inode -> size of every regular file under ``path``."""
+    out = {}
     for f in path.rglob("*"):
+        st = f.lstat()
         if f.is_file() and not f.is_symlink():
-            st = f.lstat()
-            out.add((st.st_ino, st.st_size))
+            out[st.st_ino] = st.st_size
     return out
+
+
+def _own_bytes(derived: Path, base_files: dict[int, int]) -> int:
+    """Bytes of ``derived`` not shared with the base: its own files and directories."""
+    files = sum(size for ino, size in _files(derived).items() if ino not in base_files)
+    dirs = sum(d.lstat().st_blocks * 512 for d in derived.rglob("*") if d.is_dir())
+    return files + dirs + derived.lstat().st_blocks * 512
+
+
+def _timed(build: Callable[[], BuildInfo]) -> tuple[BuildInfo, float]:
+    t0 = time.monotonic()
+    info = build()
+    return info, time.monotonic() - t0
+
+
+def _git(repo: Path, *args: str) -> None:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.com"}
+    env |= {"GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.com"}
+    subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
+
+
+def _plugin_repo(repo: Path) -> None:
+    """A plugin repository with two commits (``main~1`` and ``main``)."""
+    (repo / "farm_bench_plugin").mkdir(parents=True)
+    _git(repo, "init", "-q", "-b", "main")
+    for n in (1, 2):
+        (repo / "pyproject.toml").write_text(PLUGIN_PYPROJECT.format(n=n))
+        (repo / "farm_bench_plugin" / "__init__.py").write_text(PLUGIN_CODE.format(n=n))
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", f"generation {n}")
+
+
+def _patch_series(tmp: Path, engine: EngineSpec, base: BuildInfo) -> None:
+    site = site_packages(Path(base.env_dir))
+    old = (site / MARKED).read_text().splitlines(keepends=True)
+    new = [*old[:1], "# bench: patched\n", *old[1:]]
+    series = tmp / "patches" / engine.package
+    series.mkdir(parents=True)
+    (series / "bench.patch").write_text(
+        "".join(difflib.unified_diff(old, new, f"a/{MARKED}", f"b/{MARKED}"))
+    )
+    (series / "series.yaml").write_text(
+        "patches:\n  - id: bench\n    file: bench.patch\n    purpose: fix\n"
+        "    fixes: benchmark\n    applies_to: {versions: '>=0'}\n    root: package\n"
+    )
+    os.environ["FARM_PATCHES_DIR"] = str(tmp / "patches")
 
 
 def main() -> None:
@@ -41,39 +111,43 @@ def main() -> None:
     parser.add_argument("job", nargs="?", default=str(REPO / "jobs" / "local.yaml"))
     args = parser.parse_args()
     engine = load_job(args.job).engines[0]
-    with tempfile.TemporaryDirectory(prefix="farm-bench-") as tmp:
-        cache = Path(tmp) / "cache"
-        t0 = time.monotonic()
-        base = ensure_build(engine, cache)
-        cold_s = time.monotonic() - t0
+    rows: list[tuple[str, float, int]] = []
+    with tempfile.TemporaryDirectory(prefix="farm-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        cache = tmp / "cache"
+        base, cold_s = _timed(lambda: ensure_build(engine, cache))
+        base_files = _files(Path(base.env_dir))
+        base_bytes = sum(base_files.values())
 
-        site = _site_packages(Path(base.env_dir))
-        old = (site / MARKED).read_text().splitlines(keepends=True)
-        new = [*old[:1], "# bench: patched\n", *old[1:]]
-        series = Path(tmp) / "patches" / engine.package
-        series.mkdir(parents=True)
-        (series / "bench.patch").write_text(
-            "".join(difflib.unified_diff(old, new, f"a/{MARKED}", f"b/{MARKED}"))
-        )
-        (series / "series.yaml").write_text(
-            "patches:\n  - id: bench\n    file: bench.patch\n    purpose: fix\n"
-            "    fixes: benchmark\n    applies_to: {versions: '>=0'}\n    root: package\n"
-        )
-        os.environ["FARM_PATCHES_DIR"] = str(Path(tmp) / "patches")
-        t1 = time.monotonic()
-        patched = ensure_build(engine.model_copy(update={"patches": ("bench",)}), cache)
-        derive_s = time.monotonic() - t1
+        _patch_series(tmp, engine, base)
+        patched_engine = engine.model_copy(update={"name": "bench-patched", "patches": ("bench",)})
+        patched, s = _timed(lambda: ensure_build(patched_engine, cache))
+        rows.append(("patched variant", s, _own_bytes(Path(patched.env_dir), base_files)))
 
-        base_inodes = _inodes(Path(base.env_dir))
-        extra = _inodes(Path(patched.env_dir)) - base_inodes
-        base_bytes = sum(size for _, size in base_inodes)
-        extra_bytes = sum(size for _, size in extra)
-        sizes = {b.info.build_id: b.size_bytes for b in list_builds(cache)}
-    print(f"cold build:        {cold_s:8.1f} s  {base_bytes / 2**30:6.2f} GiB")
-    print(f"patched variant:   {derive_s:8.1f} s  {extra_bytes / 2**20:6.2f} MiB new on disk")
-    print(f"time ratio:        {derive_s / cold_s:8.4f}")
-    print(f"disk ratio:        {extra_bytes / base_bytes:8.6f}")
-    print(f"(cache listing counts {len(sizes)} builds)")
+        repo = tmp / "plugin"
+        _plugin_repo(repo)
+        for label, ref in (
+            ("layered, 1st commit (fetch)", "main~1"),
+            ("layered, 2nd commit (bisect step)", "main"),
+            ("layered, 2nd commit again (cached)", "main"),
+        ):
+            overlay = OverlaySpec(
+                package="farm-bench-plugin", source=GitSource(kind="git", repo=str(repo), ref=ref)
+            )
+            layered_engine = engine.model_copy(
+                update={"name": "bench-layered", "overlays": (overlay,)}
+            )
+            layered, s = _timed(lambda e=layered_engine: ensure_build(e, cache))
+            rows.append((label, s, _own_bytes(Path(layered.env_dir), base_files)))
+
+    print(f"{'build':38} {'time s':>8} {'time ratio':>11} {'own MiB':>9} {'disk ratio':>11}")
+    print(
+        f"{'cold base (' + base.build_id + ')':38} {cold_s:8.1f} {1:11.4f} "
+        f"{base_bytes / 2**20:9.1f} {1:11.4f}"
+    )
+    for label, s, own in rows:
+        print(f"{label:38} {s:8.2f} {s / cold_s:11.4f} {own / 2**20:9.2f} {own / base_bytes:11.5f}")
+    print("target: <= 0.05 of the cold build in time and in disk")
 
 
 if __name__ == "__main__":

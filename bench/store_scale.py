@@ -56,15 +56,27 @@ import sqlalchemy as sa
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from farm.dashboards import all_dashboards, alert_rules
+from farm.dashboards import alert_rules, all_dashboards, health
 from farm.dashboards import queries as q
 from farm.dashboards.macros import TimeRange, interpolate
 from farm.plan import Plan, ServerCell
-from farm.records import BuildInfo, CellResult, EffectiveConfig, RequestRecord, SpecCounters
-from farm.records import VariantResult
+from farm.records import (
+    BuildInfo,
+    CellResult,
+    EffectiveConfig,
+    RequestRecord,
+    SpecCounters,
+    VariantResult,
+)
 from farm.spec import JobSpec, load_job
-from farm.store import Session, create_sweep, finish_sweep, open_store, record_build
-from farm.store import save_cell_result
+from farm.store import (
+    Session,
+    create_sweep,
+    finish_sweep,
+    open_store,
+    record_build,
+    save_cell_result,
+)
 from farm.sweep import plan_job
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,10 +140,10 @@ def schedule(nights: int) -> dict[str, list[int]]:
     day, failures every tenth, a week of the vllm drop from 55% of the history and
     four days of the sglang drop from 80%."""
     vllm_from = max(2, int(nights * 0.55))
-    sglang_from = max(2, int(nights * 0.8))
+    sglang_from = max(vllm_from + 7, int(nights * 0.8))
     days: dict[str, list[int]] = {name: [] for name in TEMPLATES}
     for day in range(nights):
-        if vllm_from <= day < vllm_from + 7 and day < sglang_from:
+        if vllm_from <= day < vllm_from + 7:
             name = "drop-vllm"
         elif sglang_from <= day < sglang_from + 4:
             name = "drop-sglang"
@@ -145,34 +157,73 @@ def schedule(nights: int) -> dict[str, list[int]]:
     return {name: d for name, d in days.items() if d}
 
 
+_WORDS = [
+    "so",
+    "the",
+    "sum",
+    "of",
+    "the",
+    "roots",
+    "is",
+    "therefore",
+    "we",
+    "get",
+    "let",
+    "x",
+    "be",
+    "the",
+    "answer",
+    "modulo",
+    "consider",
+    "the",
+    "case",
+    "where",
+    "then",
+    "by",
+    "symmetry",
+    "hence",
+    "it",
+    "follows",
+    "that",
+    "wait",
+    "check",
+    "again",
+    "the",
+    "value",
+    "of",
+    "equals",
+]
+# Share of requests whose text differs from the same prompt's in other cells (greedy
+# decoding mostly repeats itself: the store keeps each distinct text once).
+TEXT_VARIES = 0.3
+
+
 def _texts(rng: random.Random) -> list[str]:
     """Output texts of ~1.4 KB: long-form reasoning as far as the store is concerned."""
-    words = (
-        "so the sum of the roots is therefore we get let x be the answer modulo "
-        "consider the case where then by symmetry hence it follows that wait check "
-        "again the value of equals boxed"
-    ).split()
     out = []
     for _ in range(64):
         text: list[str] = []
         while sum(len(w) + 1 for w in text) < rng.randint(1200, 1600):
-            text.append(rng.choice(words))
+            text.append(rng.choice(_WORDS))
         out.append(" ".join(text))
     return out
 
 
 def _requests(
-    rng: random.Random, texts: list[str], workload: str, count: int
+    rng: random.Random, texts: list[str], cell: ServerCell, workload: str, count: int
 ) -> tuple[RequestRecord, ...]:
     long_form = workload.startswith("aime")
     rows = []
     for i in range(count):
         tokens = int(rng.lognormvariate(9.0 if long_form else 6.5, 0.5))
         failed = rng.random() < 0.005
+        text = texts[(i * 7 + len(workload)) % len(texts)]
+        if rng.random() < TEXT_VARIES:
+            text = f"{text} [{cell.cell_id} {rng.getrandbits(32):08x}]"
         rows.append(
             RequestRecord(
                 prompt_id=f"{workload}/{i}",
-                output_text="" if failed else rng.choice(texts),
+                output_text="" if failed else text,
                 completion_tokens=0 if failed else tokens,
                 finish_reason=None if failed else rng.choice(("stop", "stop", "stop", "length")),
                 latency_s=round(tokens / rng.uniform(20.0, 40.0), 3),
@@ -250,12 +301,14 @@ def cell_result(
             argv=_argv(cell),
             startup_s=startup,
             error="engine server exited with code 1 before becoming ready",
-            log_tail="\n".join(f"[rank{i}] RuntimeError: ACL stream sync failed" for i in range(40)),
+            log_tail="\n".join(
+                f"[rank{i}] RuntimeError: ACL stream sync failed" for i in range(40)
+            ),
             log_path=f"/var/log/mtp-farm/{cell.cell_id}.log",
         )
     variants = []
     for v in cell.variants:
-        reqs = _requests(rng, texts, v.workload, requests)
+        reqs = _requests(rng, texts, cell, v.workload, requests)
         variants.append(
             VariantResult(
                 axes=v.axes,
@@ -372,8 +425,9 @@ def _belongs(owned: Mapping[str, _Owned], table: str, alias: str) -> str:
     parent = entry.path.column.table.name
     inner = f"p_{parent}"
     return (
-        f"{alias}.{_quote(entry.path.parent.name)} IN (SELECT {inner}.{_quote(entry.path.column.name)} "
-        f"FROM {_quote(parent)} {inner} WHERE {_belongs(owned, parent, inner)})"
+        f"{alias}.{_quote(entry.path.parent.name)} IN ("
+        f"SELECT {inner}.{_quote(entry.path.column.name)} FROM {_quote(parent)} {inner} "
+        f"WHERE {_belongs(owned, parent, inner)})"
     )
 
 
@@ -414,7 +468,8 @@ def _copy_sql(entry: _Owned, owned: Mapping[str, _Owned], spans: Mapping[str, in
     return (
         f"INSERT INTO {_quote(entry.table.name)} ({', '.join(columns)})\n"
         f"SELECT {', '.join(values)}\nFROM {_quote(entry.table.name)} t\n"
-        "CROSS JOIN unnest(CAST(:blocks AS bigint[]), CAST(:shifts AS float8[])) AS x(block, shift)\n"
+        "CROSS JOIN unnest(CAST(:blocks AS bigint[]), CAST(:shifts AS float8[]))"
+        " AS x(block, shift)\n"
         f"WHERE {_belongs(owned, entry.table.name, 't')}"
     )
 
@@ -483,8 +538,14 @@ def _run(conn: psycopg.Connection[dict[str, object]], text: str) -> list[dict[st
 
 
 def _query_names() -> dict[str, str]:
-    """Every query constant of ``farm.dashboards.queries`` by its SQL text."""
-    return {getattr(q, name): name for name in q.__all__ if isinstance(getattr(q, name), str)}
+    """Every exported SQL constant of the dashboard modules by its text."""
+    modules = (q, health)
+    return {
+        getattr(m, name): name
+        for m in modules
+        for name in m.__all__
+        if name.isupper() and isinstance(getattr(m, name), str)
+    }
 
 
 def dashboard_queries() -> list[tuple[str, str, str]]:
@@ -494,11 +555,14 @@ def dashboard_queries() -> list[tuple[str, str, str]]:
     seen: dict[str, tuple[str, str, str]] = {}
     for dashboard in all_dashboards():
         for var in dashboard.variables:
-            seen.setdefault(var.sql, (f"variable {names.get(var.sql, var.name)}", dashboard.uid, var.sql))
+            seen.setdefault(
+                var.sql, (f"variable {names.get(var.sql, var.name)}", dashboard.uid, var.sql)
+            )
         for row in dashboard.rows:
             for panel in row:
                 seen.setdefault(
-                    panel.sql, (f"panel {names.get(panel.sql, panel.title)}", dashboard.uid, panel.sql)
+                    panel.sql,
+                    (f"panel {names.get(panel.sql, panel.title)}", dashboard.uid, panel.sql),
                 )
     for rule in alert_rules():
         seen.setdefault(rule.sql, (f"alert {names.get(rule.sql, rule.uid)}", "", rule.sql))
@@ -513,7 +577,10 @@ def _variables(
     (dashboard,) = [d for d in all_dashboards() if d.uid == uid]
     values: dict[str, list[str]] = {}
     for var in dashboard.variables:
-        options = [str(next(iter(r.values()))) for r in _run(conn, interpolate(var.sql, time_range, values))]
+        options = [
+            str(next(iter(r.values())))
+            for r in _run(conn, interpolate(var.sql, time_range, values))
+        ]
         values[var.name] = options if var.multi else options[:1]
     return values
 
@@ -556,27 +623,30 @@ def _farm_command() -> list[str]:
     return [str(script)]
 
 
-def time_command(name: str, argv: Sequence[str], env: Mapping[str, str], log: Path) -> Row:
-    """Wall seconds and peak RSS (MiB) of one ``farm`` subprocess, output to ``log``."""
+def time_command(name: str, argv: Sequence[str], env: Mapping[str, str], work: Path) -> Row:
+    """Wall seconds and peak RSS (MiB) of one ``farm`` subprocess, its output kept in
+    ``work``. The RSS comes from ``/usr/bin/time``: a child forked from this process
+    would report this process's own peak as well."""
+    log, rss = work / f"{name.replace(' ', '_')}.log", work / f"{name.replace(' ', '_')}.rss"
+    timer = ["/usr/bin/time", "-f", "%M", "-o", str(rss)] if Path("/usr/bin/time").exists() else []
     with log.open("wb") as out:
         t0 = time.perf_counter()
-        proc = subprocess.Popen([*_farm_command(), *argv], stdout=out, stderr=out, env={**env})
-        deadline = t0 + CLI_TIMEOUT_S
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() > deadline:
-                proc.kill()
-                pid, status, usage = os.wait4(proc.pid, 0)
-                break
-            time.sleep(0.02)
+        try:
+            code = subprocess.run(
+                [*timer, *_farm_command(), *argv],
+                stdout=out,
+                stderr=out,
+                env={**env},
+                timeout=CLI_TIMEOUT_S,
+                check=False,
+            ).returncode
+        except subprocess.TimeoutExpired:
+            code = -1
         wall = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    code = proc.returncode
+    kib = rss.read_text().split()[-1] if timer and rss.exists() else ""
+    peak = int(kib) / 1024 if kib.isdigit() else None
     note = "" if code == 0 else f"exit {code}: see {log}"
-    # Linux reports ru_maxrss in KiB.
-    return Row(name, wall, usage.ru_maxrss / 1024, note)
+    return Row(name, wall, peak, note)
 
 
 def time_cli(url: str, work: Path) -> list[Row]:
@@ -592,8 +662,8 @@ def time_cli(url: str, work: Path) -> list[Row]:
     }
     return [
         # --no-notify: the bench must not reach any channel the environment configures.
-        time_command(name, [*argv, "--no-notify"] if "alerts" in argv else argv, env, work / f"cli-{i}.log")
-        for i, (name, argv) in enumerate(commands.items())
+        time_command(name, [*argv, "--no-notify"] if "alerts" in argv else argv, env, work)
+        for name, argv in commands.items()
     ]
 
 
@@ -672,7 +742,9 @@ def build(engine: sa.Engine, url: str, nights: int, requests: int) -> Built:
     with engine.connect() as conn:
         present = conn.execute(sa.text("SELECT count(*) FROM sweep")).scalar_one()
     if present:
-        raise SystemExit(f"store_scale: the store already holds {present} sweep(s); give an empty one")
+        raise SystemExit(
+            f"store_scale: the store already holds {present} sweep(s); give an empty one"
+        )
     job = load_job(NIGHTLY_JOB)
     nightly = plan_job(job)
     pr = plan_job(job, {"engine": PR_ENGINE})
@@ -736,7 +808,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--nights and --requests must be at least 1")
     with _database(args.db, args.admin_url, args.keep) as url, tempfile.TemporaryDirectory() as tmp:
         if sa.make_url(url).get_backend_name() != "postgresql":
-            raise SystemExit(f"store_scale: --db must be a PostgreSQL URL, not {sa.make_url(url)!r}")
+            raise SystemExit(
+                f"store_scale: --db must be a PostgreSQL URL, not {sa.make_url(url)!r}"
+            )
         engine = open_store(url)
         try:
             built = build(engine, url, args.nights, args.requests)

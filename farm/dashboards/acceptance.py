@@ -86,7 +86,9 @@ def acceptance_overview() -> Dashboard:
                     title="Latest sweep",
                     kind="table",
                     sql=q.LATEST_SWEEP,
-                    description="The newest sweep of the job and how its cells ended.",
+                    description=(
+                        "The job's newest sweep in the time range and how its cells ended."
+                    ),
                     width=24,
                     height=4,
                 ),
@@ -132,7 +134,8 @@ def acceptance_overview() -> Dashboard:
                     description=(
                         "One row per planned variant of the newest sweep. Accuracy: share "
                         "correct among scored requests that did not fail. Previous: the "
-                        "job's last earlier sweep in which the same cell key has an AL."
+                        "job's last earlier sweep in which the same cell key has an AL, "
+                        f"among the {q.PREVIOUS_WITHIN} sweeps before the latest."
                     ),
                     width=24,
                     height=12,

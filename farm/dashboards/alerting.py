@@ -60,7 +60,8 @@ class AlertRule(BaseModel):
             "data": [
                 {
                     "refId": "A",
-                    # The SQL ignores the time range; Grafana requires one all the same.
+                    # The SQL bounds itself (queries.ALERT_WINDOW_DAYS, no macros: file
+                    # provisioning would expand them); Grafana requires a range all the same.
                     "relativeTimeRange": {"from": 86400, "to": 0},
                     "datasourceUid": DATASOURCE_UID,
                     "model": {

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict
@@ -20,7 +20,6 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, select
 
 from farm import __version__
-from farm.analysis.history import HistoryPoint
 from farm.comparable import ComparableKey
 from farm.errors import FarmError, StoreError
 from farm.plan import ExcludedCell, Plan, ServerCell
@@ -38,6 +37,10 @@ from farm.records import (
 )
 from farm.store.requests import delete_requests, insert_requests, read_requests, server_cell
 from farm.store.requests import history_series as requests_history_series
+
+if TYPE_CHECKING:
+    from farm.analysis.history import HistoryPoint
+
 from farm.store.tables import (
     BuildLocationRow,
     BuildRow,

@@ -12,21 +12,19 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
-from farm.analysis.history import (
-    HistoryPoint,
-    VariantFigures,
-    al_interval,
-    series_from_figures,
-)
 from farm.comparable import ComparableKey
 from farm.plan import ServerCell
 from farm.records import RequestRecord, SpecCounters, VariantResult
+
+if TYPE_CHECKING:
+    from farm.analysis.history import HistoryPoint
+
 from farm.store.tables import (
     CellRow,
     RequestRow,
@@ -153,6 +151,9 @@ def _summary_values(run_id: int, sweep_id: int, v: VariantResult) -> dict[str, A
     scored = [r for r in ok if r.correct is not None]
     # The order load_sweep reads them in (prompt id, then as saved): the bootstrap
     # draws by row, so the interval matches one computed from a loaded sweep.
+    # numpy is paid only by writes and history reads, never by `farm sweeps`.
+    from farm.analysis.history import al_interval
+
     low, high = al_interval(sorted(v.requests, key=lambda r: r.prompt_id), sweep_id)
     return {
         "variant_run_id": run_id,
@@ -242,6 +243,8 @@ def history_series(
     """Per-key AL series over the stored sweeps ``sweep_ids``, from their variant
     summaries: what ``series_from_sweeps`` gives for the loaded sweeps (default
     seed and resamples), in one query that reads no request."""
+    from farm.analysis import history
+
     s, c = _table(SweepRow), _table(CellRow)
     v, m = _table(VariantRunRow), _table(VariantSummaryRow)
     query = (
@@ -276,7 +279,7 @@ def history_series(
             cells[cell_row_id] = server_cell(*cell_columns)
         cell = cells[cell_row_id]
         figures.append(
-            VariantFigures(
+            history.VariantFigures(
                 sweep_id=sweep_id,
                 timestamp=started,
                 key=cell.variant_key(run_axes),
@@ -289,4 +292,4 @@ def history_series(
                 high=high,
             )
         )
-    return series_from_figures(figures)
+    return history.series_from_figures(figures)

@@ -247,8 +247,8 @@ DAMAGE: dict[str, tuple[str, str, list[list[str]]]] = {
         [["report", "1"], ["export", "1"]],
     ),
     "request-counters-json": (
-        "UPDATE request_record SET counters = '{\"drafts\": ' WHERE id = 2",
-        "row request_record id=2: counters:",
+        "UPDATE request_record SET accepted_per_pos = '[1, ' WHERE id = 2",
+        "row request_record id=2: accepted_per_pos:",
         [["export", "1"]],
     ),
     "excluded-axes-json": (

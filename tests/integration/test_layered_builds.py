@@ -281,7 +281,7 @@ def test_an_overlay_that_does_not_build_names_the_overlay_and_the_step(layered: 
     assert error.startswith(f"engine vllm-cpu-plugin: overlay {PLUGIN} (git ")
     assert layered.commits["no_build"][:12] in error
     assert f"could not install overlay {PLUGIN} (pip install --no-deps) (exit 1)" in error
-    assert "not a version" in error  # pip's own words, from the tail of its output
+    assert "`project.version` must be pep440" in error  # from the tail of pip's output
     # Nothing half-made is left where the build would be.
     (planned,) = plan_builds([layered.engines["no_build"]])
     assert planned.build_id is not None

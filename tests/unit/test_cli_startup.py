@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 # Never needed to print help.
 HEAVY = (
@@ -50,7 +51,7 @@ print(json.dumps({
 """
 
 
-def _run_cli(*invocations: list[str], env: dict[str, str] | None = None) -> dict[str, list]:
+def _run_cli(*invocations: list[str], env: dict[str, str] | None = None) -> dict[str, list[Any]]:
     out = subprocess.run(
         [sys.executable, "-c", _RUN, json.dumps(invocations)],
         capture_output=True,
@@ -58,7 +59,7 @@ def _run_cli(*invocations: list[str], env: dict[str, str] | None = None) -> dict
         check=True,
         env=env,
     )
-    result: dict[str, list] = json.loads(out.stdout)
+    result: dict[str, list[Any]] = json.loads(out.stdout)
     return result
 
 

@@ -115,6 +115,63 @@ def test_sql_uses_only_defined_variables_and_known_macros(doc: dict[str, Any]) -
     assert set(defined) <= referenced_variables(all_sql), "a variable no panel uses"
 
 
+# Tables that grow with every sweep: a query that reads them must be bounded by the
+# time range, a LIMIT or (alert rules) a fixed window, or it slows down month by month.
+_HISTORY_TABLES = {
+    "sweep",
+    "cell",
+    "excluded_cell",
+    "variant_run",
+    "metric",
+    "request_record",
+    "variant_summary",
+    "verdict",
+}
+_READS = re.compile(r"\b(?:FROM|JOIN)\s+([a-z_]+)\b", re.IGNORECASE)
+# "JOIN sweep s ON s.id = a.last_sweep_id": one row per row already read, not a scan.
+_KEY_LOOKUP = re.compile(r"\bJOIN\s+sweep\s+(\w+)\s+ON\s+\1\.id\s*=\s*\w+\.\w+", re.IGNORECASE)
+_BOUNDS = (r"\$__timeFilter\(", r"\bLIMIT\s+\d+", r"now\(\)\s*-\s*interval\s+'\d+ days'")
+
+
+def _every_query() -> list[tuple[str, str]]:
+    """``(where, sql)`` of every panel, variable and alert rule, as generated."""
+    queries = [
+        (f"{doc['uid']}/{p['title']}", p["targets"][0]["rawSql"])
+        for doc in _dashboard_docs()
+        for p in doc["panels"]
+    ]
+    queries += [
+        (f"{doc['uid']}/${v['name']}", v["query"])
+        for doc in _dashboard_docs()
+        for v in doc["templating"]["list"]
+    ]
+    (group,) = _yaml(ALERTING_FILE)["groups"]
+    queries += [(f"alert/{r['title']}", r["data"][0]["model"]["rawSql"]) for r in group["rules"]]
+    return queries
+
+
+@pytest.mark.parametrize(("where", "sql"), _every_query(), ids=[w for w, _ in _every_query()])
+def test_every_query_that_reads_history_is_bounded(where: str, sql: str) -> None:
+    scanned = set(_READS.findall(_KEY_LOOKUP.sub("", sql))) & _HISTORY_TABLES
+    if scanned:
+        assert any(re.search(b, sql) for b in _BOUNDS), f"{where} reads {scanned} unbounded"
+
+
+def test_the_bound_check_catches_an_unbounded_query() -> None:
+    unbounded = "SELECT s.job FROM sweep s GROUP BY s.job ORDER BY max(s.id) DESC"
+    scanned = set(_READS.findall(_KEY_LOOKUP.sub("", unbounded))) & _HISTORY_TABLES
+    assert scanned == {"sweep"} and not any(re.search(b, unbounded) for b in _BOUNDS)
+    by_key = "SELECT a.id FROM alert a JOIN sweep s ON s.id = a.last_sweep_id"
+    assert not set(_READS.findall(_KEY_LOOKUP.sub("", by_key))) & _HISTORY_TABLES
+
+
+@pytest.mark.parametrize("doc", _dashboard_docs(), ids=lambda d: d["uid"])
+def test_variables_follow_the_time_range(doc: dict[str, Any]) -> None:
+    for v in doc["templating"]["list"]:
+        assert "$__timeFilter(" in v["query"], v["name"]
+        assert v["refresh"] == 2, v["name"]  # re-run when the time range changes
+
+
 def test_cell_key_never_includes_the_build() -> None:
     for doc in _dashboard_docs():
         for p in doc["panels"]:

@@ -1,0 +1,520 @@
+"""A pull request's verdict: the candidate build against the same engine at the PR's base.
+
+Pure: no store, git or HTTP here (:mod:`farm.workflows.pr_pipeline` does the I/O).
+
+- The *candidate* is the job's engine with one source replaced by the PR head: the
+  first overlay with a git source when the engine has one (a vllm-ascend PR on a cached
+  vLLM base), else the engine's own source (:func:`candidate_engine`). It is named
+  ``<engine>-pr<N>`` so that it runs beside the base in one sweep.
+- The *baseline* is the engine as the job names it (the branch PRs target). Its cells
+  are reused from the newest stored sweep that ran the same build (same build id) with
+  the same comparable key, when they are younger than the age limit
+  (:func:`select_baseline`); only the missing ones run, in the PR's sweep, so candidate
+  and baseline pair on the same prompts (:func:`pr_job`).
+- The verdict (:func:`judge_pr`) is the paired comparison of ``farm compare``
+  (:func:`farm.analysis.compare.compare_sweeps`, the rule of the within-sweep checks),
+  rendered as one GitHub comment (:func:`render_pr_comment`) and a commit status
+  (:func:`commit_status`).
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Final, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from farm.analysis.compare import ComparedVariant, SweepComparison, compare_sweeps
+from farm.analysis.stats import AcceptanceSample, compare_acceptance
+from farm.analysis.verdicts import CheckConfig, judge
+from farm.axes import SERVER_AXES, AxisValue
+from farm.errors import FarmError
+from farm.plan import ServerCell
+from farm.records import StoredCell, SweepRecord, VariantResult
+from farm.report.markdown import render_comparison
+from farm.spec import BuildSource, EngineSpec, GitSource, JobSpec, PullRequestSource
+from farm.workflows.verdict import PositionChange, ReusedCell, SweepVerdict, VerdictFinding, outcome_of
+
+__all__ = [
+    "PR_CHECK",
+    "BaselineSelection",
+    "CommitStatus",
+    "DroppedPatch",
+    "PrJudgement",
+    "StoredBaselineCell",
+    "candidate_engine",
+    "candidate_name",
+    "comment_marker",
+    "commit_status",
+    "judge_pr",
+    "parse_age",
+    "pr_job",
+    "pr_job_name",
+    "replaced_overlay",
+    "render_pr_comment",
+    "select_baseline",
+]
+
+# The finding check of a candidate cell that fell below its base.
+PR_CHECK: Final = "pr_vs_base"
+# GitHub truncates a status description beyond this (REST "Create a commit status").
+_STATUS_MAX = 140
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+StatusState = Literal["success", "failure", "error"]
+DropReason = Literal["already upstream", "conflict", "not applicable"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class DroppedPatch(_Frozen):
+    """A bundled patch of the engine left out of the candidate build, and why."""
+
+    patch_id: str
+    reason: DropReason
+    detail: str = ""
+
+    def describe(self) -> str:
+        return f"{self.patch_id} ({self.reason}{': ' + self.detail if self.detail else ''})"
+
+
+class StoredBaselineCell(_Frozen):
+    """A stored cell of a sweep that ran ``build_id`` (read by the pipeline)."""
+
+    sweep_id: int
+    build_id: str
+    stored: StoredCell
+
+
+class BaselineSelection(_Frozen):
+    """Which base cells are reused (and from where) and which must run."""
+
+    reused: tuple[ReusedCell, ...] = ()
+    missing: tuple[str, ...] = ()
+
+    @property
+    def sweep_ids(self) -> tuple[int, ...]:
+        return tuple(sorted({c.sweep_id for c in self.reused}))
+
+
+class CommitStatus(_Frozen):
+    """What ``POST /repos/{o}/{r}/statuses/{sha}`` sends for a verdict."""
+
+    state: StatusState
+    description: str
+
+
+class PrJudgement(_Frozen):
+    verdict: SweepVerdict
+    comparison: SweepComparison
+
+
+def parse_age(text: str) -> timedelta:
+    """``7d``, ``12h``, ``30m``, ``90s``, ``2w`` as a duration; FarmError otherwise."""
+    m = _AGE.match(text)
+    if m is None or float(m[1]) <= 0:
+        raise FarmError(
+            f"--baseline-max-age {text!r}: expected a positive number and a unit s, m, h, d "
+            "or w (for example 7d)"
+        )
+    return timedelta(seconds=float(m[1]) * _AGE_UNITS[m[2]])
+
+
+def candidate_name(engine: str, number: int) -> str:
+    """The candidate engine's name in the PR sweep: ``<engine>-pr<N>``."""
+    return f"{engine}-pr{number}"
+
+
+def pr_job_name(job: str, number: int) -> str:
+    """The PR sweep's job name: apart from the job's own, so nightly history and the
+    last good night never see a PR's sweep."""
+    return f"{job}-pr{number}"
+
+
+def comment_marker(job: str, engine: str) -> str:
+    """The hidden line that finds the farm's earlier comment on the PR."""
+    return f"<!-- mtp-farm:{job}:{engine} -->"
+
+
+def replaced_overlay(engine: EngineSpec) -> str | None:
+    """The overlay package a PR of ``engine`` replaces: the first overlay with a git
+    source (its repository is the one PRs are opened against), else None (the PR
+    replaces the engine's own source)."""
+    for overlay in engine.overlays:
+        if overlay.source.kind in ("git", "pr"):
+            return overlay.package
+    return None
+
+
+def _pr_source(current: BuildSource, number: int, where: str) -> PullRequestSource:
+    if not isinstance(current, GitSource | PullRequestSource):
+        raise FarmError(
+            f"{where} comes from a {current.kind} source: there is no repository to fetch "
+            f"refs/pull/{number}/head from; give the PR's code with --source (a ref, a tree "
+            "or a wheel)"
+        )
+    return PullRequestSource(
+        kind="pr",
+        repo=current.repo,
+        mirror=current.mirror,
+        subdirectory=current.subdirectory,
+        number=number,
+    )
+
+
+def pr_head_source(engine: EngineSpec, number: int) -> BuildSource:
+    """``refs/pull/N/head`` of the repository of the part a PR replaces."""
+    overlay = replaced_overlay(engine)
+    if overlay is not None:
+        spec = next(o for o in engine.overlays if o.package == overlay)
+        return _pr_source(spec.source, number, f"overlay {overlay} of engine {engine.name}")
+    return _pr_source(engine.source, number, f"engine {engine.name}")
+
+
+def git_ref_source(engine: EngineSpec, ref: str) -> GitSource:
+    """``ref`` in the repository of the part a PR replaces (``--source REF``)."""
+    overlay = replaced_overlay(engine)
+    current = (
+        next(o for o in engine.overlays if o.package == overlay).source
+        if overlay is not None
+        else engine.source
+    )
+    if not isinstance(current, GitSource | PullRequestSource):
+        raise FarmError(
+            f"--source {ref}: engine {engine.name} has no git repository to find a ref in; "
+            "give a tree or a wheel"
+        )
+    return GitSource(
+        kind="git",
+        repo=current.repo,
+        mirror=current.mirror,
+        subdirectory=current.subdirectory,
+        ref=ref,
+    )
+
+
+def candidate_engine(
+    engine: EngineSpec, number: int, source: BuildSource, patches: tuple[str, ...]
+) -> EngineSpec:
+    """``engine`` with the part a PR replaces built from ``source``, keeping only
+    ``patches`` (those that still apply), named :func:`candidate_name`."""
+    overlay = replaced_overlay(engine)
+    update: dict[str, Any] = {"name": candidate_name(engine.name, number), "patches": patches}
+    if overlay is not None:
+        update["overlays"] = tuple(
+            o.model_copy(update={"source": source}) if o.package == overlay else o
+            for o in engine.overlays
+        )
+    else:
+        update["source"] = source
+    return EngineSpec.model_validate(engine.model_copy(update=update).model_dump())
+
+
+def _cell_rule(cell: ServerCell) -> dict[str, AxisValue]:
+    """An exclude rule that drops exactly ``cell`` (every server axis named)."""
+    return {a.name: cell.axes[a.name] for a in SERVER_AXES if a.name in cell.axes}
+
+
+def pr_job(
+    job: JobSpec,
+    base: EngineSpec,
+    candidate: EngineSpec,
+    number: int,
+    reused: Collection[ServerCell] = (),
+) -> JobSpec:
+    """The PR sweep's job: ``base`` and ``candidate`` only, the job's rules about the
+    base engine applied to the candidate too, and the reused base cells excluded."""
+
+    def renamed(rules: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+        out = []
+        for rule in rules:
+            if "engine" in rule and rule["engine"] != base.name:
+                continue  # about an engine that is not in the PR sweep
+            out.append(rule)
+            if rule.get("engine") == base.name:
+                out.append(rule | {"engine": candidate.name})
+        return tuple(out)
+
+    return job.model_copy(
+        update={
+            "name": pr_job_name(job.name, number),
+            "engines": (base, candidate),
+            "include": renamed(job.include),
+            "exclude": renamed(job.exclude) + tuple(_cell_rule(c) for c in reused),
+        }
+    )
+
+
+def _variant_keys(cell: ServerCell) -> set[str]:
+    return {cell.variant_key(v.axes).fingerprint for v in cell.variants}
+
+
+def _usable(stored: StoredCell) -> bool:
+    result = stored.result
+    return result is not None and result.status == "ok"
+
+
+def select_baseline(
+    planned: Sequence[ServerCell],
+    stored: Sequence[StoredBaselineCell],
+    build_id: str | None,
+    *,
+    now: datetime,
+    max_age: timedelta,
+) -> BaselineSelection:
+    """Which ``planned`` base cells can be taken from ``stored`` cells.
+
+    A planned cell is reused from the newest sweep that holds a cell which ran the
+    same build (``build_id``), ended ok no longer than ``max_age`` before ``now``,
+    has the same cell id and measured every comparable key (fingerprint) the planned
+    cell measures. Every other planned cell is ``missing`` (it runs). Without a build
+    id (the base cannot be identified) nothing is reused.
+    """
+    reused: list[ReusedCell] = []
+    missing: list[str] = []
+    newest_first = sorted(stored, key=lambda s: -s.sweep_id)
+    for cell in planned:
+        wanted = _variant_keys(cell)
+        found = None
+        for s in newest_first if build_id is not None else ():
+            result = s.stored.result
+            if (
+                s.build_id != build_id
+                or s.stored.cell.cell_id != cell.cell_id
+                or not _usable(s.stored)
+                or result is None
+                or result.finished_at < now - max_age
+            ):
+                continue
+            ran = {s.stored.cell.variant_key(v.axes).fingerprint for v in result.variants}
+            if wanted <= ran:
+                found = s
+                break
+        if found is None:
+            missing.append(cell.cell_id)
+        else:
+            reused.append(
+                ReusedCell(sweep_id=found.sweep_id, cell_id=cell.cell_id, build_id=build_id)
+            )
+    return BaselineSelection(reused=tuple(reused), missing=tuple(missing))
+
+
+def _positions(
+    base: VariantResult, cand: VariantResult, label: str, cfg: CheckConfig
+) -> tuple[PositionChange, ...]:
+    # The resamples of compare_sweeps for this key, so the figures agree with its row.
+    rng = np.random.default_rng([cfg.seed, zlib.crc32(label.encode())])
+    d = compare_acceptance(
+        AcceptanceSample.from_requests(base.requests),
+        AcceptanceSample.from_requests(cand.requests),
+        rng=rng,
+        resamples=cfg.resamples,
+        level=cfg.level,
+    )
+    return tuple(
+        PositionChange(
+            position=i,
+            baseline=d.reference_per_position[i].estimate,
+            candidate=d.candidate_per_position[i].estimate,
+            difference=diff.estimate,
+            low=diff.low,
+            high=diff.high,
+            fell=judge(diff, cfg.min_position_diff, "lower")[1],
+        )
+        for i, diff in enumerate(d.per_position)
+    )
+
+
+def _variants(record: SweepRecord, rename: Mapping[str, str]) -> dict[str, tuple[str, VariantResult]]:
+    """Ok spec-on variants by comparable key label (candidate engine renamed to base)."""
+    out: dict[str, tuple[str, VariantResult]] = {}
+    for stored in record.cells:
+        c, result = stored.cell, stored.result
+        if c.mtp_depth == 0 or result is None or result.status != "ok":
+            continue
+        for v in result.variants:
+            key = c.variant_key(v.axes)
+            key = key.model_copy(update={"engine": rename.get(key.engine, key.engine)})
+            out[key.label] = (c.cell_id, v)
+    return out
+
+
+def _regression(
+    row: ComparedVariant,
+    base: tuple[str, VariantResult],
+    cand: tuple[str, VariantResult],
+    cfg: CheckConfig,
+) -> VerdictFinding:
+    assert row.baseline_al is not None and row.candidate_al is not None
+    assert row.difference is not None
+    positions = _positions(base[1], cand[1], row.key, cfg)
+    fell = [p for p in positions if p.fell]
+    where = (
+        "; ".join(
+            f"acceptance at position {p.position} fell {p.baseline:.3f} -> {p.candidate:.3f} "
+            f"({p.difference:+.3f})"
+            for p in fell
+        )
+        or "no single draft position fell by the minimum effect"
+    )
+    rel = f" ({row.relative:+.1%})" if row.relative is not None else ""
+    return VerdictFinding(
+        source="baseline",
+        check=PR_CHECK,
+        key=row.key,
+        cells=(cand[0],),
+        metric="mean_acceptance_length",
+        summary=(
+            f"{row.label}: AL {row.candidate_al} vs {row.baseline_al} at the base; "
+            f"difference {row.difference}{rel}; {where}"
+        ),
+        relative=row.relative,
+        positions=positions,
+    )
+
+
+def _failed(cells: Sequence[StoredCell], side: str) -> list[VerdictFinding]:
+    out = []
+    for stored in cells:
+        result = stored.result
+        if result is None or result.status == "ok":
+            continue
+        first = (result.error or "no error recorded").strip().splitlines() or [""]
+        out.append(
+            VerdictFinding(
+                source="cells",
+                check="cell_failed",
+                key=stored.cell.key.label,
+                cells=(stored.cell.cell_id,),
+                summary=f"{side} {stored.cell.cell_id} {result.status}: {first[0][:200]}",
+            )
+        )
+    return out
+
+
+def judge_pr(
+    sweep: SweepRecord,
+    *,
+    base: str,
+    candidate: str,
+    reused: Sequence[StoredBaselineCell],
+    job: str,
+    number: int,
+    head_sha: str | None = None,
+    dropped: Sequence[DroppedPatch] = (),
+    config: CheckConfig | None = None,
+) -> PrJudgement:
+    """The verdict on PR sweep ``sweep``: every candidate cell against the same
+    comparable cell of the base, taken from ``reused`` stored cells or from the base
+    cells this sweep ran. ``job`` is the job file's name (the verdict's ``engine`` is
+    ``base``). Failed cells of either side are findings of source ``cells``.
+    """
+    cfg = config or CheckConfig()
+    base_cells = [s for s in sweep.cells if s.cell.engine == base]
+    cand_cells = [s for s in sweep.cells if s.cell.engine == candidate]
+    taken = [r.stored for r in reused]
+    baseline = sweep.model_copy(
+        update={"cells": tuple(taken) + tuple(base_cells), "job": f"{job} at the base"}
+    )
+    cand = sweep.model_copy(update={"cells": tuple(cand_cells)})
+    comparison = compare_sweeps(baseline, cand, config=cfg, engine_map={candidate: base})
+    base_v, cand_v = _variants(baseline, {}), _variants(cand, {candidate: base})
+    findings: list[VerdictFinding] = [
+        _regression(row, base_v[row.key], cand_v[row.key], cfg)
+        for row in comparison.rows
+        if row.outcome == "regress" and row.key in base_v and row.key in cand_v
+    ]
+    findings += _failed(cand_cells, "candidate") + _failed(base_cells, "baseline")
+    notes = [
+        f"{r.label}: {r.outcome} ({r.note})"
+        for r in comparison.rows
+        if r.outcome in ("failed", "unmatched", "no_data")
+    ]
+    notes += [f"patch dropped: {d.describe()}" for d in dropped]
+    ordered = tuple(findings)
+    verdict = SweepVerdict(
+        sweep_id=sweep.sweep_id,
+        job=sweep.job,
+        kind="pr",
+        outcome=outcome_of(ordered),
+        findings=ordered,
+        notes=tuple(dict.fromkeys(notes)),
+        comparisons=len(comparison.rows),
+        baseline_sweep_ids=tuple(sorted({r.sweep_id for r in reused})),
+        reused_cells=tuple(
+            ReusedCell(sweep_id=r.sweep_id, cell_id=r.stored.cell.cell_id, build_id=r.build_id)
+            for r in reused
+        ),
+        engine=base,
+        pr_number=number,
+        head_sha=head_sha,
+    )
+    return PrJudgement(verdict=verdict, comparison=comparison)
+
+
+def commit_status(verdict: SweepVerdict) -> CommitStatus:
+    """``success`` (clean), ``failure`` (regression) or ``error`` (cells failed, so the
+    PR could not be judged), with a one-line description of at most 140 characters."""
+    regressions = len(verdict.regressions)
+    compared = verdict.comparisons
+    reused = len(verdict.reused_cells)
+    if verdict.outcome == "regression":
+        state: StatusState = "failure"
+        text = f"AL regressed in {regressions} of {compared} compared variant(s)"
+    elif verdict.outcome == "failed_cells":
+        state = "error"
+        text = f"{len(verdict.findings)} cell(s) failed; no AL regression among the rest"
+    else:
+        state = "success"
+        text = f"no AL regression in {compared} compared variant(s)"
+    text += f"; sweep {verdict.sweep_id}" + (f", {reused} base cell(s) reused" if reused else "")
+    if len(text) > _STATUS_MAX:
+        text = text[: _STATUS_MAX - 3] + "..."
+    return CommitStatus(state=state, description=text)
+
+
+def render_pr_comment(
+    judgement: PrJudgement,
+    *,
+    marker: str,
+    candidate_label: str,
+    base_label: str,
+    dropped: Sequence[DroppedPatch] = (),
+    report_url: str | None = None,
+) -> str:
+    """The PR comment: the hidden marker, the verdict, what was built and reused,
+    the findings, then the comparison table of ``farm compare``."""
+    v = judgement.verdict
+    icon = {"clean": ":white_check_mark:", "regression": ":x:", "failed_cells": ":warning:"}
+    lines = [
+        marker,
+        f"## mtp-farm: PR #{v.pr_number} on {v.engine}: {icon[v.outcome]} {v.outcome}",
+        "",
+        f"- candidate: {candidate_label}" + (f" (head {v.head_sha[:12]})" if v.head_sha else ""),
+        f"- baseline: {base_label}",
+    ]
+    if v.reused_cells:
+        lines.append(
+            f"- {len(v.reused_cells)} baseline cell(s) reused from sweep(s) "
+            + ", ".join(map(str, v.baseline_sweep_ids))
+            + "; the rest ran beside the candidate in sweep "
+            + str(v.sweep_id)
+        )
+    else:
+        lines.append(f"- every baseline cell ran beside the candidate in sweep {v.sweep_id}")
+    if dropped:
+        lines.append("- bundled patches dropped: " + "; ".join(d.describe() for d in dropped))
+    if report_url:
+        lines.append(f"- report: {report_url}")
+    if v.findings:
+        lines += ["", "### Findings", ""]
+        lines += [f"- **{f.check}** {f.summary}" for f in v.findings]
+    lines += ["", render_comparison(judgement.comparison)]
+    return "\n".join(lines)

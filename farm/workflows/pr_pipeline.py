@@ -1,0 +1,316 @@
+"""The I/O around a PR run: resolve the PR head and the base, check the bundled
+patches against the head, find the stored baseline, judge the sweep once, and tell
+GitHub (one comment per PR and job, updated; a commit status on the head).
+
+Everything that can refuse the run (an engine the job does not have, a PR without
+``refs/pull/N/head``, a base that cannot be identified when its cells must run,
+GitHub refusing the token) is checked by :func:`prepare_pr` and
+:func:`plan_baseline` before the sweep is created, so bad input writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+from urllib.request import url2pathname
+
+from packaging.utils import canonicalize_name
+from pydantic import BaseModel, ConfigDict
+from sqlmodel import Session
+
+from farm.analysis.verdicts import CheckConfig
+from farm.builds.patches import PatchError, check_patch
+from farm.builds.series import Patch, Target
+from farm.builds.sources import ResolvedSource, installable, resolve_source
+from farm.builds.venv import patches_of, plan_builds
+from farm.errors import FarmError
+from farm.notify.github import GitHubClient, PullRequestRef
+from farm.plan import ServerCell
+from farm.spec import BuildSource, EngineSpec, JobSpec, TreeSource, WheelSource
+from farm.store.baselines import cells_of_build
+from farm.store.repository import load_sweep
+from farm.store.verdicts import record_verdict
+from farm.workflows.pr import (
+    BaselineSelection,
+    DroppedPatch,
+    PrJudgement,
+    StoredBaselineCell,
+    candidate_engine,
+    comment_marker,
+    commit_status,
+    git_ref_source,
+    judge_pr,
+    pr_head_source,
+    render_pr_comment,
+    replaced_overlay,
+    select_baseline,
+)
+
+__all__ = [
+    "PrBaseline",
+    "PrCheck",
+    "PrSetup",
+    "check_pr",
+    "plan_baseline",
+    "prepare_pr",
+    "publish_pr",
+    "source_argument",
+]
+
+LineSink = Callable[[str], None]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PrSetup(_Frozen):
+    """What a PR run builds: the base and candidate engines and their build ids."""
+
+    job: str
+    number: int
+    base: EngineSpec
+    candidate: EngineSpec
+    base_build_id: str | None
+    base_error: str | None = None
+    candidate_build_id: str | None
+    candidate_label: str
+    base_label: str
+    head_sha: str | None
+    dropped: tuple[DroppedPatch, ...] = ()
+
+
+class PrBaseline(_Frozen):
+    selection: BaselineSelection
+    reused: tuple[StoredBaselineCell, ...] = ()
+
+
+class PrCheck(_Frozen):
+    """What one check of a PR sweep did; ``judged`` False when its verdict was stored
+    before (by an earlier check of the same sweep)."""
+
+    judgement: PrJudgement
+    judged: bool
+    comment: str
+
+
+def source_argument(engine: EngineSpec, value: str) -> BuildSource:
+    """``--source``: a wheel file, a source tree (a folder), or a ref of the repository
+    the PR replaces."""
+    path = Path(value).expanduser()
+    if value.endswith(".whl"):
+        if not path.is_file():
+            raise FarmError(f"--source {value}: no such wheel file")
+        return WheelSource(kind="wheel", path=str(path.resolve()))
+    if path.is_dir():
+        return TreeSource(kind="tree", path=str(path.resolve()))
+    return git_ref_source(engine, value)
+
+
+def _part(engine: EngineSpec, overlay: str | None, source: BuildSource) -> EngineSpec:
+    """The engine the source functions take for the replaced part (the overlay as an
+    engine, as farm.builds.layers does)."""
+    if overlay is None:
+        return engine.model_copy(update={"source": source, "patches": (), "overlays": ()})
+    spec = next(o for o in engine.overlays if o.package == overlay)
+    return engine.model_copy(
+        update={
+            "name": f"{engine.name}: overlay {overlay}",
+            "package": overlay,
+            "version": spec.version,
+            "source": source,
+            "patches": (),
+            "overlays": (),
+        }
+    )
+
+
+def _checkout_folder(requirement: str) -> Path | None:
+    _, _, url = requirement.partition(" @ ")
+    parsed = urlparse(url)
+    return Path(url2pathname(unquote(parsed.path))) if parsed.scheme == "file" else None
+
+
+def _check_patches(
+    patches: Sequence[Patch],
+    part: EngineSpec,
+    resolved: ResolvedSource,
+    cache_dir: Path,
+    say: LineSink,
+) -> tuple[list[str], list[DroppedPatch]]:
+    """Dry-run each patch against the PR head's source: kept, or dropped as already
+    upstream (the reverse applies) or conflict."""
+    if not patches:
+        return [], []
+    if resolved.kind in ("wheel", "pypi"):
+        say("patches are not checked against a wheel: kept as the job names them")
+        return [p.id for p in patches], []
+    kept: list[str] = []
+    dropped: list[DroppedPatch] = []
+    with installable(part, resolved, cache_dir, say) as requirement:
+        folder = _checkout_folder(requirement)
+        assert folder is not None, "a tree or a checkout is a folder"
+        for patch in patches:
+            try:
+                status = check_patch(patch, folder, Target(tree="source"))
+            except PatchError as exc:
+                dropped.append(DroppedPatch(patch_id=patch.id, reason="conflict", detail=str(exc)))
+                continue
+            if status.state == "applied":
+                kept.append(patch.id)
+            elif status.state == "already_upstream":
+                dropped.append(DroppedPatch(patch_id=patch.id, reason="already upstream"))
+            elif status.state == "conflict":
+                failing = "; ".join(f"{f.file} hunk #{f.hunk}" for f in status.failures)
+                dropped.append(
+                    DroppedPatch(patch_id=patch.id, reason="conflict", detail=failing)
+                )
+            else:
+                dropped.append(
+                    DroppedPatch(patch_id=patch.id, reason="not applicable", detail=status.detail)
+                )
+    return kept, dropped
+
+
+def prepare_pr(
+    job: JobSpec,
+    engine_name: str,
+    number: int,
+    *,
+    source: str | None,
+    cache_dir: Path,
+    say: LineSink,
+) -> PrSetup:
+    """Resolve the PR's candidate and base builds (no engine is built here).
+
+    Raises FarmError for an engine the job does not have, a source that cannot be
+    resolved (a PR without ``refs/pull/N/head``: git's message), or a candidate
+    whose build id cannot be computed. A base that cannot be identified is not an
+    error yet (``base_error``): stored cells cannot be matched, so it fails only when
+    baseline cells must run (:func:`plan_baseline`).
+    """
+    engine = next((e for e in job.engines if e.name == engine_name), None)
+    if engine is None:
+        names = ", ".join(e.name for e in job.engines)
+        raise FarmError(f"--engine {engine_name}: job {job.name} has no such engine ({names})")
+    overlay = replaced_overlay(engine)
+    new_source = pr_head_source(engine, number) if source is None else source_argument(engine, source)
+    part = _part(engine, overlay, new_source)
+    resolved = resolve_source(part)  # SourceError: a PR that does not exist, a bad ref
+    mine = [
+        p
+        for p in patches_of(engine)
+        if (p.overlay == canonicalize_name(overlay) if overlay else p.overlay is None)
+    ]
+    kept, dropped = _check_patches(mine, part, resolved, cache_dir, say)
+    others = [p for p in engine.patches if p not in {m.id for m in mine}]
+    keep = tuple(p for p in engine.patches if p in set(kept) | set(others))
+    candidate = candidate_engine(engine, number, new_source, keep)
+    base_plan, cand_plan = plan_builds([engine, candidate])
+    if cand_plan.build_id is None:
+        raise FarmError(f"the candidate build of PR #{number}: {cand_plan.error}")
+    return PrSetup(
+        job=job.name,
+        number=number,
+        base=engine,
+        candidate=candidate,
+        base_build_id=base_plan.build_id,
+        base_error=base_plan.error,
+        candidate_build_id=cand_plan.build_id,
+        candidate_label=cand_plan.source,
+        base_label=base_plan.source if base_plan.build_id else "unresolved",
+        head_sha=resolved.commit,
+        dropped=tuple(dropped),
+    )
+
+
+def plan_baseline(
+    session: Session,
+    setup: PrSetup,
+    planned: Sequence[ServerCell],
+    *,
+    max_age: timedelta,
+    now: datetime | None = None,
+) -> PrBaseline:
+    """The stored base cells to reuse for the ``planned`` base cells; FarmError when
+    some must run but the base cannot be identified (so cannot be built)."""
+    now = now or datetime.now(UTC)
+    stored: list[StoredBaselineCell] = []
+    if setup.base_build_id is not None:
+        stored = cells_of_build(session, setup.base_build_id, setup.base.name, now - max_age)
+    selection = select_baseline(planned, stored, setup.base_build_id, now=now, max_age=max_age)
+    if selection.missing and setup.base_build_id is None:
+        raise FarmError(
+            f"the base of engine {setup.base.name} has no stored baseline and cannot be built: "
+            f"{setup.base_error}"
+        )
+    wanted = {(c.sweep_id, c.cell_id) for c in selection.reused}
+    reused = tuple(s for s in stored if (s.sweep_id, s.stored.cell.cell_id) in wanted)
+    return PrBaseline(selection=selection, reused=reused)
+
+
+def check_pr(
+    session: Session,
+    sweep_id: int,
+    setup: PrSetup,
+    baseline: PrBaseline,
+    *,
+    report_url: str | None = None,
+    config: CheckConfig | None = None,
+) -> PrCheck:
+    """Judge PR sweep ``sweep_id`` and store its verdict (once); render the comment."""
+    judgement = judge_pr(
+        load_sweep(session, sweep_id),
+        base=setup.base.name,
+        candidate=setup.candidate.name,
+        reused=baseline.reused,
+        job=setup.job,
+        number=setup.number,
+        head_sha=setup.head_sha,
+        dropped=setup.dropped,
+        config=config,
+    )
+    verdict, new = record_verdict(session, judgement.verdict)
+    judgement = judgement.model_copy(update={"verdict": verdict})
+    comment = render_pr_comment(
+        judgement,
+        marker=comment_marker(setup.job, setup.base.name),
+        candidate_label=setup.candidate_label,
+        base_label=setup.base_label,
+        dropped=setup.dropped,
+        report_url=report_url,
+    )
+    return PrCheck(judgement=judgement, judged=new, comment=comment)
+
+
+def publish_pr(
+    client: GitHubClient,
+    ref: PullRequestRef,
+    check: PrCheck,
+    setup: PrSetup,
+    *,
+    sha: str | None,
+    report_url: str | None = None,
+) -> tuple[str, bool, str | None]:
+    """Create or update the PR's comment and set the head's status ``mtp-farm/JOB``.
+
+    Returns (comment URL, created, the status state set or None without a sha).
+    Raises GitHubError.
+    """
+    marker = comment_marker(setup.job, setup.base.name)
+    url, created = client.upsert_comment(ref, marker, check.comment)
+    if sha is None:
+        return url, created, None
+    status = commit_status(check.judgement.verdict)
+    client.set_status(
+        ref.owner,
+        ref.repo,
+        sha,
+        status.state,
+        f"mtp-farm/{setup.job}",
+        status.description,
+        target_url=report_url,
+    )
+    return url, created, status.state
