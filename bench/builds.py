@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import os
 import subprocess
 import tempfile
@@ -117,7 +118,7 @@ def main() -> None:
         cache = tmp / "cache"
         base, cold_s = _timed(lambda: ensure_build(engine, cache))
         base_files = _files(Path(base.env_dir))
-        base_bytes = sum(base_files.values())
+        base_bytes = _own_bytes(Path(base.env_dir), {})  # all of it: nothing is shared
 
         _patch_series(tmp, engine, base)
         patched_engine = engine.model_copy(update={"name": "bench-patched", "patches": ("bench",)})
@@ -137,7 +138,7 @@ def main() -> None:
             layered_engine = engine.model_copy(
                 update={"name": "bench-layered", "overlays": (overlay,)}
             )
-            layered, s = _timed(lambda e=layered_engine: ensure_build(e, cache))
+            layered, s = _timed(functools.partial(ensure_build, layered_engine, cache))
             rows.append((label, s, _own_bytes(Path(layered.env_dir), base_files)))
 
     print(f"{'build':38} {'time s':>8} {'time ratio':>11} {'own MiB':>9} {'disk ratio':>11}")

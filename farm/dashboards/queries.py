@@ -35,8 +35,8 @@ from __future__ import annotations
 
 __all__ = [
     "ALERT_FAILED_CELLS",
-    "ALERT_WINDOW_DAYS",
     "ALERT_OPEN_ALERTS",
+    "ALERT_WINDOW_DAYS",
     "CELL_DURATIONS_BY_NODE",
     "FAILED_CELLS",
     "LATEST_FAILED_CELLS",

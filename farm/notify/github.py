@@ -188,7 +188,9 @@ class GitHubClient:
         https://docs.github.com/en/rest/issues/comments#update-an-issue-comment
         """
         if marker not in body:
-            raise ValueError("the comment body must hold its marker, or the next run cannot find it")
+            raise ValueError(
+                "the comment body must hold its marker, or the next run cannot find it"
+            )
         body = self._fit(body)
         found = self._comment_with(ref, marker)
         if found is None:
@@ -302,7 +304,9 @@ class GitHubClient:
                 try:
                     response = http.request(method, url, json=payload, headers=self._headers())
                 except httpx.TransportError as exc:
-                    reason = f"{type(exc).__name__}: {redact(str(exc), [self.token]) or 'no detail'}"
+                    reason = (
+                        f"{type(exc).__name__}: {redact(str(exc), [self.token]) or 'no detail'}"
+                    )
                 else:
                     status = response.status_code
                     if 200 <= status < 300:
@@ -316,7 +320,11 @@ class GitHubClient:
                     delay = self.policy.delay(attempt)
                     log.warning(
                         "%s: attempt %d/%d failed (%s); retrying in %.1f s",
-                        where, attempt, self.policy.attempts, reason, delay,
+                        where,
+                        attempt,
+                        self.policy.attempts,
+                        reason,
+                        delay,
                     )
                     self.policy.sleep(delay)
         finally:

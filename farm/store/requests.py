@@ -1,24 +1,28 @@
-"""Request rows, their text and the per-variant summaries: written with a cell's
+"""Request numbers, their text and the per-variant summaries: written with a cell's
 variants, read back by ``load_sweep`` and by history.
 
-A request's numbers live in ``request_record`` (narrow columns), its output text in
-``request_text`` (content-addressed, shared by every request that produced it, dropped
-by ``farm db prune``), and each variant's figures in ``variant_summary``, so history
-over many sweeps (:func:`history_series`) is one query that reads no request row.
+A variant run's request numbers are one ``request_numbers`` row of JSON lists (see
+:class:`~farm.store.tables.RequestNumbersRow` for the layout), its requests' output
+texts live in ``request_text`` (content-addressed, shared by every request that
+produced it, dropped by ``farm db prune``), and each variant's figures in
+``variant_summary``, so history over many sweeps (:func:`history_series`) is one query
+that reads no request.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
+from pydantic import ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
 from farm.comparable import ComparableKey
+from farm.errors import StoreDamagedError
 from farm.plan import ServerCell
 from farm.records import RequestRecord, SpecCounters, VariantResult
 
@@ -27,7 +31,7 @@ if TYPE_CHECKING:
 
 from farm.store.tables import (
     CellRow,
-    RequestRow,
+    RequestNumbersRow,
     RequestTextRow,
     SweepRow,
     VariantRunRow,
@@ -44,8 +48,38 @@ __all__ = [
     "text_digest",
 ]
 
-# Rows per statement: SQLite before 3.32 allows 999 bound parameters.
+# Rows (or ids) per statement: SQLite before 3.32 allows 999 bound parameters.
 _BATCH = 400
+
+# The packed columns of request_numbers. Every one holds a JSON list with one entry per
+# request, except ``errors`` (sparse); the optional ones are NULL when every entry
+# would be None.
+PACKED_COLUMNS = (
+    "prompt_ids",
+    "text_ids",
+    "completion_tokens",
+    "finish_reasons",
+    "latencies_s",
+    "correct",
+    "errors",
+    "drafts",
+    "draft_tokens",
+    "accepted",
+    "accepted_per_pos",
+)
+_REQUIRED = frozenset({"prompt_ids", "completion_tokens", "latencies_s"})
+_COUNTERS = ("drafts", "draft_tokens", "accepted", "accepted_per_pos")
+# RequestRecord field -> the column it is packed in (for errors that name the column).
+_FIELD_COLUMNS = {
+    "prompt_id": "prompt_ids",
+    "output_text": "text_ids",
+    "completion_tokens": "completion_tokens",
+    "finish_reason": "finish_reasons",
+    "latency_s": "latencies_s",
+    "correct": "correct",
+    "error": "errors",
+}
+_KINDS = {"float": "a number", "int": "a whole number", "bool": "a boolean", "string": "text"}
 
 
 def _table(row_type: type[_Table]) -> sa.Table:
@@ -82,6 +116,11 @@ def _insert(session: Session) -> Any:
     return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
 
 
+def _batches(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), _BATCH):
+        yield items[i : i + _BATCH]
+
+
 def _text_ids(session: Session, texts: Iterable[str]) -> dict[str, int]:
     """The ``request_text`` id of each text, inserting the texts not stored yet.
 
@@ -90,11 +129,14 @@ def _text_ids(session: Session, texts: Iterable[str]) -> dict[str, int]:
     """
     t = _table(RequestTextRow)
     conn = session.connection()
+    if session.get_bind().dialect.name == "postgresql":
+        # Nothing references a text by foreign key any more: this lock (which saves do
+        # not conflict on) makes `farm db prune` wait for saves in flight, so it never
+        # deletes a text a save has just found. SQLite has one writer at a time anyway.
+        conn.execute(sa.text("LOCK TABLE request_text IN ROW EXCLUSIVE MODE"))
     by_digest = {text_digest(text): text for text in texts}
-    digests = list(by_digest)
     ids: dict[bytes, int] = {}
-    for i in range(0, len(digests), _BATCH):
-        chunk = digests[i : i + _BATCH]
+    for chunk in _batches(list(by_digest)):
         found = sa.select(t.c.digest, t.c.id).where(t.c.digest.in_(chunk))
         ids.update(tuple(r) for r in conn.execute(found))
         missing = [{"digest": d, "output_text": by_digest[d]} for d in chunk if d not in ids]
@@ -107,58 +149,84 @@ def _text_ids(session: Session, texts: Iterable[str]) -> dict[str, int]:
 def insert_requests(
     session: Session, sweep_id: int, runs: Sequence[tuple[int, VariantResult]]
 ) -> None:
-    """Insert the requests, texts and summary of each ``(variant_run id, variant)``."""
+    """Insert the request numbers, texts and summary of each ``(variant_run id, variant)``."""
     texts = _text_ids(
         session,
         {r.output_text for _, v in runs for r in v.requests if r.output_text is not None},
     )
-    requests: list[dict[str, Any]] = []
+    numbers: list[dict[str, Any]] = []
     summaries: list[dict[str, Any]] = []
     for run_id, variant in runs:
-        requests.extend(
-            _request_values(run_id, r, None if r.output_text is None else texts[r.output_text])
-            for r in variant.requests
-        )
-        summaries.append(_summary_values(run_id, sweep_id, variant))
-    # Bulk inserts (executemany): a variant carries hundreds of requests.
+        # Stored in the order load_sweep reads them: prompt id, then as saved.
+        requests = sorted(variant.requests, key=lambda r: r.prompt_id)
+        if requests:
+            numbers.append({"variant_run_id": run_id, **pack_requests(requests, texts)})
+        summaries.append(_summary_values(run_id, sweep_id, variant, requests))
     conn = session.connection()
-    if requests:
-        conn.execute(sa.insert(_table(RequestRow)), requests)
+    if numbers:
+        conn.execute(_insert_numbers(session), numbers)
     if summaries:
         conn.execute(sa.insert(_table(VariantSummaryRow)), summaries)
 
 
-def _request_values(run_id: int, r: RequestRecord, text_id: int | None) -> dict[str, Any]:
-    c = r.counters
+def _insert_numbers(session: Session) -> sa.Insert:
+    """The insert of packed rows, each column's JSON text given as is: compact, with
+    no space after separators (SQLAlchemy's JSON type would add one per entry)."""
+    n = _table(RequestNumbersRow)
+    on_postgresql = session.get_bind().dialect.name == "postgresql"
+
+    def json_text(name: str) -> sa.ColumnElement[Any]:
+        param = sa.bindparam(name, type_=sa.Text)
+        # SQLite keeps JSON as text; a CAST there would apply NUMERIC affinity.
+        return sa.cast(param, postgresql.JSON) if on_postgresql else param
+
+    return sa.insert(n).values(
+        variant_run_id=sa.bindparam("variant_run_id"),
+        **{name: json_text(name) for name in PACKED_COLUMNS},
+    )
+
+
+def pack_requests(
+    requests: Sequence[RequestRecord], text_ids: dict[str, int]
+) -> dict[str, str | None]:
+    """Each packed column's JSON text (None for SQL NULL) for ``requests``, in order."""
+    counters = [r.counters for r in requests]
+    columns: dict[str, list[Any]] = {
+        "prompt_ids": [r.prompt_id for r in requests],
+        "text_ids": [None if r.output_text is None else text_ids[r.output_text] for r in requests],
+        "completion_tokens": [r.completion_tokens for r in requests],
+        "finish_reasons": [r.finish_reason for r in requests],
+        "latencies_s": [r.latency_s for r in requests],
+        "correct": [r.correct for r in requests],
+        "errors": [[i, r.error] for i, r in enumerate(requests) if r.error is not None],
+        "drafts": [c and c.drafts for c in counters],
+        "draft_tokens": [c and c.draft_tokens for c in counters],
+        "accepted": [c and c.accepted for c in counters],
+        "accepted_per_pos": [c and list(c.accepted_per_pos) for c in counters],
+    }
     return {
-        "variant_run_id": run_id,
-        "prompt_id": r.prompt_id,
-        "text_id": text_id,
-        "completion_tokens": r.completion_tokens,
-        "finish_reason": r.finish_reason,
-        "latency_s": r.latency_s,
-        "correct": r.correct,
-        "error": r.error,
-        "drafts": c.drafts if c else None,
-        "draft_tokens": c.draft_tokens if c else None,
-        "accepted": c.accepted if c else None,
-        "accepted_per_pos": list(c.accepted_per_pos) if c else None,
+        name: json.dumps(values, separators=(",", ":"))
+        if name in _REQUIRED or any(v is not None for v in values)
+        else None
+        for name, values in columns.items()
     }
 
 
-def _summary_values(run_id: int, sweep_id: int, v: VariantResult) -> dict[str, Any]:
-    ok = [r for r in v.requests if r.error is None]
+def _summary_values(
+    run_id: int, sweep_id: int, v: VariantResult, requests: Sequence[RequestRecord]
+) -> dict[str, Any]:
+    ok = [r for r in requests if r.error is None]
     scored = [r for r in ok if r.correct is not None]
-    # The order load_sweep reads them in (prompt id, then as saved): the bootstrap
-    # draws by row, so the interval matches one computed from a loaded sweep.
+    # ``requests`` in the order load_sweep reads them: the bootstrap draws by row, so
+    # the interval matches one computed from a loaded sweep.
     # numpy is paid only by writes and history reads, never by `farm sweeps`.
     from farm.analysis.history import al_interval
 
-    low, high = al_interval(sorted(v.requests, key=lambda r: r.prompt_id), sweep_id)
+    low, high = al_interval(requests, sweep_id)
     return {
         "variant_run_id": run_id,
-        "requests": len(v.requests),
-        "failed_requests": len(v.requests) - len(ok),
+        "requests": len(requests),
+        "failed_requests": len(requests) - len(ok),
         "scored": len(scored),
         "correct": sum(bool(r.correct) for r in scored),
         "output_tokens": sum(r.completion_tokens for r in ok),
@@ -172,69 +240,145 @@ def _summary_values(run_id: int, sweep_id: int, v: VariantResult) -> dict[str, A
 
 
 def delete_requests(session: Session, runs: Any) -> None:
-    """Delete the requests and summaries of the variant runs selected by ``runs``.
+    """Delete the request numbers and summaries of the variant runs selected by ``runs``.
 
     Their texts stay (other requests may share them); ``farm db prune`` removes texts
     nobody uses.
     """
     # Explicit deletes instead of ON DELETE CASCADE, which SQLite honours only when
     # the connection enabled foreign keys.
-    for row_type in (RequestRow, VariantSummaryRow):
+    for row_type in (RequestNumbersRow, VariantSummaryRow):
         table = _table(row_type)
         session.connection().execute(sa.delete(table).where(table.c.variant_run_id.in_(runs)))
 
 
+class _Damage(ValueError):
+    """A packed value this farm cannot read: the column (and entry) and what is wrong."""
+
+    def __init__(self, column: str, problem: str) -> None:
+        super().__init__(f"{column}: {problem}")
+
+
 def read_requests(session: Session, sweep_id: int) -> dict[int, list[RequestRecord]]:
     """Every request of the sweep with its text (None once pruned), by variant run id,
-    each run's in prompt id order. Reads columns, not ORM rows: a sweep has thousands."""
-    r, t = _table(RequestRow), _table(RequestTextRow)
-    v, c = _table(VariantRunRow), _table(CellRow)
+    each run's in prompt id order.
+
+    Raises StoreDamagedError naming the row, its sweep and the column when a packed
+    row cannot be read (malformed JSON, lists of different lengths, a wrong type)."""
+    n, v, c = _table(RequestNumbersRow), _table(VariantRunRow), _table(CellRow)
+    # As text, decoded here: a malformed value is then reported with its row.
     query = (
-        sa.select(
-            r.c.variant_run_id,
-            r.c.prompt_id,
-            t.c.output_text,
-            r.c.completion_tokens,
-            r.c.finish_reason,
-            r.c.latency_s,
-            r.c.correct,
-            r.c.error,
-            r.c.drafts,
-            r.c.draft_tokens,
-            r.c.accepted,
-            r.c.accepted_per_pos,
-        )
-        .select_from(r)
-        .join(v, v.c.id == r.c.variant_run_id)
+        sa.select(n.c.variant_run_id, *(sa.cast(n.c[name], sa.Text) for name in PACKED_COLUMNS))
+        .join(v, v.c.id == n.c.variant_run_id)
         .join(c, c.c.id == v.c.cell_row_id)
-        .outerjoin(t, t.c.id == r.c.text_id)
         .where(c.c.sweep_id == sweep_id)
-        .order_by(r.c.prompt_id, r.c.id)
     )
-    out: dict[int, list[RequestRecord]] = defaultdict(list)
-    for row in session.connection().execute(query):
-        (run_id, prompt_id, text, tokens, finish, latency, correct, error, *counters) = row
-        drafts, draft_tokens, accepted, per_pos = counters
-        out[run_id].append(
-            RequestRecord(
-                prompt_id=prompt_id,
-                output_text=text,
-                completion_tokens=tokens,
-                finish_reason=finish,
-                latency_s=latency,
-                correct=correct,
-                error=error,
-                counters=None
-                if drafts is None
-                else SpecCounters(
-                    drafts=drafts,
-                    draft_tokens=draft_tokens,
-                    accepted=accepted,
-                    accepted_per_pos=tuple(per_pos or ()),
-                ),
-            )
-        )
+    conn = session.connection()
+    runs: dict[int, dict[str, list[Any]]] = {}
+    for run_id, *raw in conn.execute(query):
+        try:
+            runs[run_id] = unpack_requests(dict(zip(PACKED_COLUMNS, raw, strict=True)))
+        except _Damage as damage:
+            raise _damaged(session, run_id, sweep_id, damage) from None
+    wanted = sorted({i for run in runs.values() for i in run["text_ids"] if i is not None})
+    t = _table(RequestTextRow)
+    texts: dict[int, str] = {}
+    for chunk in _batches(wanted):
+        query = sa.select(t.c.id, t.c.output_text).where(t.c.id.in_(chunk))
+        texts.update(tuple(r) for r in conn.execute(query))
+    out: dict[int, list[RequestRecord]] = {}
+    for run_id, columns in runs.items():
+        try:
+            out[run_id] = _records(columns, texts)
+        except _Damage as damage:
+            raise _damaged(session, run_id, sweep_id, damage) from None
     return out
+
+
+def unpack_requests(raw: dict[str, str | None]) -> dict[str, list[Any]]:
+    """The packed columns' JSON texts as one list per column, an entry per request
+    (NULL columns as Nones, ``errors`` spread out). Raises _Damage (a ValueError)."""
+    columns: dict[str, list[Any]] = {}
+    for name in PACKED_COLUMNS:
+        text = raw[name]
+        if text is None:
+            if name in _REQUIRED:
+                raise _Damage(name, "is NULL")
+            continue
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise _Damage(name, f"{_shown(text)} is not valid JSON ({exc})") from None
+        if not isinstance(value, list):
+            raise _Damage(name, f"{_shown(text)} is not a list")
+        columns[name] = value
+    count = len(columns["prompt_ids"])
+    errors: list[Any] = [None] * count
+    for entry in columns.pop("errors", []):
+        if not (
+            isinstance(entry, list)
+            and len(entry) == 2
+            and type(entry[0]) is int
+            and 0 <= entry[0] < count
+        ):
+            raise _Damage("errors", f"{_shown(entry)} is not [request index, message]")
+        errors[entry[0]] = entry[1]
+    columns["errors"] = errors
+    for name in PACKED_COLUMNS:
+        values = columns.setdefault(name, [None] * count)
+        if len(values) != count:
+            raise _Damage(name, f"{len(values)} entries for {count} requests (prompt_ids)")
+    return columns
+
+
+def _records(columns: dict[str, list[Any]], texts: dict[int, str]) -> list[RequestRecord]:
+    records = []
+    for i, text_id in enumerate(columns["text_ids"]):
+        drafts, draft_tokens, accepted, per_pos = (columns[name][i] for name in _COUNTERS)
+        try:
+            records.append(
+                RequestRecord(
+                    prompt_id=columns["prompt_ids"][i],
+                    # A text deleted under a reader reads as pruned.
+                    output_text=None if text_id is None else texts.get(text_id),
+                    completion_tokens=columns["completion_tokens"][i],
+                    finish_reason=columns["finish_reasons"][i],
+                    latency_s=columns["latencies_s"][i],
+                    correct=columns["correct"][i],
+                    error=columns["errors"][i],
+                    counters=None
+                    if drafts is None
+                    else SpecCounters(
+                        drafts=drafts,
+                        draft_tokens=draft_tokens,
+                        accepted=accepted,
+                        accepted_per_pos=per_pos or (),
+                    ),
+                )
+            )
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            loc = [str(part) for part in error["loc"]]
+            # SpecCounters is validated on its own: its fields are named as its columns.
+            column = _FIELD_COLUMNS.get(loc[0], loc[0])
+            kind = str(error["type"]).split("_")[0]
+            what = f"is not {_KINDS[kind]}" if kind in _KINDS else str(error["msg"]).lower()
+            raise _Damage(f"{column}[{i}]", f"{_shown(error['input'])} {what}") from None
+    return records
+
+
+def _shown(value: Any) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
+def _damaged(session: Session, run_id: int, sweep_id: int, damage: _Damage) -> StoreDamagedError:
+    url = session.get_bind().url.render_as_string(hide_password=True)
+    return StoreDamagedError(
+        f"the store at {url} holds rows this farm cannot read (fix or delete them, or "
+        f"restore a backup):\n  row request_numbers variant_run_id={run_id} of sweep "
+        f"{sweep_id}: {damage}"
+    )
 
 
 def history_series(

@@ -1,8 +1,10 @@
 """ORM tables of the farm store (SQLModel). Rows never leave ``farm.store``.
 
-One row per sweep, build, planned cell, excluded cell, variant run, counter and
-request: counters are stored in long format (one row per counter and draft position)
-so any statistic can be recomputed with plain SQL, on SQLite and PostgreSQL alike.
+One row per sweep, build, planned cell, excluded cell, variant run and counter:
+counters are stored in long format (one row per counter and draft position) so any
+statistic can be recomputed with plain SQL, on SQLite and PostgreSQL alike. A variant
+run's requests are one row of JSON lists (``request_numbers``), readable from SQL
+with ``json_each`` / ``json_array_elements``.
 The schema itself is created by the Alembic revisions in ``migrations/``; these
 classes must match them.
 """
@@ -24,7 +26,7 @@ __all__ = [
     "CellRow",
     "ExcludedCellRow",
     "MetricRow",
-    "RequestRow",
+    "RequestNumbersRow",
     "RequestTextRow",
     "SweepBuildRow",
     "SweepRow",
@@ -246,35 +248,41 @@ class RequestTextRow(_Table, table=True):
     output_text: str = Field(sa_type=sa.Text)
 
 
-class RequestRow(_Table, table=True):
-    """One request's numbers; its text (``text_id``) is None once pruned."""
+def _optional_list() -> Any:
+    """A packed column that is NULL when every entry would be None."""
+    return Field(default=None, sa_type=sa.JSON(none_as_null=True))
 
-    __tablename__ = "request_record"
-    # Partial: a pruned request (text_id NULL) costs no index entry.
-    __table_args__ = (
-        sa.Index(
-            "ix_request_record_text_id",
-            "text_id",
-            postgresql_where=sa.text("text_id IS NOT NULL"),
-            sqlite_where=sa.text("text_id IS NOT NULL"),
-        ),
-    )
 
-    id: int | None = Field(default=None, primary_key=True)
-    variant_run_id: int = Field(foreign_key="variant_run.id", index=True, ondelete="CASCADE")
-    prompt_id: str
-    text_id: int | None = Field(default=None, foreign_key="request_text.id", ondelete="SET NULL")
-    completion_tokens: int
-    finish_reason: str | None = None
-    latency_s: float
-    correct: bool | None = None
-    error: str | None = Field(default=None, sa_type=sa.Text)
-    # Per-request speculative counters, when the engine reports them per request (all
-    # None otherwise): narrow columns, a third of the width of the JSON they replace.
-    drafts: int | None = None
-    draft_tokens: int | None = None
-    accepted: int | None = None
-    accepted_per_pos: list[int] | None = Field(default=None, sa_type=sa.JSON(none_as_null=True))
+class RequestNumbersRow(_Table, table=True):
+    """The numbers of every request of one variant run, packed into one row.
+
+    One JSON list per column, one entry per request, in the order ``load_sweep``
+    reads them (prompt id, then as saved). A column whose entries would all be None
+    is NULL: ``text_ids`` once ``farm db prune`` unlinked the texts, the counters of a
+    variant without per-request counters, ``correct`` of an unscored one. ``errors``
+    is sparse: ``[[request index, message], ...]``, NULL when none failed.
+
+    Why one row, not one per request (issue 15): a request row cost ~130 B on
+    PostgreSQL, mostly row header and index entries; the packed lists cost a
+    fraction of that once TOAST compresses them, and a variant is read whole anyway.
+    """
+
+    __tablename__ = "request_numbers"
+
+    variant_run_id: int = Field(foreign_key="variant_run.id", primary_key=True, ondelete="CASCADE")
+    prompt_ids: list[str] = Field(sa_type=sa.JSON)
+    # request_text ids (None where a request has no text).
+    text_ids: list[int | None] | None = _optional_list()
+    completion_tokens: list[int] = Field(sa_type=sa.JSON)
+    finish_reasons: list[str | None] | None = _optional_list()
+    latencies_s: list[float] = Field(sa_type=sa.JSON)
+    correct: list[bool | None] | None = _optional_list()
+    errors: list[list[Any]] | None = _optional_list()
+    # Per-request speculative counters; a request without them has None in each.
+    drafts: list[int | None] | None = _optional_list()
+    draft_tokens: list[int | None] | None = _optional_list()
+    accepted: list[int | None] | None = _optional_list()
+    accepted_per_pos: list[list[int] | None] | None = _optional_list()
 
 
 class VariantSummaryRow(_Table, table=True):

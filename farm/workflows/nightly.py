@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.checks import check_sweep
 from farm.analysis.compare import ComparedVariant, SweepComparison, compare_sweeps
-from farm.analysis.history import HistoryConfig, analyze_histories, series_from_sweeps
+from farm.analysis.history import HistoryConfig, HistoryPoint, analyze_histories
 from farm.analysis.stats import (
     AcceptanceDifference,
     AcceptanceSample,
@@ -302,7 +302,7 @@ def judge_night(
     sweep: SweepRecord,
     *,
     last_good: SweepRecord | None,
-    history: Sequence[SweepRecord] = (),
+    history: Mapping[ComparableKey, Sequence[HistoryPoint]] | None = None,
     base_of: Mapping[str, str] | None = None,
     config: CheckConfig | None = None,
     history_config: HistoryConfig | None = None,
@@ -310,8 +310,9 @@ def judge_night(
     """The verdict on nightly ``sweep`` and the alert candidates it raises.
 
     ``last_good``: the job's last good night (:func:`last_good_night`), None on the
-    job's first night; ``history``: the job's last N sweeps ending with ``sweep``
-    (oldest first; fewer than 3 points find no change point); ``base_of``: patched
+    job's first night; ``history``: per-key AL series over the job's last N sweeps
+    ending with ``sweep`` (:func:`farm.analysis.history.series_from_sweeps`, or the
+    store's ``history_series``; fewer than 3 points find no change point); ``base_of``: patched
     engine -> base engine for the within-sweep patch check. Failed cells become
     findings of source ``cells`` and ``cell_failed`` alert candidates.
     """
@@ -328,8 +329,10 @@ def judge_night(
         alerts += raised
         notes += more_notes
         comparisons += len(comparison.rows)
-    if len(history) > 1:
-        analyses = analyze_histories(series_from_sweeps(history), config=history_config)
+    series = {k: tuple(v) for k, v in (history or {}).items()}
+    history_sweeps = len({p.sweep_id for points in series.values() for p in points})
+    if history_sweeps > 1:
+        analyses = analyze_histories(series, config=history_config)
         drifts = alert_candidates_from_history(analyses, sweep.sweep_id)
         alerts += drifts
         findings += [
@@ -355,7 +358,7 @@ def judge_night(
         notes=tuple(dict.fromkeys(notes)),
         comparisons=comparisons,
         baseline_sweep_ids=(last_good.sweep_id,) if last_good is not None else (),
-        history=len(history),
+        history=history_sweeps,
     )
     return NightJudgement(verdict=verdict, alerts=tuple(alerts), comparison=comparison)
 

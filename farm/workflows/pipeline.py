@@ -20,7 +20,6 @@ from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session
 
 from farm.analysis.checks import check_sweep
-from farm.analysis.history import series_from_sweeps
 from farm.analysis.summary import patched_bases, summarize_sweep
 from farm.analysis.verdicts import CheckConfig
 from farm.errors import OutputError
@@ -29,7 +28,7 @@ from farm.notify.registry import Notifier, configured_notifiers, send_all
 from farm.records import SweepRecord
 from farm.report.html import render_html, render_verdict_index
 from farm.store.alerts import mark_notified, pending_notifications, raise_alerts
-from farm.store.repository import history_sweeps, list_sweeps, load_sweep
+from farm.store.repository import history_series, list_sweeps, load_sweep
 from farm.store.verdicts import get_verdict, job_verdicts, record_verdict, verdict_outcomes
 from farm.workflows.nightly import EarlierNight, judge_night, last_good_night
 from farm.workflows.verdict import SweepVerdict
@@ -87,7 +86,7 @@ def check_night(
     judgement = judge_night(
         record,
         last_good=load_sweep(session, good) if good is not None else None,
-        history=history_sweeps(session, record, history) if history > 1 else (),
+        history=history_series(session, record, history) if history > 1 else None,
         base_of=patched_bases(record.builds),
         config=config,
     )
@@ -134,7 +133,7 @@ def publish_night(
     except OSError as exc:
         raise OutputError(f"cannot create the publish folder {folder}: {exc.strerror}") from None
     record = load_sweep(session, verdict.sweep_id)
-    trends = series_from_sweeps(history_sweeps(session, record, history)) if history > 1 else None
+    trends = history_series(session, record, history) if history > 1 else None
     page = render_html(
         record,
         summarize_sweep(record),

@@ -37,7 +37,13 @@ from farm.plan import ServerCell
 from farm.records import StoredCell, SweepRecord, VariantResult
 from farm.report.markdown import render_comparison
 from farm.spec import BuildSource, EngineSpec, GitSource, JobSpec, PullRequestSource
-from farm.workflows.verdict import PositionChange, ReusedCell, SweepVerdict, VerdictFinding, outcome_of
+from farm.workflows.verdict import (
+    PositionChange,
+    ReusedCell,
+    SweepVerdict,
+    VerdictFinding,
+    outcome_of,
+)
 
 __all__ = [
     "PR_CHECK",
@@ -50,12 +56,14 @@ __all__ = [
     "candidate_name",
     "comment_marker",
     "commit_status",
+    "git_ref_source",
     "judge_pr",
     "parse_age",
+    "pr_head_source",
     "pr_job",
     "pr_job_name",
-    "replaced_overlay",
     "render_pr_comment",
+    "replaced_overlay",
     "select_baseline",
 ]
 
@@ -332,7 +340,9 @@ def _positions(
     )
 
 
-def _variants(record: SweepRecord, rename: Mapping[str, str]) -> dict[str, tuple[str, VariantResult]]:
+def _variants(
+    record: SweepRecord, rename: Mapping[str, str]
+) -> dict[str, tuple[str, VariantResult]]:
     """Ok spec-on variants by comparable key label (candidate engine renamed to base)."""
     out: dict[str, tuple[str, VariantResult]] = {}
     for stored in record.cells:

@@ -56,7 +56,9 @@ __all__ = [
     "plan_baseline",
     "prepare_pr",
     "publish_pr",
+    "report_name",
     "source_argument",
+    "write_pr_report",
 ]
 
 LineSink = Callable[[str], None]
@@ -164,9 +166,7 @@ def _check_patches(
                 dropped.append(DroppedPatch(patch_id=patch.id, reason="already upstream"))
             elif status.state == "conflict":
                 failing = "; ".join(f"{f.file} hunk #{f.hunk}" for f in status.failures)
-                dropped.append(
-                    DroppedPatch(patch_id=patch.id, reason="conflict", detail=failing)
-                )
+                dropped.append(DroppedPatch(patch_id=patch.id, reason="conflict", detail=failing))
             else:
                 dropped.append(
                     DroppedPatch(patch_id=patch.id, reason="not applicable", detail=status.detail)
@@ -196,7 +196,9 @@ def prepare_pr(
         names = ", ".join(e.name for e in job.engines)
         raise FarmError(f"--engine {engine_name}: job {job.name} has no such engine ({names})")
     overlay = replaced_overlay(engine)
-    new_source = pr_head_source(engine, number) if source is None else source_argument(engine, source)
+    new_source = (
+        pr_head_source(engine, number) if source is None else source_argument(engine, source)
+    )
     part = _part(engine, overlay, new_source)
     resolved = resolve_source(part)  # SourceError: a PR that does not exist, a bad ref
     mine = [
@@ -227,18 +229,19 @@ def prepare_pr(
 
 
 def plan_baseline(
-    session: Session,
+    session: Session | None,
     setup: PrSetup,
     planned: Sequence[ServerCell],
     *,
     max_age: timedelta,
     now: datetime | None = None,
 ) -> PrBaseline:
-    """The stored base cells to reuse for the ``planned`` base cells; FarmError when
-    some must run but the base cannot be identified (so cannot be built)."""
+    """The stored base cells to reuse for the ``planned`` base cells (``session`` None:
+    there is no store yet); FarmError when some must run but the base cannot be
+    identified (so cannot be built)."""
     now = now or datetime.now(UTC)
     stored: list[StoredBaselineCell] = []
-    if setup.base_build_id is not None:
+    if setup.base_build_id is not None and session is not None:
         stored = cells_of_build(session, setup.base_build_id, setup.base.name, now - max_age)
     selection = select_baseline(planned, stored, setup.base_build_id, now=now, max_age=max_age)
     if selection.missing and setup.base_build_id is None:
@@ -314,3 +317,37 @@ def publish_pr(
         target_url=report_url,
     )
     return url, created, status.state
+
+
+def report_name(number: int, sweep_id: int) -> str:
+    """The report file of a PR run in the publish folder."""
+    return f"pr-{number}-sweep-{sweep_id}.html"
+
+
+def write_pr_report(session: Session, check: PrCheck, folder: Path) -> Path:
+    """Write the PR sweep's HTML report (with its verdict) into ``folder``; its path.
+    Raises OutputError when the folder cannot be written."""
+    # Imported here: the HTML report pulls in the figures only a published run needs.
+    from farm.analysis.checks import check_sweep
+    from farm.analysis.summary import patched_bases, summarize_sweep
+    from farm.errors import OutputError
+    from farm.report.html import render_html
+
+    verdict = check.judgement.verdict
+    record = load_sweep(session, verdict.sweep_id)
+    page = render_html(
+        record,
+        summarize_sweep(record),
+        check_sweep(record, patched_bases(record.builds)),
+        verdict=verdict,
+    )
+    assert verdict.pr_number is not None
+    path = folder / report_name(verdict.pr_number, verdict.sweep_id)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(page, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return path

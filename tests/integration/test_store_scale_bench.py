@@ -103,7 +103,7 @@ def bench(pg_admin_url: str) -> Iterator[Bench]:
 def test_the_table_fits_80_columns_and_has_every_section(bench: Bench) -> None:
     assert all(len(line) <= 80 for line in bench.out.splitlines()), bench.out
     assert "\x1b[" not in bench.out  # piped: plain text
-    assert bench.out.startswith(f"store_scale: {NIGHTS} nights ({NIGHTS} nightly + 1 PR sweeps)")
+    assert bench.out.startswith(f"store_scale: {NIGHTS} nights, {NIGHTS} nightly and 1 PR sweeps")
     assert set(bench.sections) == {
         "query (ms, median of 3)",
         "command",
@@ -219,6 +219,6 @@ def test_the_drop_night_drops_al_where_the_seed_regression_bites(bench: Bench) -
         by_cell.setdefault(cell, []).append(value)
     bitten = "vllm-ascend-pr8210.step-3.5-flash.full_decode_only.mtp3.swa-on"
     first, *_, last = by_cell[bitten]
-    assert last < first * 0.85  # night 2 is a drop night
+    assert last < first * 0.9  # night 2 is a drop night
     fixed = by_cell["vllm-ascend-pr8210-fix.step-3.5-flash.full_decode_only.mtp3.swa-on"]
     assert abs(fixed[-1] - fixed[0]) < fixed[0] * 0.05

@@ -241,3 +241,36 @@ def test_the_store_url_lives_on_the_clusters_head_only() -> None:
     for group in cluster["workerGroupSpecs"]:
         for container in group["template"]["spec"]["containers"]:
             assert "FARM_DB_URL" not in {e["name"] for e in container["env"]}
+
+
+def test_github_pr_workflow_runs_farm_pr_for_members_or_a_label() -> None:
+    flow = yaml.safe_load((DEPLOY / "github" / "pr-validate.yml").read_text())
+    on = flow[True]  # YAML 1.1 reads the bare key `on` as a boolean
+    assert on["issue_comment"]["types"] == ["created"]
+    assert on["pull_request_target"]["types"] == ["labeled"]
+    assert flow["permissions"]["statuses"] == "write" and flow["permissions"]["issues"] == "write"
+    [job] = flow["jobs"].values()
+    condition = job["if"]
+    assert "'/farm validate'" in condition and "'farm-validate'" in condition
+    for who in ("OWNER", "MEMBER", "COLLABORATOR"):
+        assert f'"{who}"' in condition
+    assert "self-hosted" in job["runs-on"]
+    for name in ("FARM_DB_URL", "RAY_AUTH_TOKEN", "GITHUB_TOKEN"):
+        assert job["env"][name] == "${{ secrets." + name + " }}"
+    step = next(s for s in job["steps"] if "run" in s)
+    # Event text (a comment body) never enters the script itself.
+    assert "${{" not in step["run"]
+    line = next(x for x in step["run"].splitlines() if x.strip().startswith("args=("))
+    words = shlex.split(line.strip()[len("args=(") : -1])
+    values = {
+        "$JOB": "jobs/pr-ascend.yaml",
+        "$ENGINE": "vllm-ascend",
+        "$PR": "8210",
+        "$GITHUB_REPOSITORY": "vllm-project/vllm-ascend",
+        "$RAY_ADDRESS_VAR": "h:6379",
+        "$SITE": "/s",
+    }
+    ctx = _check_farm_argv(["farm", *(values.get(w, w) for w in words)])
+    assert words[0] == "pr" and (REPO / ctx.params["job_file"]).is_file()
+    assert ctx.params["pr_number"] == 8210 and ctx.params["engine"] == "vllm-ascend"
+    assert ctx.params["repo"] == "vllm-project/vllm-ascend" and ctx.params["publish"] is not None

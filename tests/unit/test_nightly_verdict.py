@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from farm.analysis.checks import check_sweep
+from farm.analysis.history import series_from_sweeps
 from farm.analysis.simulate import simulate_sweep
 from farm.analysis.summary import summarize_sweep
 from farm.analysis.verdicts import CheckConfig
@@ -176,7 +177,9 @@ def test_history_checks_see_a_drift_the_nights_confirm() -> None:
     nights += [_night(i, factor=0.8, seed=100 + i) for i in (9, 10)]
     # Judged against night 9 (already low), night 10 passes the paired comparison;
     # the history over 10 nights still shows the step from night 9 on.
-    judgement = judge_night(nights[-1], last_good=nights[-2], history=nights, config=FAST)
+    judgement = judge_night(
+        nights[-1], last_good=nights[-2], history=series_from_sweeps(nights), config=FAST
+    )
     found = [f for f in judgement.verdict.findings if f.source == "history"]
     assert found and all(f.check == "history_change" for f in found)
     assert all(f.cells and f.relative is not None and f.relative < -0.1 for f in found)

@@ -1,4 +1,4 @@
-"""request text in its own table, narrow request numbers, a per-variant summary
+"""request text in its own table, request numbers packed per variant, a per-variant summary
 
 Revision ID: 0008
 Revises: 0007
@@ -8,35 +8,56 @@ Issue 15: a year of nightlies was 7.8 GB of request rows, almost all output text
 history read every request of every sweep. Here:
 
 - ``request_text`` holds each distinct output text once (content-addressed: greedy
-  decoding repeats a prompt's text night after night); ``request_record.text_id``
-  points at it and is set to NULL by ``farm db prune``.
-- ``request_record.counters`` (JSON) becomes the narrow columns ``drafts``,
-  ``draft_tokens``, ``accepted`` and ``accepted_per_pos`` (a short JSON list).
+  decoding repeats a prompt's text night after night).
+- ``request_numbers`` replaces ``request_record``: one row per variant run holding
+  its requests' numbers as JSON lists (one entry per request, in prompt id then saved
+  order; ``text_ids`` point into ``request_text`` and become NULL on ``farm db
+  prune``). A row per request cost ~130 B on PostgreSQL in headers and index entries
+  alone; one compressed row per variant costs a fraction of it.
 - ``variant_summary``: one row per variant run with its request counts, counters and
   the AL interval history draws, backfilled here with the code that computes it at
   save time (farm.analysis.history.al_interval, same seed).
 
-On PostgreSQL the space of the dropped columns returns after ``VACUUM FULL
-request_record`` (a plain VACUUM makes it reusable by new rows).
+The move runs one sweep at a time; the downgrade rebuilds 0007's ``request_record``.
 """
 
 import hashlib
+import json
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql, sqlite
+
+if TYPE_CHECKING:
+    from farm.records import RequestRecord
 
 revision: str = "0008"
 down_revision: str | Sequence[str] | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_CHUNK = 2000
-_TEXT_INDEX = "ix_request_record_text_id"
-_TEXT_FK = "fk_request_record_text_id_request_text"
+# Variant runs moved per statement (each with its ~200 requests).
+_RUNS = 100
+# Ids per IN list: SQLite before 3.32 allows 999 bound parameters.
+_IDS = 400
+# The packed columns, as farm.store.requests.PACKED_COLUMNS was when this was written.
+_PACKED = (
+    "prompt_ids",
+    "text_ids",
+    "completion_tokens",
+    "finish_reasons",
+    "latencies_s",
+    "correct",
+    "errors",
+    "drafts",
+    "draft_tokens",
+    "accepted",
+    "accepted_per_pos",
+)
+_REQUIRED = ("prompt_ids", "completion_tokens", "latencies_s")
 
 
 def upgrade() -> None:
@@ -74,46 +95,47 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("variant_run_id", name=op.f("pk_variant_summary")),
     )
-    # Plain ADD COLUMNs (no table rebuild on SQLite); the foreign key comes with the
-    # rebuild that drops the old columns below.
-    with op.batch_alter_table("request_record") as batch:
-        batch.add_column(sa.Column("text_id", sa.Integer(), nullable=True))
-        batch.add_column(sa.Column("drafts", sa.Integer(), nullable=True))
-        batch.add_column(sa.Column("draft_tokens", sa.Integer(), nullable=True))
-        batch.add_column(sa.Column("accepted", sa.Integer(), nullable=True))
-        batch.add_column(sa.Column("accepted_per_pos", sa.JSON(), nullable=True))
-    _move_requests(bind)
-    _fill_summaries(bind)
-    with op.batch_alter_table("request_record") as batch:
-        batch.drop_column("output_text")
-        batch.drop_column("counters")
-        batch.create_foreign_key(_TEXT_FK, "request_text", ["text_id"], ["id"], ondelete="SET NULL")
-    _create_text_index()
-
-
-def _create_text_index() -> None:
-    # Partial: pruned requests (text_id NULL) cost no index entry.
-    op.create_index(
-        _TEXT_INDEX,
-        "request_record",
-        ["text_id"],
-        postgresql_where=sa.text("text_id IS NOT NULL"),
-        sqlite_where=sa.text("text_id IS NOT NULL"),
+    op.create_table(
+        "request_numbers",
+        sa.Column("variant_run_id", sa.Integer(), nullable=False),
+        *(sa.Column(name, sa.JSON(), nullable=name not in _REQUIRED) for name in _PACKED),
+        sa.ForeignKeyConstraint(
+            ["variant_run_id"],
+            ["variant_run.id"],
+            name=op.f("fk_request_numbers_variant_run_id_variant_run"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("variant_run_id", name=op.f("pk_request_numbers")),
     )
+    _move_requests(bind)
+    op.drop_table("request_record")
 
 
 def downgrade() -> None:
     bind = op.get_bind()
-    op.drop_index(_TEXT_INDEX, table_name="request_record")
-    with op.batch_alter_table("request_record") as batch:
-        batch.drop_constraint(_TEXT_FK, type_="foreignkey")
-        batch.add_column(sa.Column("output_text", sa.Text(), nullable=False, server_default=""))
-        batch.add_column(sa.Column("counters", sa.JSON(), nullable=True))
+    op.create_table(
+        "request_record",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("variant_run_id", sa.Integer(), nullable=False),
+        sa.Column("prompt_id", sa.String(), nullable=False),
+        sa.Column("output_text", sa.Text(), nullable=False),
+        sa.Column("completion_tokens", sa.Integer(), nullable=False),
+        sa.Column("finish_reason", sa.String(), nullable=True),
+        sa.Column("latency_s", sa.Float(), nullable=False),
+        sa.Column("correct", sa.Boolean(), nullable=True),
+        sa.Column("error", sa.Text(), nullable=True),
+        sa.Column("counters", sa.JSON(), nullable=True),
+        sa.ForeignKeyConstraint(
+            ["variant_run_id"],
+            ["variant_run.id"],
+            name=op.f("fk_request_record_variant_run_id_variant_run"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_request_record")),
+    )
+    op.create_index(op.f("ix_request_record_variant_run_id"), "request_record", ["variant_run_id"])
     _restore_requests(bind)
-    with op.batch_alter_table("request_record") as batch:
-        batch.alter_column("output_text", server_default=None)
-        for name in ("accepted_per_pos", "accepted", "draft_tokens", "drafts", "text_id"):
-            batch.drop_column(name)
+    op.drop_table("request_numbers")
     op.drop_table("variant_summary")
     op.drop_table("request_text")
 
@@ -123,179 +145,227 @@ def _digest(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8")).digest()[:16]
 
 
-def _chunks(bind: sa.Connection, query: sa.Select[Any], key: Any) -> Iterator[Sequence[Any]]:
-    """Rows of ``query`` in chunks, by keyset on ``key`` (never the whole table at once)."""
-    last = None
-    while True:
-        page = query if last is None else query.where(key > last)
-        rows = bind.execute(page.order_by(key).limit(_CHUNK)).all()
-        if not rows:
-            return
-        yield rows
-        last = rows[-1][0]
+def _in_chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _insert(bind: sa.Connection) -> Any:
+    return postgresql.insert if bind.dialect.name == "postgresql" else sqlite.insert
+
+
+def _pack(requests: "Sequence[RequestRecord]", text_ids: dict[str, int]) -> dict[str, Any]:
+    """Each packed column's compact JSON text (None: NULL), as the farm wrote them when
+    this revision was made (farm.store.requests.pack_requests, copied)."""
+    counters = [r.counters for r in requests]
+    columns: dict[str, list[Any]] = {
+        "prompt_ids": [r.prompt_id for r in requests],
+        "text_ids": [None if r.output_text is None else text_ids[r.output_text] for r in requests],
+        "completion_tokens": [r.completion_tokens for r in requests],
+        "finish_reasons": [r.finish_reason for r in requests],
+        "latencies_s": [r.latency_s for r in requests],
+        "correct": [r.correct for r in requests],
+        "errors": [[i, r.error] for i, r in enumerate(requests) if r.error is not None],
+        "drafts": [c and c.drafts for c in counters],
+        "draft_tokens": [c and c.draft_tokens for c in counters],
+        "accepted": [c and c.accepted for c in counters],
+        "accepted_per_pos": [c and list(c.accepted_per_pos) for c in counters],
+    }
+    return {
+        name: json.dumps(values, separators=(",", ":"))
+        if name in _REQUIRED or any(v is not None for v in values)
+        else None
+        for name, values in columns.items()
+    }
+
+
+def _insert_numbers(bind: sa.Connection, table: sa.Table) -> sa.Insert:
+    on_postgresql = bind.dialect.name == "postgresql"
+
+    def json_text(name: str) -> Any:
+        param = sa.bindparam(name, type_=sa.Text)
+        return sa.cast(param, postgresql.JSON) if on_postgresql else param
+
+    return table.insert().values(
+        variant_run_id=sa.bindparam("variant_run_id"),
+        **{name: json_text(name) for name in _PACKED},
+    )
 
 
 def _move_requests(bind: sa.Connection) -> None:
+    """request_record rows (0007: output_text, counters JSON) into request_text,
+    request_numbers and variant_summary, a sweep's variant runs at a time."""
     meta = sa.MetaData()
-    req = sa.Table("request_record", meta, autoload_with=bind)
-    text = sa.Table("request_text", meta, autoload_with=bind)
-    insert: Any = postgresql.insert if bind.dialect.name == "postgresql" else sqlite.insert
-    query = sa.select(req.c.id, req.c.output_text, req.c.counters)
-    for rows in _chunks(bind, query, req.c.id):
-        by_digest = {_digest(t): t for _, t, _ in rows}
-        bind.execute(
-            insert(text)
-            .values([{"digest": d, "output_text": t} for d, t in by_digest.items()])
-            .on_conflict_do_nothing()
-        )
-        found = sa.select(text.c.digest, text.c.id).where(text.c.digest.in_(list(by_digest)))
-        ids = {digest: text_id for digest, text_id in bind.execute(found)}
-        updates = []
-        for row_id, output, counters in rows:
-            c = counters or {}
-            per_pos = c.get("accepted_per_pos") if counters else None
-            updates.append(
-                {
-                    "row_id": row_id,
-                    "text_id": ids[_digest(output)],
-                    "drafts": c.get("drafts", 0) if counters else None,
-                    "draft_tokens": c.get("draft_tokens", 0) if counters else None,
-                    "accepted": c.get("accepted", 0) if counters else None,
-                    "accepted_per_pos": list(per_pos or ()) if counters else None,
-                }
-            )
-        bind.execute(
-            req.update()
-            .where(req.c.id == sa.bindparam("row_id"))
-            .values(
-                text_id=sa.bindparam("text_id"),
-                drafts=sa.bindparam("drafts"),
-                draft_tokens=sa.bindparam("draft_tokens"),
-                accepted=sa.bindparam("accepted"),
-                accepted_per_pos=sa.bindparam("accepted_per_pos", type_=sa.JSON(none_as_null=True)),
-            ),
-            updates,
-        )
-
-
-def _fill_summaries(bind: sa.Connection) -> None:
-    from farm.analysis.history import al_interval
-    from farm.records import RequestRecord, SpecCounters
-
-    meta = sa.MetaData()
-    cell = sa.Table("cell", meta, autoload_with=bind)
-    run = sa.Table("variant_run", meta, autoload_with=bind)
-    metric = sa.Table("metric", meta, autoload_with=bind)
-    req = sa.Table("request_record", meta, autoload_with=bind)
-    summary = sa.Table("variant_summary", meta, autoload_with=bind)
+    meta.reflect(bind, only=("cell", "variant_run", "metric", "request_record", *_NEW))
+    cell, run = meta.tables["cell"], meta.tables["variant_run"]
     sweep_ids = bind.execute(sa.select(cell.c.sweep_id).distinct()).scalars().all()
     for sweep_id in sweep_ids:
-        runs = bind.execute(
-            sa.select(run.c.id).join(cell).where(cell.c.sweep_id == sweep_id)
-        ).scalars()
-        run_ids = list(runs)
-        if not run_ids:
-            continue
-        scalars: dict[int, dict[str, int]] = defaultdict(dict)
-        per_pos: dict[int, dict[int, int]] = defaultdict(dict)
-        for run_id, name, pos, value in bind.execute(
-            sa.select(
-                metric.c.variant_run_id, metric.c.name, metric.c.position, metric.c.value
-            ).where(metric.c.variant_run_id.in_(run_ids))
-        ):
-            if pos is None:
-                scalars[run_id][name] = value
-            elif name == "accepted_per_pos":
-                per_pos[run_id][pos] = value
-        requests: dict[int, list[RequestRecord]] = defaultdict(list)
-        for r in bind.execute(
-            sa.select(req)
-            .where(req.c.variant_run_id.in_(run_ids))
-            .order_by(req.c.prompt_id, req.c.id)
-        ).mappings():
-            counters = (
-                None
-                if r["drafts"] is None
+        run_ids = (
+            bind.execute(
+                sa.select(run.c.id)
+                .join(cell, cell.c.id == run.c.cell_row_id)
+                .where(cell.c.sweep_id == sweep_id)
+                .order_by(run.c.id)
+            )
+            .scalars()
+            .all()
+        )
+        for chunk in _in_chunks(run_ids, _RUNS):
+            _move_runs(bind, meta.tables, sweep_id, chunk)
+
+
+_NEW = ("request_text", "request_numbers", "variant_summary")
+
+
+def _move_runs(bind: sa.Connection, tables: Any, sweep_id: int, run_ids: Sequence[int]) -> None:
+    from farm.records import RequestRecord, SpecCounters
+
+    req, text = tables["request_record"], tables["request_text"]
+    requests: dict[int, list[RequestRecord]] = defaultdict(list)
+    # Prompt id, then saved (id) order: what load_sweep read at 0007. The sort is
+    # Python's, as at save time, whatever the database's collation.
+    rows = bind.execute(
+        sa.select(req).where(req.c.variant_run_id.in_(run_ids)).order_by(req.c.id)
+    ).mappings()
+    for r in sorted(rows, key=lambda r: r["prompt_id"]):
+        c = r["counters"]
+        requests[r["variant_run_id"]].append(
+            RequestRecord(
+                prompt_id=r["prompt_id"],
+                output_text=r["output_text"],
+                completion_tokens=r["completion_tokens"],
+                finish_reason=r["finish_reason"],
+                latency_s=r["latency_s"],
+                correct=r["correct"],
+                error=r["error"],
+                counters=None
+                if not c
                 else SpecCounters(
-                    drafts=r["drafts"],
-                    draft_tokens=r["draft_tokens"],
-                    accepted=r["accepted"],
-                    accepted_per_pos=tuple(r["accepted_per_pos"] or ()),
-                )
+                    drafts=c.get("drafts", 0),
+                    draft_tokens=c.get("draft_tokens", 0),
+                    accepted=c.get("accepted", 0),
+                    accepted_per_pos=tuple(c.get("accepted_per_pos") or ()),
+                ),
             )
-            requests[r["variant_run_id"]].append(
-                RequestRecord(
-                    prompt_id=r["prompt_id"],
-                    output_text=None,
-                    completion_tokens=r["completion_tokens"],
-                    finish_reason=r["finish_reason"],
-                    latency_s=r["latency_s"],
-                    correct=r["correct"],
-                    error=r["error"],
-                    counters=counters,
-                )
-            )
-        rows = []
-        for run_id in run_ids:
-            reqs = requests[run_id]
-            ok = [r for r in reqs if r.error is None]
-            scored = [r for r in ok if r.correct is not None]
-            positions = per_pos[run_id]
-            low, high = al_interval(reqs, sweep_id)
-            rows.append(
-                {
-                    "variant_run_id": run_id,
-                    "requests": len(reqs),
-                    "failed_requests": len(reqs) - len(ok),
-                    "scored": len(scored),
-                    "correct": sum(bool(r.correct) for r in scored),
-                    "output_tokens": sum(r.completion_tokens for r in ok),
-                    "drafts": scalars[run_id].get("drafts", 0),
-                    "draft_tokens": scalars[run_id].get("draft_tokens", 0),
-                    "accepted": scalars[run_id].get("accepted", 0),
-                    "accepted_per_pos": [
-                        positions.get(i, 0) for i in range(max(positions) + 1 if positions else 0)
-                    ],
-                    "al_low": low,
-                    "al_high": high,
-                }
-            )
-        bind.execute(summary.insert(), rows)
+        )
+    by_digest = {
+        _digest(r.output_text): r.output_text
+        for reqs in requests.values()
+        for r in reqs
+        if r.output_text is not None
+    }
+    text_ids: dict[str, int] = {}
+    for digests in _in_chunks(list(by_digest), _IDS):
+        bind.execute(
+            _insert(bind)(text)
+            .values([{"digest": d, "output_text": by_digest[d]} for d in digests])
+            .on_conflict_do_nothing()
+        )
+        found = sa.select(text.c.digest, text.c.id).where(text.c.digest.in_(digests))
+        text_ids.update((by_digest[d], i) for d, i in bind.execute(found))
+    packed = [
+        {"variant_run_id": run_id, **_pack(reqs, text_ids)} for run_id, reqs in requests.items()
+    ]
+    if packed:
+        bind.execute(_insert_numbers(bind, tables["request_numbers"]), packed)
+    summaries = _summaries(bind, tables["metric"], sweep_id, run_ids, requests)
+    bind.execute(tables["variant_summary"].insert(), summaries)
+
+
+def _summaries(
+    bind: sa.Connection,
+    metric: sa.Table,
+    sweep_id: int,
+    run_ids: Sequence[int],
+    requests: "dict[int, list[RequestRecord]]",
+) -> list[dict[str, Any]]:
+    from farm.analysis.history import al_interval
+
+    scalars: dict[int, dict[str, int]] = defaultdict(dict)
+    per_pos: dict[int, dict[int, int]] = defaultdict(dict)
+    for run_id, name, pos, value in bind.execute(
+        sa.select(metric.c.variant_run_id, metric.c.name, metric.c.position, metric.c.value).where(
+            metric.c.variant_run_id.in_(run_ids)
+        )
+    ):
+        if pos is None:
+            scalars[run_id][name] = value
+        elif name == "accepted_per_pos":
+            per_pos[run_id][pos] = value
+    rows = []
+    for run_id in run_ids:
+        reqs, positions = requests[run_id], per_pos[run_id]
+        ok = [r for r in reqs if r.error is None]
+        scored = [r for r in ok if r.correct is not None]
+        low, high = al_interval(reqs, sweep_id)
+        rows.append(
+            {
+                "variant_run_id": run_id,
+                "requests": len(reqs),
+                "failed_requests": len(reqs) - len(ok),
+                "scored": len(scored),
+                "correct": sum(bool(r.correct) for r in scored),
+                "output_tokens": sum(r.completion_tokens for r in ok),
+                "drafts": scalars[run_id].get("drafts", 0),
+                "draft_tokens": scalars[run_id].get("draft_tokens", 0),
+                "accepted": scalars[run_id].get("accepted", 0),
+                "accepted_per_pos": [
+                    positions.get(i, 0) for i in range(max(positions) + 1 if positions else 0)
+                ],
+                "al_low": low,
+                "al_high": high,
+            }
+        )
+    return rows
 
 
 def _restore_requests(bind: sa.Connection) -> None:
+    """request_numbers back into 0007's request_record rows, in the order they read."""
     meta = sa.MetaData()
     req = sa.Table("request_record", meta, autoload_with=bind)
+    numbers = sa.Table("request_numbers", meta, autoload_with=bind)
     text = sa.Table("request_text", meta, autoload_with=bind)
-    query = sa.select(
-        req.c.id,
-        text.c.output_text,
-        req.c.drafts,
-        req.c.draft_tokens,
-        req.c.accepted,
-        req.c.accepted_per_pos,
-    ).select_from(req.outerjoin(text, text.c.id == req.c.text_id))
-    for rows in _chunks(bind, query, req.c.id):
-        bind.execute(
-            req.update()
-            .where(req.c.id == sa.bindparam("row_id"))
-            .values(
-                output_text=sa.bindparam("output_text"),
-                counters=sa.bindparam("counters", type_=sa.JSON()),
-            ),
-            [
-                {
-                    "row_id": row_id,
-                    "output_text": output or "",
-                    "counters": None
-                    if drafts is None
-                    else {
-                        "drafts": drafts,
-                        "draft_tokens": tokens,
-                        "accepted": accepted,
-                        "accepted_per_pos": list(per_pos or ()),
-                    },
-                }
-                for row_id, output, drafts, tokens, accepted, per_pos in rows
-            ],
-        )
+    last = None
+    while True:
+        page = sa.select(numbers).order_by(numbers.c.variant_run_id).limit(_RUNS)
+        if last is not None:
+            page = page.where(numbers.c.variant_run_id > last)
+        packed = bind.execute(page).mappings().all()
+        if not packed:
+            return
+        last = packed[-1]["variant_run_id"]
+        wanted = sorted({i for p in packed for i in p["text_ids"] or () if i is not None})
+        texts: dict[int, str] = {}
+        for ids in _in_chunks(wanted, _IDS):
+            found = sa.select(text.c.id, text.c.output_text).where(text.c.id.in_(ids))
+            texts.update((i, t) for i, t in bind.execute(found))
+        rows = [row for p in packed for row in _unpacked_rows(p, texts)]
+        if rows:
+            bind.execute(req.insert(), rows)
+
+
+def _unpacked_rows(packed: Any, texts: dict[int, str]) -> Iterator[dict[str, Any]]:
+    count = len(packed["prompt_ids"])
+    columns = {name: packed[name] or [None] * count for name in _PACKED if name != "errors"}
+    errors = dict(packed["errors"] or ())
+    for i in range(count):
+        text_id, drafts = columns["text_ids"][i], columns["drafts"][i]
+        yield {
+            "variant_run_id": packed["variant_run_id"],
+            "prompt_id": columns["prompt_ids"][i],
+            # 0007 has no NULL text: a pruned request reads back as "".
+            "output_text": "" if text_id is None else texts.get(text_id, ""),
+            "completion_tokens": columns["completion_tokens"][i],
+            "finish_reason": columns["finish_reasons"][i],
+            "latency_s": columns["latencies_s"][i],
+            "correct": columns["correct"][i],
+            "error": errors.get(i),
+            "counters": None
+            if drafts is None
+            else {
+                "drafts": drafts,
+                "draft_tokens": columns["draft_tokens"][i],
+                "accepted": columns["accepted"][i],
+                "accepted_per_pos": list(columns["accepted_per_pos"][i] or ()),
+            },
+        }

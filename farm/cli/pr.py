@@ -1,0 +1,241 @@
+"""`farm pr`: validate an engine pull request in one command, verdict on GitHub.
+
+Exit status: 0 clean, 1 regression, 2 bad input (or GitHub/store unreachable),
+3 cells failed but no regression. The stages are imported inside the command: this
+module loads only typer, rich and the CLI's common parts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from farm.cli.common import DbOption, db_url, fail, home, open_session, parse_pairs, say
+from farm.errors import FarmError
+
+if TYPE_CHECKING:
+    from farm.notify.github import GitHubClient, PullRequestRef
+    from farm.spec import JobSpec
+    from farm.workflows.pr_pipeline import PrCheck, PrSetup
+
+__all__ = ["pr_app"]
+
+pr_app = typer.Typer()
+
+
+def _github(
+    repo: str | None, setup: PrSetup, number: int, post: bool
+) -> tuple[GitHubClient, PullRequestRef] | None:
+    """The client and the PR to post to, or None when nothing is posted (said why).
+    FarmError when posting is asked for but cannot be done (no token, a bad repo)."""
+    from farm.notify.github import DEFAULT_API_URL, GitHubClient, PullRequestRef, parse_repo
+    from farm.settings import get_settings
+
+    if not post:
+        return None
+    if repo is None:
+        # The repository the PR belongs to, when it is on github.com.
+        from farm.workflows.pr import replaced_overlay
+
+        overlay = replaced_overlay(setup.base)
+        source = (
+            next(o for o in setup.base.overlays if o.package == overlay).source
+            if overlay
+            else setup.base.source
+        )
+        repo = getattr(source, "repo", None)
+        try:
+            owner, name = parse_repo(repo or "")
+        except ValueError:
+            say(
+                ("note:", "yellow"),
+                " not posting to GitHub: no repository (give --repo OWNER/REPO or set "
+                "GITHUB_REPOSITORY; --no-post to silence this)",
+                err=True,
+            )
+            return None
+    else:
+        try:
+            owner, name = parse_repo(repo)
+        except ValueError as exc:
+            raise FarmError(f"--repo: {exc}") from None
+    github = get_settings().github
+    if github.token is None:
+        raise FarmError(
+            f"GITHUB_TOKEN is not set: it is needed to comment on {owner}/{name}#{number} "
+            "and set its status (or run with --no-post)"
+        )
+    client = GitHubClient(
+        token=github.token.get_secret_value(), api_url=github.api_url or DEFAULT_API_URL
+    )
+    return client, PullRequestRef(owner=owner, repo=name, number=number)
+
+
+def _no_store_yet(url: str) -> bool:
+    """True for a SQLite store whose file does not exist (it has no baseline yet)."""
+    import sqlalchemy as sa
+
+    from farm.store import normalize_url
+
+    parsed = sa.make_url(normalize_url(url))
+    database = parsed.database or ""
+    return parsed.get_backend_name() == "sqlite" and bool(database) and not Path(database).exists()
+
+
+def _job_text(job: JobSpec, source: Path) -> str:
+    import yaml
+
+    data = job.model_dump(mode="json", exclude={"base_dir"})
+    return f"# farm pr: derived from {source}\n" + yaml.safe_dump(data, sort_keys=False)
+
+
+def _run(job: JobSpec, job_file: Path, url: str, only: dict[str, str], ray: str | None) -> int:
+    """Run the PR sweep; its id. FarmError when some result was not stored."""
+    from farm.cli.run import _print_outcome
+    from farm.cli.run_events import ConsoleEvents
+    from farm.sweep import SweepOptions, run_sweep
+
+    options = SweepOptions(db_url=url, ray_address=ray, only=only, home=home())
+    events = ConsoleEvents()
+    try:
+        outcome = run_sweep(job, _job_text(job, job_file), options, events)
+    finally:
+        events.progress.stop()
+    _print_outcome(outcome, url)
+    if outcome.spooled or outcome.unsaved:
+        raise FarmError(
+            f"sweep {outcome.sweep_id}: {len(outcome.spooled) + len(outcome.unsaved)} result(s) "
+            "are not in the store, so the PR cannot be judged; store them (`farm spool flush`) "
+            "and run `farm pr` again"
+        )
+    return outcome.sweep_id
+
+
+def _print_check(check: PrCheck, setup: PrSetup) -> None:
+    v = check.judgement.verdict
+    say((v.headline(), "green" if v.outcome == "clean" else "red"))
+    for f in v.findings:
+        say(("  " + f.source, "bold"), f" {f.check}: {f.summary}")
+    for d in setup.dropped:
+        say(("  patch dropped", "yellow"), f" {d.describe()}")
+
+
+@pr_app.command()
+def pr(
+    job_file: Annotated[Path, typer.Argument(help="job spec (YAML)")],
+    engine: Annotated[str, typer.Option(help="the job's engine the PR is for")],
+    pr_number: Annotated[int, typer.Option("--pr", min=1, help="pull request number")],
+    source: Annotated[
+        str | None,
+        typer.Option(help="build the candidate from this ref, tree or wheel, not the PR head"),
+    ] = None,
+    only: Annotated[list[str] | None, typer.Option("--only", help="AXIS=VALUE; repeatable")] = None,
+    baseline_max_age: Annotated[
+        str, typer.Option(help="reuse stored base cells younger than this (s, m, h, d, w)")
+    ] = "7d",
+    db: DbOption = None,
+    ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster")] = None,
+    repo: Annotated[
+        str | None,
+        typer.Option(
+            envvar="GITHUB_REPOSITORY",
+            help="OWNER/REPO of the PR; default: the repository of the source it replaces",
+        ),
+    ] = None,
+    post: Annotated[bool, typer.Option(help="comment on the PR and set its status")] = True,
+    publish: Annotated[
+        Path | None, typer.Option(help="write the HTML report here; default: nightly.publish")
+    ] = None,
+    publish_url: Annotated[
+        str | None,
+        typer.Option(envvar="FARM_PUBLISH_URL", help="URL the publish folder is served at"),
+    ] = None,
+) -> None:
+    """Validate pull request N of an engine: build the engine with the PR head, run its
+    cells beside the base's missing cells, compare them pairwise with the base (stored
+    cells of the same build reused), and post the verdict to the PR.
+
+    One comment per PR and job, updated on each run; the commit status
+    ``mtp-farm/JOB`` on the PR head. Exit status: 0 clean, 1 regression, 2 bad input
+    or GitHub unreachable, 3 cells failed but no regression.
+    """
+    from farm.cli.preflight import check_job
+    from farm.sweep import plan_job
+    from farm.workflows.pr import parse_age, pr_job
+    from farm.workflows.pr_pipeline import (
+        check_pr,
+        plan_baseline,
+        prepare_pr,
+        publish_pr,
+        report_name,
+        write_pr_report,
+    )
+
+    pairs = parse_pairs(only, "--only", "AXIS=VALUE")
+    try:
+        if "engine" in pairs:
+            raise FarmError("--only engine=...: farm pr runs the engine --engine names")
+        max_age = parse_age(baseline_max_age)
+        url = db_url(db)
+        checked, _ = check_job(job_file, pairs, on_this_machine=ray_address is None)
+        spec = checked.spec
+        setup = prepare_pr(
+            spec, engine, pr_number, source=source, cache_dir=home() / "cache", say=say
+        )
+        github = _github(repo, setup, pr_number, post)
+        sha = setup.head_sha
+        if github is not None:
+            info = github[0].get_pull(github[1])  # a refused token stops here
+            if sha is not None and info.head_sha != sha:
+                say(
+                    ("note:", "yellow"),
+                    f" GitHub's head of PR #{pr_number} is {info.head_sha[:12]}, the farm "
+                    f"built {sha[:12]} (a stale mirror?): the status goes on the commit built",
+                    err=True,
+                )
+            sha = sha or info.head_sha
+        planned = plan_job(pr_job(spec, setup.base, setup.candidate, pr_number), pairs)
+        base_cells = [c for c in planned.cells if c.engine == setup.base.name]
+        if _no_store_yet(url):  # the first run creates it, as `farm run` does
+            baseline = plan_baseline(None, setup, base_cells, max_age=max_age)
+        else:
+            with open_session(url) as session:
+                baseline = plan_baseline(session, setup, base_cells, max_age=max_age)
+        reused_ids = {c.cell_id for c in baseline.selection.reused}
+        job = pr_job(
+            spec,
+            setup.base,
+            setup.candidate,
+            pr_number,
+            [c for c in base_cells if c.cell_id in reused_ids],
+        )
+        say(
+            f"PR #{pr_number}: candidate {setup.candidate.name} ({setup.candidate_label}); "
+            f"base {setup.base.name} ({setup.base_label}): {len(reused_ids)} cell(s) reused "
+            f"from sweep(s) {', '.join(map(str, baseline.selection.sweep_ids)) or '-'}, "
+            f"{len(baseline.selection.missing)} to run"
+        )
+        sweep_id = _run(job, job_file, url, pairs, ray_address)
+        folder = publish or (Path(spec.nightly.publish) if spec.nightly.publish else None)
+        report_url = (
+            f"{publish_url.rstrip('/')}/{report_name(pr_number, sweep_id)}"
+            if publish_url and folder
+            else None
+        )
+        with open_session(url) as session:
+            check = check_pr(session, sweep_id, setup, baseline, report_url=report_url)
+            _print_check(check, setup)
+            if folder is not None:
+                say(f"report: {write_pr_report(session, check, folder)}")
+        if github is not None:
+            link, created, state = publish_pr(
+                github[0], github[1], check, setup, sha=sha, report_url=report_url
+            )
+            say(f"{'commented' if created else 'updated the comment'}: {link}")
+            if state:
+                say(f"status mtp-farm/{setup.job} on {sha}: {state}")
+    except FarmError as exc:
+        raise fail(exc) from None
+    raise typer.Exit(check.judgement.verdict.exit_status)

