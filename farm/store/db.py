@@ -17,15 +17,9 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util.exc import CommandError
 from filelock import FileLock
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
@@ -35,6 +29,12 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from farm.errors import StoreDamagedError, StoreError
 from farm.paths import farm_home
 from farm.settings import get_settings
+
+if TYPE_CHECKING:
+    # Imported where used: opening a store that is at head needs neither Alembic nor
+    # (for SQLite) psycopg, and every CLI command that reads the store pays the import.
+    import psycopg
+    from alembic.config import Config
 
 __all__ = [
     "MIGRATIONS_DIR",
@@ -52,6 +52,9 @@ __all__ = [
 ]
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+# Revision files are named after their revision id ("0008_....py"): the ids are
+# known without Alembic (a test holds Alembic's own view of them to this).
+_REVISION_FILE = re.compile(r"^(\d{4})_\w+\.py$")
 
 # TCP keepalive probes after FARM_DB_KEEPALIVE_IDLE_S of silence: this many, this far
 # apart; a connection whose peer stopped answering is dropped after idle + 30 s.
@@ -235,6 +238,8 @@ def answer_within(engine: Engine, seconds: float | None = None) -> Iterator[None
 def _shut_down(connection: psycopg.Connection[Any]) -> None:
     """Shut down a connection's socket under libpq: a thread waiting on it wakes up to
     a closed connection. The descriptor itself stays libpq's to close."""
+    import psycopg
+
     try:
         fd = connection.pgconn.socket
     except psycopg.Error:
@@ -259,7 +264,15 @@ def _sqlite_pragmas(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEn
         cursor.close()
 
 
+def revisions() -> tuple[str, ...]:
+    """The schema revisions this version knows, oldest first (the last is head)."""
+    names = (p.name for p in (MIGRATIONS_DIR / "versions").iterdir())
+    return tuple(sorted(m.group(1) for n in names if (m := _REVISION_FILE.match(n))))
+
+
 def _alembic_config(url: str) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     # Config values go through configparser interpolation: a '%' in a password must
@@ -290,10 +303,9 @@ def upgrade(url: str, create: bool = True) -> str:
 
 
 def _upgrade_locked(url: str, create: bool) -> str:
-    cfg = _alembic_config(url)
     path = sqlite_file(url)
     if path is not None and path.is_file():
-        _check_sqlite_identity(path, cfg, url, create)
+        _check_sqlite_identity(path, url, create)
     engine = connect(url)
     try:
         try:
@@ -308,13 +320,11 @@ def _upgrade_locked(url: str, create: bool) -> str:
                     connection.execute(
                         sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK}
                     )
-                _check_identity(connection, cfg, url, create)
-                # Hand env.py our connection so the SQLite pragmas and timeouts apply.
-                cfg.attributes["connection"] = connection
-                command.upgrade(cfg, "head")
-                revision = MigrationContext.configure(connection).get_current_revision()
+                revision = _check_identity(connection, url, create)
+                if revision != revisions()[-1]:
+                    revision = _migrate(connection, url)
                 _check_tables(connection, url)
-        except (SQLAlchemyError, CommandError) as exc:
+        except SQLAlchemyError as exc:
             raise _store_error(
                 url,
                 "cannot migrate the farm store",
@@ -327,6 +337,28 @@ def _upgrade_locked(url: str, create: bool) -> str:
     if revision is None:
         raise StoreError(f"{mask_url(url)}: no schema revision after `alembic upgrade head`")
     return revision
+
+
+def _migrate(connection: sa.Connection, url: str) -> str | None:
+    """``alembic upgrade head`` on ``connection``; the revision it left."""
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+    from alembic.util.exc import CommandError
+
+    cfg = _alembic_config(url)
+    # Hand env.py our connection so the SQLite pragmas and timeouts apply.
+    cfg.attributes["connection"] = connection
+    try:
+        command.upgrade(cfg, "head")
+    except CommandError as exc:
+        raise _store_error(
+            url,
+            "cannot migrate the farm store",
+            exc,
+            hint="if the database was migrated by a newer mtp-farm, upgrade mtp-farm; "
+            "otherwise the error above names the failing statement",
+        ) from exc
+    return MigrationContext.configure(connection).get_current_revision()
 
 
 @contextlib.contextmanager
@@ -394,19 +426,20 @@ def _user_tables(connection: sa.Connection) -> set[str]:
     return {t for t in sa.inspect(connection).get_table_names() if not t.startswith("sqlite_")}
 
 
-def _check_identity(connection: sa.Connection, cfg: Config, url: str, create: bool) -> None:
+def _check_identity(connection: sa.Connection, url: str, create: bool) -> str | None:
     """Refuse a database that holds tables but not the farm's, or no store at all when
-    ``create`` is false; before anything is migrated."""
+    ``create`` is false; before anything is migrated. The database's revision."""
     tables = _user_tables(connection)
-    revision = (
-        MigrationContext.configure(connection).get_current_revision()
-        if _VERSION_TABLE in tables
-        else None
-    )
-    _judge_identity(tables, revision, cfg, url, create)
+    revision = None
+    if _VERSION_TABLE in tables:
+        revision = connection.execute(
+            sa.text(f"SELECT version_num FROM {_VERSION_TABLE}")
+        ).scalar_one_or_none()
+    _judge_identity(tables, revision, url, create)
+    return revision
 
 
-def _check_sqlite_identity(path: Path, cfg: Config, url: str, create: bool) -> None:
+def _check_sqlite_identity(path: Path, url: str, create: bool) -> None:
     """:func:`_check_identity` for an existing SQLite file, read through a read-only
     connection: the farm's own connections switch the file to WAL, a write that a
     foreign or empty file must not get."""
@@ -430,12 +463,10 @@ def _check_sqlite_identity(path: Path, cfg: Config, url: str, create: bool) -> N
         ) from None
     finally:
         connection.close()
-    _judge_identity(tables, revision, cfg, url, create)
+    _judge_identity(tables, revision, url, create)
 
 
-def _judge_identity(
-    tables: set[str], revision: str | None, cfg: Config, url: str, create: bool
-) -> None:
+def _judge_identity(tables: set[str], revision: str | None, url: str, create: bool) -> None:
     """The verdict on a database's ``tables`` and schema ``revision``: empty (a store
     may be made when ``create``), the farm's, or refused."""
     if not tables:
@@ -452,7 +483,7 @@ def _judge_identity(
             f"{_VERSION_TABLE}; point --db or FARM_DB_URL at the farm's store or at an "
             "empty database (nothing was changed)"
         )
-    ours = {s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()}
+    ours = set(revisions())
     if revision not in ours:
         raise StoreDamagedError(
             f"{mask_url(url)} is not an mtp-farm store this version can use: its schema "

@@ -2,9 +2,13 @@
 
 Text is the bulk of the store (issue 15: 7.8 GB of 7.9 GB after a year) and only
 greedy-agreement checks of recent sweeps read it. Pruning a sweep unlinks its requests
-from their texts (``request_record.text_id`` = NULL) and deletes the texts no request
-links to any more; counters, request numbers, summaries, verdicts and alerts stay.
-Reports of a pruned sweep show greedy agreement as unknown.
+from their texts (``request_numbers.text_ids`` = NULL) and deletes the texts no
+unpruned variant links to; counters, request numbers, summaries, verdicts and alerts
+stay. Reports of a pruned sweep show greedy agreement as unknown.
+
+The texts still linked are collected from the unpruned rows, in Python (the links are
+JSON lists): after a first prune only the retention window has any, so a prune costs
+what that window holds, not what the store holds.
 """
 
 from __future__ import annotations
@@ -17,8 +21,14 @@ from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session
 
 from farm.store.repository import _unit_of_work
-from farm.store.requests import _table
-from farm.store.tables import CellRow, RequestRow, RequestTextRow, SweepRow, VariantRunRow
+from farm.store.requests import _batches, _table
+from farm.store.tables import (
+    CellRow,
+    RequestNumbersRow,
+    RequestTextRow,
+    SweepRow,
+    VariantRunRow,
+)
 
 __all__ = ["PruneReport", "parse_age", "prune_text"]
 
@@ -65,41 +75,59 @@ def prune_text(
     """
     cutoff = (now or datetime.now(UTC)) - older_than
     s, c, v = _table(SweepRow), _table(CellRow), _table(VariantRunRow)
-    r, t = _table(RequestRow), _table(RequestTextRow)
+    n, t = _table(RequestNumbersRow), _table(RequestTextRow)
     old_runs = (
         sa.select(v.c.id)
         .join(c, c.c.id == v.c.cell_row_id)
         .join(s, s.c.id == c.c.sweep_id)
         .where(s.c.started_at < cutoff, s.c.status != "running")
     )
-    linked = r.c.text_id.is_not(None) & r.c.variant_run_id.in_(old_runs)
-    # Texts that no request outside the pruned sweeps uses (old orphans included).
-    unused = ~sa.exists().where(r.c.text_id == t.c.id, r.c.variant_run_id.not_in(old_runs))
+    on_postgresql = session.get_bind().dialect.name == "postgresql"
     text_bytes = (
         sa.func.octet_length(t.c.output_text)
-        if session.get_bind().dialect.name == "postgresql"
+        if on_postgresql
         else sa.func.length(sa.cast(t.c.output_text, sa.LargeBinary))
     )
     conn = session.connection()
     with _unit_of_work(session):
-        sweeps, requests = conn.execute(
-            sa.select(sa.func.count(sa.distinct(c.c.sweep_id)), sa.func.count())
-            .select_from(r)
-            .join(v, v.c.id == r.c.variant_run_id)
+        if on_postgresql:
+            # Waits for saves in flight and holds new ones back (they take ROW
+            # EXCLUSIVE, farm.store.requests): none can link a text deleted here.
+            conn.execute(sa.text("LOCK TABLE request_text IN SHARE ROW EXCLUSIVE MODE"))
+        linked = n.c.text_ids.is_not(None)
+        old_sweeps: set[int] = set()
+        requests = 0
+        for sweep_id, text_ids in conn.execute(
+            sa.select(c.c.sweep_id, n.c.text_ids)
+            .join(v, v.c.id == n.c.variant_run_id)
             .join(c, c.c.id == v.c.cell_row_id)
-            .where(linked)
-        ).one()
-        texts, size = conn.execute(
-            sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(text_bytes), 0)).where(unused)
-        ).one()
+            .where(linked, n.c.variant_run_id.in_(old_runs))
+        ):
+            old_sweeps.add(sweep_id)
+            requests += sum(i is not None for i in text_ids)
+        kept: set[int] = set()
+        for (text_ids,) in conn.execute(
+            sa.select(n.c.text_ids).where(linked, n.c.variant_run_id.not_in(old_runs))
+        ):
+            kept.update(text_ids)
+        # Texts no kept request links to (orphans of re-saved cells included).
+        unused = [i for i in conn.execute(sa.select(t.c.id)).scalars() if i not in kept]
+        size = 0
+        for chunk in _batches(unused):
+            size += conn.execute(
+                sa.select(sa.func.coalesce(sa.func.sum(text_bytes), 0)).where(t.c.id.in_(chunk))
+            ).scalar_one()
+            if not dry_run:
+                conn.execute(t.delete().where(t.c.id.in_(chunk)))
         if not dry_run:
-            conn.execute(r.update().where(linked).values(text_id=None))
-            conn.execute(t.delete().where(unused))
+            conn.execute(
+                n.update().where(linked, n.c.variant_run_id.in_(old_runs)).values(text_ids=None)
+            )
     return PruneReport(
         cutoff=cutoff,
         dry_run=dry_run,
-        sweeps=sweeps,
+        sweeps=len(old_sweeps),
         requests=requests,
-        texts=texts,
+        texts=len(unused),
         text_bytes=int(size),
     )

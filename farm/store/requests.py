@@ -373,7 +373,7 @@ def _shown(value: Any) -> str:
 
 
 def _damaged(session: Session, run_id: int, sweep_id: int, damage: _Damage) -> StoreDamagedError:
-    url = session.get_bind().url.render_as_string(hide_password=True)
+    url = session.get_bind().engine.url.render_as_string(hide_password=True)
     return StoreDamagedError(
         f"the store at {url} holds rows this farm cannot read (fix or delete them, or "
         f"restore a backup):\n  row request_numbers variant_run_id={run_id} of sweep "

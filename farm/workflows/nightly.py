@@ -21,24 +21,18 @@ store deduplicates them with every other alert.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Final
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.checks import check_sweep
 from farm.analysis.compare import ComparedVariant, SweepComparison, compare_sweeps
 from farm.analysis.history import HistoryConfig, HistoryPoint, analyze_histories
 from farm.analysis.stats import (
-    AcceptanceDifference,
-    AcceptanceSample,
     Interval,
-    compare_acceptance,
 )
-from farm.analysis.verdicts import CheckConfig, CheckReport, judge
+from farm.analysis.verdicts import CheckConfig, CheckReport
 from farm.comparable import ComparableKey
 from farm.notify.alert import AlertCandidate, AlertDetails, AlertFigure, FigureInterval, alert_key
 from farm.notify.candidates import (
@@ -46,9 +40,15 @@ from farm.notify.candidates import (
     alert_candidates_from_history,
     alert_candidates_from_report,
 )
-from farm.records import SweepRecord, VariantResult
+from farm.records import SweepRecord
+from farm.workflows.findings import (
+    PairedVariant,
+    failed_cell_findings,
+    position_changes,
+    position_text,
+    spec_on_variants,
+)
 from farm.workflows.verdict import (
-    PositionChange,
     SweepVerdict,
     VerdictFinding,
     VerdictOutcome,
@@ -104,84 +104,22 @@ def last_good_night(sweep_id: int, earlier: Sequence[EarlierNight]) -> int | Non
     return good[0].sweep_id if good else None
 
 
-@dataclass(frozen=True)
-class _Variant:
-    key: ComparableKey
-    cell_id: str
-    label: str
-    result: VariantResult
-
-
-def _variants(sweep: SweepRecord) -> dict[str, _Variant]:
-    """Spec-on variants of the ok cells, by comparable key label (as compare rows are)."""
-    out: dict[str, _Variant] = {}
-    for stored in sweep.cells:
-        c, result = stored.cell, stored.result
-        if c.mtp_depth == 0 or result is None or result.status != "ok":
-            continue
-        for v in result.variants:
-            key = c.variant_key(v.axes)
-            out[key.label] = _Variant(key, c.cell_id, c.variant_label(v.axes), v)
-    return out
-
-
-def _difference(base: _Variant, cand: _Variant, cfg: CheckConfig) -> AcceptanceDifference:
-    # The generator of compare_sweeps for this key: the same resamples, so the AL here
-    # is the figure `farm compare` printed.
-    rng = np.random.default_rng([cfg.seed, zlib.crc32(cand.key.label.encode())])
-    return compare_acceptance(
-        AcceptanceSample.from_requests(base.result.requests),
-        AcceptanceSample.from_requests(cand.result.requests),
-        rng=rng,
-        resamples=cfg.resamples,
-        level=cfg.level,
-    )
-
-
-def _positions(d: AcceptanceDifference, cfg: CheckConfig) -> tuple[PositionChange, ...]:
-    out = []
-    for i, diff in enumerate(d.per_position):
-        out.append(
-            PositionChange(
-                position=i,
-                baseline=d.reference_per_position[i].estimate,
-                candidate=d.candidate_per_position[i].estimate,
-                difference=diff.estimate,
-                low=diff.low,
-                high=diff.high,
-                fell=judge(diff, cfg.min_position_diff, "lower")[1],
-            )
-        )
-    return tuple(out)
-
-
-def _position_text(positions: Sequence[PositionChange]) -> str:
-    fell = [p for p in positions if p.fell]
-    if not fell:
-        return "no single draft position fell by the minimum effect"
-    return "; ".join(
-        f"acceptance at position {p.position} fell {p.baseline:.3f} -> {p.candidate:.3f} "
-        f"({p.difference:+.3f})"
-        for p in fell
-    )
-
-
 def _baseline_finding(
     row: ComparedVariant,
-    base: _Variant,
-    cand: _Variant,
+    base: PairedVariant,
+    cand: PairedVariant,
     baseline_id: int,
     cfg: CheckConfig,
     sweep_id: int,
 ) -> tuple[VerdictFinding, AlertCandidate]:
     assert row.baseline_al is not None and row.candidate_al is not None
     assert row.difference is not None
-    positions = _positions(_difference(base, cand, cfg), cfg)
+    positions = position_changes(base.result, cand.result, cand.key.label, cfg)
     rel = row.relative
     rel_text = f" ({rel:+.1%})" if rel is not None else ""
     summary = (
         f"{cand.label}: AL {row.candidate_al} vs {row.baseline_al} in sweep {baseline_id} "
-        f"(last good night); difference {row.difference}{rel_text}; " + _position_text(positions)
+        f"(last good night); difference {row.difference}{rel_text}; " + position_text(positions)
     )
     finding = VerdictFinding(
         source="baseline",
@@ -244,7 +182,7 @@ def _against_last_good(
     sweep: SweepRecord, last_good: SweepRecord, cfg: CheckConfig
 ) -> tuple[SweepComparison, list[VerdictFinding], list[AlertCandidate], list[str]]:
     comparison = compare_sweeps(last_good, sweep, config=cfg)
-    base, cand = _variants(last_good), _variants(sweep)
+    base, cand = spec_on_variants(last_good), spec_on_variants(sweep)
     findings: list[VerdictFinding] = []
     alerts: list[AlertCandidate] = []
     notes: list[str] = []
@@ -277,25 +215,6 @@ def _within_findings(report: CheckReport) -> list[VerdictFinding]:
         )
         for f in report.findings
     ]
-
-
-def _failed_findings(sweep: SweepRecord) -> list[VerdictFinding]:
-    out = []
-    for stored in sweep.cells:
-        result = stored.result
-        if result is None or result.status == "ok":
-            continue
-        first = (result.error or "no error recorded").strip().splitlines() or [""]
-        out.append(
-            VerdictFinding(
-                source="cells",
-                check="cell_failed",
-                key=stored.cell.key.label,
-                cells=(stored.cell.cell_id,),
-                summary=f"{stored.cell.cell_id} {result.status}: {first[0][:200]}",
-            )
-        )
-    return out
 
 
 def judge_night(
@@ -347,7 +266,7 @@ def judge_night(
             )
             for a in drifts
         ]
-    findings += _failed_findings(sweep)
+    findings += failed_cell_findings(sweep.cells)
     ordered = tuple(findings)
     verdict = SweepVerdict(
         sweep_id=sweep.sweep_id,

@@ -20,25 +20,28 @@ Pure: no store, git or HTTP here (:mod:`farm.workflows.pr_pipeline` does the I/O
 from __future__ import annotations
 
 import re
-import zlib
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.compare import ComparedVariant, SweepComparison, compare_sweeps
-from farm.analysis.stats import AcceptanceSample, compare_acceptance
-from farm.analysis.verdicts import CheckConfig, judge
+from farm.analysis.verdicts import CheckConfig
 from farm.axes import SERVER_AXES, AxisValue
 from farm.errors import FarmError
 from farm.plan import ServerCell
-from farm.records import StoredCell, SweepRecord, VariantResult
+from farm.records import StoredCell, SweepRecord
 from farm.report.markdown import render_comparison
 from farm.spec import BuildSource, EngineSpec, GitSource, JobSpec, PullRequestSource
+from farm.workflows.findings import (
+    PairedVariant,
+    failed_cell_findings,
+    position_changes,
+    position_text,
+    spec_on_variants,
+)
 from farm.workflows.verdict import (
-    PositionChange,
     ReusedCell,
     SweepVerdict,
     VerdictFinding,
@@ -314,72 +317,22 @@ def select_baseline(
     return BaselineSelection(reused=tuple(reused), missing=tuple(missing))
 
 
-def _positions(
-    base: VariantResult, cand: VariantResult, label: str, cfg: CheckConfig
-) -> tuple[PositionChange, ...]:
-    # The resamples of compare_sweeps for this key, so the figures agree with its row.
-    rng = np.random.default_rng([cfg.seed, zlib.crc32(label.encode())])
-    d = compare_acceptance(
-        AcceptanceSample.from_requests(base.requests),
-        AcceptanceSample.from_requests(cand.requests),
-        rng=rng,
-        resamples=cfg.resamples,
-        level=cfg.level,
-    )
-    return tuple(
-        PositionChange(
-            position=i,
-            baseline=d.reference_per_position[i].estimate,
-            candidate=d.candidate_per_position[i].estimate,
-            difference=diff.estimate,
-            low=diff.low,
-            high=diff.high,
-            fell=judge(diff, cfg.min_position_diff, "lower")[1],
-        )
-        for i, diff in enumerate(d.per_position)
-    )
-
-
-def _variants(
-    record: SweepRecord, rename: Mapping[str, str]
-) -> dict[str, tuple[str, VariantResult]]:
-    """Ok spec-on variants by comparable key label (candidate engine renamed to base)."""
-    out: dict[str, tuple[str, VariantResult]] = {}
-    for stored in record.cells:
-        c, result = stored.cell, stored.result
-        if c.mtp_depth == 0 or result is None or result.status != "ok":
-            continue
-        for v in result.variants:
-            key = c.variant_key(v.axes)
-            key = key.model_copy(update={"engine": rename.get(key.engine, key.engine)})
-            out[key.label] = (c.cell_id, v)
-    return out
-
-
 def _regression(
     row: ComparedVariant,
-    base: tuple[str, VariantResult],
-    cand: tuple[str, VariantResult],
+    base: PairedVariant,
+    cand: PairedVariant,
     cfg: CheckConfig,
 ) -> VerdictFinding:
     assert row.baseline_al is not None and row.candidate_al is not None
     assert row.difference is not None
-    positions = _positions(base[1], cand[1], row.key, cfg)
-    fell = [p for p in positions if p.fell]
-    where = (
-        "; ".join(
-            f"acceptance at position {p.position} fell {p.baseline:.3f} -> {p.candidate:.3f} "
-            f"({p.difference:+.3f})"
-            for p in fell
-        )
-        or "no single draft position fell by the minimum effect"
-    )
+    positions = position_changes(base.result, cand.result, row.key, cfg)
+    where = position_text(positions)
     rel = f" ({row.relative:+.1%})" if row.relative is not None else ""
     return VerdictFinding(
         source="baseline",
         check=PR_CHECK,
         key=row.key,
-        cells=(cand[0],),
+        cells=(cand.cell_id,),
         metric="mean_acceptance_length",
         summary=(
             f"{row.label}: AL {row.candidate_al} vs {row.baseline_al} at the base; "
@@ -388,25 +341,6 @@ def _regression(
         relative=row.relative,
         positions=positions,
     )
-
-
-def _failed(cells: Sequence[StoredCell], side: str) -> list[VerdictFinding]:
-    out = []
-    for stored in cells:
-        result = stored.result
-        if result is None or result.status == "ok":
-            continue
-        first = (result.error or "no error recorded").strip().splitlines() or [""]
-        out.append(
-            VerdictFinding(
-                source="cells",
-                check="cell_failed",
-                key=stored.cell.key.label,
-                cells=(stored.cell.cell_id,),
-                summary=f"{side} {stored.cell.cell_id} {result.status}: {first[0][:200]}",
-            )
-        )
-    return out
 
 
 def judge_pr(
@@ -435,13 +369,14 @@ def judge_pr(
     )
     cand = sweep.model_copy(update={"cells": tuple(cand_cells)})
     comparison = compare_sweeps(baseline, cand, config=cfg, engine_map={candidate: base})
-    base_v, cand_v = _variants(baseline, {}), _variants(cand, {candidate: base})
+    base_v, cand_v = spec_on_variants(baseline), spec_on_variants(cand, {candidate: base})
     findings: list[VerdictFinding] = [
         _regression(row, base_v[row.key], cand_v[row.key], cfg)
         for row in comparison.rows
         if row.outcome == "regress" and row.key in base_v and row.key in cand_v
     ]
-    findings += _failed(cand_cells, "candidate") + _failed(base_cells, "baseline")
+    findings += failed_cell_findings(cand_cells, "candidate")
+    findings += failed_cell_findings(base_cells, "baseline")
     notes = [
         f"{r.label}: {r.outcome} ({r.note})"
         for r in comparison.rows

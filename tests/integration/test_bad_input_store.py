@@ -246,9 +246,23 @@ DAMAGE: dict[str, tuple[str, str, list[list[str]]]] = {
         "row variant_run id=1: axes:",
         [["report", "1"], ["export", "1"]],
     ),
+    # A variant's requests are one packed row of JSON lists (request_numbers).
     "request-counters-json": (
-        "UPDATE request_record SET accepted_per_pos = '[1, ' WHERE id = 2",
-        "row request_record id=2: accepted_per_pos:",
+        "UPDATE request_numbers SET accepted_per_pos = '[[1], ' WHERE variant_run_id = 2",
+        "row request_numbers variant_run_id=2 of sweep 1: accepted_per_pos: '[[1], ' is not "
+        "valid JSON",
+        [["export", "1"], ["report", "1"]],
+    ),
+    "request-lists-of-different-lengths": (
+        "UPDATE request_numbers SET completion_tokens = '[10]' WHERE variant_run_id = 1",
+        "row request_numbers variant_run_id=1 of sweep 1: completion_tokens: 1 entries for 3 "
+        "requests",
+        [["export", "1"]],
+    ),
+    "request-error-index": (
+        "UPDATE request_numbers SET errors = '[[7, \"boom\"]]' WHERE variant_run_id = 1",
+        "row request_numbers variant_run_id=1 of sweep 1: errors: [7, 'boom'] is not "
+        "[request index, message]",
         [["export", "1"]],
     ),
     "excluded-axes-json": (
@@ -312,8 +326,16 @@ DAMAGE: dict[str, tuple[str, str, list[list[str]]]] = {
         [["report", "1"], ["export", "1"]],
     ),
     "request-latency-text": (
-        "UPDATE request_record SET latency_s = 'slow' WHERE id = 1",
-        "row request_record id=1: latency_s: 'slow' is not a number",
+        "UPDATE request_numbers SET latencies_s = json_set(latencies_s, '$[1]', 'slow') "
+        "WHERE variant_run_id = 1",
+        "row request_numbers variant_run_id=1 of sweep 1: latencies_s[1]: 'slow' is not a number",
+        [["export", "1"]],
+    ),
+    "request-per-position-text": (
+        "UPDATE request_numbers SET accepted_per_pos = json_set(accepted_per_pos, '$[2][0]', "
+        "'one') WHERE variant_run_id = 1",
+        "row request_numbers variant_run_id=1 of sweep 1: accepted_per_pos[2]: 'one' is not a "
+        "whole number",
         [["export", "1"]],
     ),
 }

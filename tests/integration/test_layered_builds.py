@@ -26,21 +26,10 @@ from farm.builds.venv import plan_builds
 from farm.errors import BuildError
 from farm.records import BuildInfo
 from farm.spec import EngineSpec, GitSource, JobSpec, OverlaySpec
+from tests.fakes.plugin_repo import PluginRepo, plugin_pyproject
 
 PLUGIN = "farm-test-plugin"
 MODULE = "farm_test_plugin/__init__.py"
-PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=61"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "farm-test-plugin"
-version = "{version}"
-
-[project.entry-points."vllm.general_plugins"]
-farm_test_plugin = "farm_test_plugin:register"
-"""
 # As real plugins do: vLLM is imported in register(), not at import time (vLLM loads
 # general plugins in every process, before it is fully imported).
 PLUGIN_CODE = """\
@@ -80,44 +69,23 @@ PATCH = """\
 """
 
 
-def _git(repo: Path, *args: str) -> str:
-    env = {
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(repo),
-    }
-    proc = subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
-    return proc.stdout.decode().strip()
-
-
-def _commit(repo: Path, message: str, files: dict[str, str]) -> str:
-    for rel, text in files.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_text(text)
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", message)
-    return _git(repo, "rev-parse", "HEAD")
-
-
 def _plugin_repo(repo: Path) -> dict[str, str]:
     """The plugin's history: two good generations, one that does not build, one whose
     entry point does not import. Returns commit ids by name."""
-    repo.mkdir()
-    _git(repo, "init", "-q", "-b", "main")
-    one = {"pyproject.toml": PYPROJECT.format(version="0.1.0")}
-    one[MODULE] = PLUGIN_CODE.format(generation="one")
-    commits = {"one": _commit(repo, "generation one", one)}
-    two = {"pyproject.toml": PYPROJECT.format(version="0.2.0")}
-    two[MODULE] = PLUGIN_CODE.format(generation="two")
-    commits["two"] = _commit(repo, "generation two", two)
-    bad_version = {"pyproject.toml": PYPROJECT.format(version="not a version")}
-    commits["no_build"] = _commit(repo, "a version setuptools refuses", bad_version)
-    no_import = {"pyproject.toml": PYPROJECT.format(version="0.3.0")}
-    no_import[MODULE] = "import farm_test_no_such_module\n" + PLUGIN_CODE.format(generation="x")
-    commits["no_import"] = _commit(repo, "imports a module that does not exist", no_import)
+    plugin = PluginRepo(repo, PLUGIN)
+    commits = {
+        "one": plugin.version("0.1.0", PLUGIN_CODE.format(generation="one"), "generation one"),
+        "two": plugin.version("0.2.0", PLUGIN_CODE.format(generation="two"), "generation two"),
+        "no_build": plugin.commit(
+            "a version setuptools refuses",
+            {"pyproject.toml": plugin_pyproject(PLUGIN, "not a version")},
+        ),
+        "no_import": plugin.version(
+            "0.3.0",
+            "import farm_test_no_such_module\n" + PLUGIN_CODE.format(generation="x"),
+            "imports a module that does not exist",
+        ),
+    }
     return commits
 
 

@@ -17,7 +17,6 @@ built, GitHub refusing the token or unreachable) exits 2 and writes nothing.
 from __future__ import annotations
 
 import socket
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from farm.store.verdicts import get_verdict
 from farm.workflows.pr import commit_status
 from farm.workflows.verdict import SweepVerdict
 from tests.fakes.github_server import FakeGitHub, FakePull, fake_github
+from tests.fakes.plugin_repo import PluginRepo
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.engine
@@ -39,18 +39,6 @@ pytestmark = pytest.mark.engine
 TOKEN = "ghp_FAKEfaketoken0123456789abcdefSECRET"
 PLUGIN = "farm-pr-plugin"
 MODULE = "farm_pr_plugin/__init__.py"
-PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=61"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "farm-pr-plugin"
-version = "0.1.0"
-
-[project.entry-points."vllm.general_plugins"]
-farm_pr_plugin = "farm_pr_plugin:register"
-"""
 # Two lines far enough apart that a patch of one does not see the other in its context.
 CODE = """\
 GENERATION = "{generation}"
@@ -137,36 +125,17 @@ resources: {{cpus: 2}}
 """
 
 
-def _git(repo: Path, *args: str) -> str:
-    env = {
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(repo),
-    }
-    proc = subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
-    return proc.stdout.decode().strip()
-
-
 def _plugin_repo(repo: Path) -> tuple[str, str]:
     """main (the base) and refs/pull/7/head (the PR, not on any branch); their commits."""
-    repo.mkdir()
-    _git(repo, "init", "-q", "-b", "main")
-    (repo / "farm_pr_plugin").mkdir()
-    (repo / "pyproject.toml").write_text(PYPROJECT)
-    (repo / MODULE).write_text(CODE.format(generation="one", note="base"))
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "base")
-    base = _git(repo, "rev-parse", "HEAD")
-    _git(repo, "checkout", "-q", "-b", "contributor")
-    (repo / MODULE).write_text(CODE.format(generation="two", note="rewritten by the PR"))
-    _git(repo, "commit", "-q", "-am", "generation two")
-    head = _git(repo, "rev-parse", "HEAD")
-    _git(repo, "update-ref", "refs/pull/7/head", head)
-    _git(repo, "checkout", "-q", "main")
-    _git(repo, "branch", "-q", "-D", "contributor")  # reachable only as refs/pull/7/head
+    plugin = PluginRepo(repo, PLUGIN)
+    base = plugin.version("0.1.0", CODE.format(generation="one", note="base"), "base")
+    plugin.git("checkout", "-q", "-b", "contributor")
+    head = plugin.commit(
+        "generation two", {MODULE: CODE.format(generation="two", note="rewritten by the PR")}
+    )
+    plugin.git("update-ref", "refs/pull/7/head", head)
+    plugin.git("checkout", "-q", "main")
+    plugin.git("branch", "-q", "-D", "contributor")  # reachable only as refs/pull/7/head
     return base, head
 
 

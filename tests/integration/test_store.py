@@ -227,7 +227,9 @@ def test_upgrade_is_idempotent(db_url: str) -> None:
         "excluded_cell",
         "variant_run",
         "metric",
-        "request_record",
+        "request_numbers",
+        "request_text",
+        "variant_summary",
         "alembic_version",
     } <= tables
 
@@ -325,7 +327,8 @@ def test_saving_twice_replaces_variant_runs(session: Session) -> None:
     assert _count(session, "variant_run") == 2
     # 3 scalar counters + 3 positions for the speculative variant, 3 zeros for the other.
     assert _count(session, "metric") == 9
-    assert _count(session, "request_record") == 6
+    # One packed row per variant run, holding its 3 requests.
+    assert _count(session, "request_numbers") == 2
     loaded = load_sweep(session, sweep_id).cells[0].result
     assert loaded == second
 
@@ -333,6 +336,7 @@ def test_saving_twice_replaces_variant_runs(session: Session) -> None:
     save_cell_result(session, sweep_id, _failed_result(plan.cells[0]))
     assert _count(session, "variant_run") == 0
     assert _count(session, "metric") == 0
+    assert _count(session, "request_numbers") == 0
 
 
 def test_completed_cell_ids(session: Session) -> None:

@@ -192,15 +192,19 @@ def _rows(engine: sa.Engine, cell_row: int) -> tuple[int, int, int]:
         runs = conn.execute(
             sa.text("SELECT count(*) FROM variant_run WHERE cell_row_id = :c"), {"c": cell_row}
         ).scalar_one()
+        # Requests are packed one row per variant run: count their prompt ids.
         metrics, requests = (
             conn.execute(
                 sa.text(
-                    f"SELECT count(*) FROM {table} t JOIN variant_run v "
+                    f"SELECT coalesce(sum({counted}), 0) FROM {table} t JOIN variant_run v "
                     "ON t.variant_run_id = v.id WHERE v.cell_row_id = :c"
                 ),
                 {"c": cell_row},
             ).scalar_one()
-            for table in ("metric", "request_record")
+            for table, counted in (
+                ("metric", "1"),
+                ("request_numbers", "json_array_length(t.prompt_ids)"),
+            )
         )
     return runs, metrics, requests
 

@@ -174,40 +174,66 @@ def test_prune_command_dry_run_and_bad_age(db_url: str) -> None:
     assert parse_age("2w") == timedelta(days=14)
 
 
-def test_migration_moves_text_and_fills_summaries(tmp_path: Path) -> None:
+def _packed_from_0007(rows: list[tuple[object, ...]]) -> dict[int, dict[str, list[object]]]:
+    """What request_numbers must hold for 0007's request_record rows ``(id,
+    variant_run_id, prompt_id, output_text, completion_tokens, finish_reason,
+    latency_s, correct, error, counters)``: per run, prompt id then id order."""
+    runs: dict[int, dict[str, list[object]]] = {}
+    for row in sorted(rows, key=lambda r: (r[1], r[2], r[0])):
+        _, run, prompt, text, tokens, finish, latency, correct, error, counters = row
+        c = json.loads(str(counters)) if counters else None
+        packed = runs.setdefault(run, {})  # type: ignore[index]
+        for name, value in (
+            ("prompt_ids", prompt),
+            ("texts", text),
+            ("completion_tokens", tokens),
+            ("finish_reasons", finish),
+            ("latencies_s", latency),
+            ("correct", None if correct is None else bool(correct)),
+            ("errors", error),
+            ("drafts", c and c["drafts"]),
+            ("draft_tokens", c and c["draft_tokens"]),
+            ("accepted", c and c["accepted"]),
+            ("accepted_per_pos", c and c["accepted_per_pos"]),
+        ):
+            packed.setdefault(name, []).append(value)
+    return runs
+
+
+def _packed_now(conn: sa.Connection) -> dict[int, dict[str, list[object]]]:
+    """request_numbers as lists per run, text ids resolved, NULL columns spread out."""
+    texts = dict(conn.execute(sa.text("SELECT id, output_text FROM request_text")).all())
+    runs = {}
+    for row in conn.execute(sa.text("SELECT * FROM request_numbers")).mappings():
+        count = len(json.loads(row["prompt_ids"]))
+        lists = {
+            k: [None] * count if v is None else json.loads(v)
+            for k, v in row.items()
+            if k not in ("variant_run_id", "errors")
+        }
+        errors = dict(json.loads(row["errors"] or "[]"))
+        lists["errors"] = [errors.get(i) for i in range(count)]
+        lists["texts"] = [None if i is None else texts[i] for i in lists.pop("text_ids")]
+        runs[row["variant_run_id"]] = lists
+    return runs
+
+
+def test_migration_packs_requests_moves_text_and_fills_summaries(tmp_path: Path) -> None:
     db = tmp_path / "store.db"
     shutil.copy(FIXTURE / "store.db", db)
     with sqlite3.connect(db) as old:
-        rows = old.execute("SELECT id, output_text, counters FROM request_record").fetchall()
+        rows = old.execute(
+            "SELECT id, variant_run_id, prompt_id, output_text, completion_tokens, "
+            "finish_reason, latency_s, correct, error, counters FROM request_record"
+        ).fetchall()
     expected = json.loads((FIXTURE / "expected.json").read_text())
     engine = open_store(f"sqlite:///{db}")
     try:
         with Session(engine) as session:
             conn = session.connection()
-            moved = conn.execute(
-                sa.text(
-                    "SELECT r.id, t.output_text, r.drafts, r.draft_tokens, r.accepted, "
-                    "r.accepted_per_pos FROM request_record r "
-                    "LEFT JOIN request_text t ON t.id = r.text_id"
-                )
-            ).all()
-            by_id = {row[0]: row[1:] for row in moved}
-            assert len(by_id) == len(rows) > 0
-            for row_id, text, counters in rows:
-                c = json.loads(counters) if counters else None
-                wanted = (
-                    (text, None, None, None, None)
-                    if not c
-                    else (
-                        text,
-                        c["drafts"],
-                        c["draft_tokens"],
-                        c["accepted"],
-                        json.dumps(c["accepted_per_pos"]),
-                    )
-                )
-                got = by_id[row_id]
-                assert (*got[:4], json.dumps(json.loads(got[4])) if got[4] else None) == wanted
+            assert "request_record" not in sa.inspect(conn).get_table_names()
+            assert len(rows) > 0 and all(r[9] for r in rows)  # per-request counters
+            assert _packed_now(conn) == _packed_from_0007(rows)
             canaries, clean = load_sweep(session, 1), load_sweep(session, 2)
             report = check_sweep(canaries, patched_bases(canaries.builds))
             assert [f.message for f in report.findings] == expected["findings"]
@@ -243,11 +269,32 @@ def test_migration_0008_moves_data_down_and_up_again(db_url: str) -> None:
     old = sa.create_engine(url)
     try:
         with old.connect() as conn:
-            texts = conn.execute(sa.text("SELECT output_text FROM request_record")).scalars().all()
-            assert texts and all(t.startswith("out-") for t in texts)
-            assert "variant_summary" not in sa.inspect(conn).get_table_names()
+            # 0007's rows, in the order 0007 read them: the requests as loaded.
+            restored = conn.execute(
+                sa.text(
+                    "SELECT r.prompt_id, r.output_text, r.latency_s, r.counters "
+                    "FROM request_record r JOIN variant_run v ON v.id = r.variant_run_id "
+                    "JOIN cell c ON c.id = v.cell_row_id ORDER BY c.sweep_id, c.ordinal, "
+                    "v.ordinal, r.prompt_id, r.id"
+                )
+            ).all()
+            tables = sa.inspect(conn).get_table_names()
+            assert not {"variant_summary", "request_numbers", "request_text"} & set(tables)
     finally:
         old.dispose()
+    loaded = [
+        r
+        for sweep in before
+        for s in sweep.cells
+        if s.result
+        for v in s.result.variants
+        for r in v.requests
+    ]
+    assert [(p, t, lat) for p, t, lat, _ in restored] == [
+        (r.prompt_id, r.output_text, r.latency_s) for r in loaded
+    ]
+    counters = [json.loads(c) if isinstance(c, str) else c for *_, c in restored]
+    assert counters == [r.counters and r.counters.model_dump(mode="json") for r in loaded]
     engine = open_store(db_url)  # and up again: texts moved, summaries backfilled
     try:
         with Session(engine) as s:
