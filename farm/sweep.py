@@ -125,11 +125,16 @@ def run_sweep(
     workloads = tuple(load_workload(w, job.resolve) for w in job.workloads)
     sweep = _Sweep(store.open_store(options.db_url), options, events)
     plan = sweep.open(plan, job_text)
+    stopped_by: list[str] = []
     try:
-        with _sigterm_as_interrupt():
+        with _sigterm_as_interrupt(stopped_by):
             sweep.start_heartbeat()
             if plan.cells:
                 sweep.run_cells(job, plan, workloads)
+    except KeyboardInterrupt:
+        sweep.finish("interrupted")
+        # Ray may re-raise the interrupt bare: say which signal it was.
+        raise KeyboardInterrupt(f"signal {(stopped_by or ['SIGINT'])[0]}") from None
     except BaseException:
         sweep.finish("interrupted")
         raise
@@ -138,14 +143,16 @@ def run_sweep(
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
+def _sigterm_as_interrupt(stopped_by: list[str]) -> Iterator[None]:
     """SIGTERM (what schedulers and Kubernetes send) stops the sweep as Ctrl-C does,
-    so it is stored as interrupted and its engines are stopped, not orphaned."""
+    so it is stored as interrupted and its engines are stopped, not orphaned; the
+    signal's name is appended to ``stopped_by``."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def interrupt(signum: int, frame: object) -> None:
+        stopped_by.append(signal.Signals(signum).name)
         raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
     previous = signal.signal(signal.SIGTERM, interrupt)

@@ -10,6 +10,7 @@ import sys
 import typer
 
 from farm.cli.alerts import alerts_app
+from farm.cli.bisect import bisect_app
 from farm.cli.builds import builds_app
 from farm.cli.dashboards import dashboards_app
 from farm.cli.logs import logs_app
@@ -33,6 +34,7 @@ app = typer.Typer(
 app.add_typer(run_app)  # run, selftest, plan
 app.add_typer(nightly_app)  # nightly
 app.add_typer(pr_app)  # pr
+app.add_typer(bisect_app)  # bisect
 app.add_typer(submit_app)  # submit
 app.add_typer(reports_app)  # report, compare
 app.add_typer(store_app)  # sweeps, export

@@ -1,7 +1,9 @@
 """`farm nightly`: run a job's sweep, judge it once, alert, notify, publish.
 
 Exit status: 0 clean, 1 regression (alerts raised), 2 bad input or store
-unreachable, 3 cells failed but no regression. The stages are imported inside the
+unreachable, 3 cells failed but no regression, 130 / 143 stopped by SIGINT / SIGTERM
+before the night was judged (the sweep is stored interrupted; ``--resume latest``
+finishes and judges it). The stages are imported inside the
 command: this module loads only typer, rich and the CLI's common parts.
 """
 
@@ -123,7 +125,8 @@ def nightly(
 
     Raises deduplicated alerts, notifies, writes the report folder and prints one line
     per finding. Exit status: 0 clean, 1 regression, 2 bad input or store unreachable,
-    3 cells failed but no regression. A night already judged is not judged again.
+    3 cells failed but no regression, 130 / 143 interrupted by SIGINT / SIGTERM (not
+    judged: --resume latest finishes it). A night already judged is not judged again.
     """
     from farm.cli.preflight import check_job, check_resume
 
@@ -150,6 +153,15 @@ def nightly(
         check = _judge(url, sweep_id, n_history, notify, folder)
     except FarmError as exc:
         raise fail(exc) from None
+    except KeyboardInterrupt as exc:
+        # Not click's "Aborted!" and exit 1, which a scheduler would read as a regression.
+        say(
+            (f"interrupted ({exc or 'signal SIGINT'}):", "red"),
+            f" the night is not judged; `farm nightly {job_file} --resume latest` "
+            "finishes and judges it",
+            err=True,
+        )
+        raise typer.Exit(143 if "SIGTERM" in str(exc) else 130) from None
     raise typer.Exit(check.verdict.exit_status)
 
 

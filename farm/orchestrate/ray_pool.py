@@ -25,6 +25,7 @@ import functools
 import json
 import os
 import queue
+import signal
 import socket
 import threading
 import time
@@ -231,7 +232,8 @@ class RayPool:
                     self._host = _in_process
                 return self
             if self._address:
-                ray.init(address=self._address, log_to_driver=True)
+                with _sigterm_kept():
+                    ray.init(address=self._address, log_to_driver=True)
                 self._started = True
                 return self
             host = _HostCluster(self._home or farm_home(), self._say)
@@ -636,9 +638,13 @@ class _HostCluster:
         temp = ray_temp_dir(self._home)
         (temp / "ray_current_cluster").unlink(missing_ok=True)
         try:
-            context = ray.init(
-                num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(temp), log_to_driver=True
-            )
+            with _sigterm_kept():
+                context = ray.init(
+                    num_cpus=num_cpus,
+                    include_dashboard=False,
+                    _temp_dir=str(temp),
+                    log_to_driver=True,
+                )
         except BaseException:
             self._release()
             raise
@@ -664,7 +670,8 @@ class _HostCluster:
         if record.get("token_auth"):
             _use_local_token()
         try:
-            ray.init(address=address, log_to_driver=True)
+            with _sigterm_kept():
+                ray.init(address=address, log_to_driver=True)
         except (ConnectionError, RuntimeError, RayError) as exc:
             self._release()
             raise FarmError(
@@ -768,6 +775,21 @@ def _lock_is_free(path: Path) -> bool:
     finally:
         os.close(fd)
     return True
+
+
+@contextlib.contextmanager
+def _sigterm_kept() -> Iterator[None]:
+    """Keep the process's SIGTERM handler across ``ray.init``, which installs its own
+    (``sys.exit``): a sweep stopped by SIGTERM must stop as on Ctrl-C (farm.sweep), so
+    its commands can tell an interruption from a failure."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _use_local_token() -> None:

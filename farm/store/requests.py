@@ -14,10 +14,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Iterator, Sequence
+from functools import cache
 from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
@@ -331,40 +332,46 @@ def unpack_requests(raw: dict[str, str | None]) -> dict[str, list[Any]]:
     return columns
 
 
+@cache
+def _request_list() -> TypeAdapter[list[RequestRecord]]:
+    # One validation call per variant: a RequestRecord(...) per request cost three
+    # times as much (issue 15: reading a sweep was mostly building its requests).
+    return TypeAdapter(list[RequestRecord])
+
+
 def _records(columns: dict[str, list[Any]], texts: dict[int, str]) -> list[RequestRecord]:
-    records = []
-    for i, text_id in enumerate(columns["text_ids"]):
-        drafts, draft_tokens, accepted, per_pos = (columns[name][i] for name in _COUNTERS)
-        try:
-            records.append(
-                RequestRecord(
-                    prompt_id=columns["prompt_ids"][i],
-                    # A text deleted under a reader reads as pruned.
-                    output_text=None if text_id is None else texts.get(text_id),
-                    completion_tokens=columns["completion_tokens"][i],
-                    finish_reason=columns["finish_reasons"][i],
-                    latency_s=columns["latencies_s"][i],
-                    correct=columns["correct"][i],
-                    error=columns["errors"][i],
-                    counters=None
-                    if drafts is None
-                    else SpecCounters(
-                        drafts=drafts,
-                        draft_tokens=draft_tokens,
-                        accepted=accepted,
-                        accepted_per_pos=per_pos or (),
-                    ),
-                )
-            )
-        except ValidationError as exc:
-            error = exc.errors()[0]
-            loc = [str(part) for part in error["loc"]]
-            # SpecCounters is validated on its own: its fields are named as its columns.
-            column = _FIELD_COLUMNS.get(loc[0], loc[0])
-            kind = str(error["type"]).split("_")[0]
-            what = f"is not {_KINDS[kind]}" if kind in _KINDS else str(error["msg"]).lower()
-            raise _Damage(f"{column}[{i}]", f"{_shown(error['input'])} {what}") from None
-    return records
+    counters = [
+        None
+        if drafts is None
+        else {
+            "drafts": drafts,
+            "draft_tokens": tokens,
+            "accepted": accepted,
+            "accepted_per_pos": pos,
+        }
+        for drafts, tokens, accepted, pos in zip(*(columns[n] for n in _COUNTERS), strict=True)
+    ]
+    fields = {
+        "prompt_id": columns["prompt_ids"],
+        # A text deleted under a reader reads as pruned.
+        "output_text": [None if i is None else texts.get(i) for i in columns["text_ids"]],
+        "completion_tokens": columns["completion_tokens"],
+        "finish_reason": columns["finish_reasons"],
+        "latency_s": columns["latencies_s"],
+        "correct": columns["correct"],
+        "error": columns["errors"],
+        "counters": counters,
+    }
+    requests = [dict(zip(fields, row, strict=True)) for row in zip(*fields.values(), strict=True)]
+    try:
+        return _request_list().validate_python(requests)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        index, field, *inner = error["loc"]
+        column = str(inner[0]) if field == "counters" and inner else _FIELD_COLUMNS[str(field)]
+        kind = str(error["type"]).split("_")[0]
+        what = f"is not {_KINDS[kind]}" if kind in _KINDS else str(error["msg"]).lower()
+        raise _Damage(f"{column}[{index}]", f"{_shown(error['input'])} {what}") from None
 
 
 def _shown(value: Any) -> str:

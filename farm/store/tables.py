@@ -21,6 +21,8 @@ from sqlmodel import Field, SQLModel
 from farm.records import CELL_STATUSES, SWEEP_STATUSES
 
 __all__ = [
+    "BisectStepRow",
+    "BisectionRow",
     "BuildLocationRow",
     "BuildRow",
     "CellRow",
@@ -262,9 +264,9 @@ class RequestNumbersRow(_Table, table=True):
     variant without per-request counters, ``correct`` of an unscored one. ``errors``
     is sparse: ``[[request index, message], ...]``, NULL when none failed.
 
-    Why one row, not one per request (issue 15): a request row cost ~130 B on
-    PostgreSQL, mostly row header and index entries; the packed lists cost a
-    fraction of that once TOAST compresses them, and a variant is read whole anyway.
+    Why one row, not one per request (issue 15): a request row cost ~145 B on
+    PostgreSQL, mostly row header and index entries; packed and compressed by TOAST
+    a request costs ~45 B, and a variant is read whole anyway.
     """
 
     __tablename__ = "request_numbers"
@@ -334,4 +336,63 @@ class VerdictRow(_Table, table=True):
     engine: str | None = None
     pr_number: int | None = Field(default=None, index=True)
     head_sha: str | None = None
+    created_at: datetime = Field(sa_type=UTCDateTime)
+
+
+class BisectionRow(_Table, table=True):
+    """A `farm bisect` search (``farm.workflows.bisect``): the job, engine and ends,
+    the candidate commits, the regressed cells each step runs, and where it stands.
+    ``key`` hashes job, engine, both end commits and the planned cells, so a second
+    run of the same bisection finds this one and reuses its steps."""
+
+    __tablename__ = "bisection"
+    __table_args__ = (
+        sa.UniqueConstraint("key"),
+        _status_check("status", ("running", "found", "inconclusive")),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    key: str
+    job: str = Field(index=True)
+    engine: str
+    overlay: str | None = None  # the overlay package bisected; None: the engine's own source
+    repo: str
+    good_commit: str
+    bad_commit: str
+    commits: list[dict[str, Any]] = Field(sa_type=sa.JSON)  # oldest first, good .. bad
+    planned_cells: list[str] = Field(sa_type=sa.JSON)
+    regressed: dict[str, str] = Field(sa_type=sa.JSON)  # variant key -> cell id
+    endpoints: dict[str, Any] = Field(sa_type=sa.JSON)  # per end: build, sweeps, figures
+    status: str
+    first_bad: int | None = None  # index into commits
+    last_good: int | None = None
+    reason: str = Field(default="", sa_type=sa.Text)
+    builds_run: int = 0
+    cells_run: int = 0
+    wall_s: float = 0.0
+    created_at: datetime = Field(sa_type=UTCDateTime)
+    finished_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+
+
+class BisectStepRow(_Table, table=True):
+    """One finished step of a bisection: the commit, its build and sweep, the verdict
+    and the figures of each regressed variant. A step is stored when it finishes and
+    never run again; its sweep may be pruned later, its figures stay."""
+
+    __tablename__ = "bisect_step"
+    __table_args__ = (
+        sa.UniqueConstraint("bisection_id", "position"),
+        _status_check("verdict", ("good", "bad", "skip")),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    bisection_id: int = Field(foreign_key="bisection.id", index=True, ondelete="CASCADE")
+    position: int  # index into the bisection's commits
+    commit: str
+    build_id: str | None = None
+    sweep_id: int | None = None
+    verdict: str
+    figures: list[dict[str, Any]] = Field(sa_type=sa.JSON)
+    reason: str = Field(default="", sa_type=sa.Text)
+    engine_s: float = 0.0  # engine start-up + generation of its cells
     created_at: datetime = Field(sa_type=UTCDateTime)

@@ -57,6 +57,7 @@ __all__ = [
     "StoredBaselineCell",
     "candidate_engine",
     "candidate_name",
+    "cell_rule",
     "comment_marker",
     "commit_status",
     "git_ref_source",
@@ -67,7 +68,9 @@ __all__ = [
     "pr_job_name",
     "render_pr_comment",
     "replaced_overlay",
+    "replaced_source",
     "select_baseline",
+    "with_replaced_source",
 ]
 
 # The finding check of a candidate cell that fell below its base.
@@ -189,14 +192,32 @@ def pr_head_source(engine: EngineSpec, number: int) -> BuildSource:
     return _pr_source(engine.source, number, f"engine {engine.name}")
 
 
+def replaced_source(engine: EngineSpec) -> BuildSource:
+    """The source of the part a PR (or a bisection) replaces: the first overlay with a
+    git source (:func:`replaced_overlay`), else the engine's own source."""
+    overlay = replaced_overlay(engine)
+    if overlay is None:
+        return engine.source
+    return next(o for o in engine.overlays if o.package == overlay).source
+
+
+def with_replaced_source(engine: EngineSpec, source: BuildSource, **update: Any) -> EngineSpec:
+    """``engine`` with the part a PR replaces built from ``source`` (and ``update``
+    applied to the engine's other fields), validated again."""
+    overlay = replaced_overlay(engine)
+    if overlay is not None:
+        update["overlays"] = tuple(
+            o.model_copy(update={"source": source}) if o.package == overlay else o
+            for o in engine.overlays
+        )
+    else:
+        update["source"] = source
+    return EngineSpec.model_validate(engine.model_copy(update=update).model_dump())
+
+
 def git_ref_source(engine: EngineSpec, ref: str) -> GitSource:
     """``ref`` in the repository of the part a PR replaces (``--source REF``)."""
-    overlay = replaced_overlay(engine)
-    current = (
-        next(o for o in engine.overlays if o.package == overlay).source
-        if overlay is not None
-        else engine.source
-    )
+    current = replaced_source(engine)
     if not isinstance(current, GitSource | PullRequestSource):
         raise FarmError(
             f"--source {ref}: engine {engine.name} has no git repository to find a ref in; "
@@ -216,19 +237,12 @@ def candidate_engine(
 ) -> EngineSpec:
     """``engine`` with the part a PR replaces built from ``source``, keeping only
     ``patches`` (those that still apply), named :func:`candidate_name`."""
-    overlay = replaced_overlay(engine)
-    update: dict[str, Any] = {"name": candidate_name(engine.name, number), "patches": patches}
-    if overlay is not None:
-        update["overlays"] = tuple(
-            o.model_copy(update={"source": source}) if o.package == overlay else o
-            for o in engine.overlays
-        )
-    else:
-        update["source"] = source
-    return EngineSpec.model_validate(engine.model_copy(update=update).model_dump())
+    return with_replaced_source(
+        engine, source, name=candidate_name(engine.name, number), patches=patches
+    )
 
 
-def _cell_rule(cell: ServerCell) -> dict[str, AxisValue]:
+def cell_rule(cell: ServerCell) -> dict[str, AxisValue]:
     """An exclude rule that drops exactly ``cell`` (every server axis named)."""
     return {a.name: cell.axes[a.name] for a in SERVER_AXES if a.name in cell.axes}
 
@@ -258,7 +272,7 @@ def pr_job(
             "name": pr_job_name(job.name, number),
             "engines": (base, candidate),
             "include": renamed(job.include),
-            "exclude": renamed(job.exclude) + tuple(_cell_rule(c) for c in reused),
+            "exclude": renamed(job.exclude) + tuple(cell_rule(c) for c in reused),
         }
     )
 

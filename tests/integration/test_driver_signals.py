@@ -27,6 +27,7 @@ from farm.errors import StoreError
 from farm.orchestrate.fake import fake_build, fake_run_cell
 from farm.spec import parse_job
 from farm.store import SweepInUseError
+from farm.store.verdicts import job_verdicts
 from farm.sweep import SweepEvents, SweepOptions, run_sweep
 
 JOB = """\
@@ -41,9 +42,9 @@ workloads: [{name: w, prompts: p.jsonl, count: 1}]
 resources: {cpus: 1}
 """
 
-# The real `farm run` command line, with the FAKE engine runner and builder in place of
-# the real ones (the command has no switch for them, by design).
-FARM_RUN = """
+# The real `farm` command line (`farm run`, `farm nightly`), with the FAKE engine runner
+# and builder in place of the real ones (the commands have no switch for them, by design).
+FARM_CLI = """
 import sys
 import farm.orchestrate.ray_pool as ray_pool
 import farm.sweep as sweep
@@ -52,7 +53,7 @@ ray_pool._default_runner = fake_run_cell
 sweep.default_build = fake_build
 from farm.cli.main import app
 from farm.errors import StoreError
-sys.argv = ["farm", "run", *sys.argv[1:]]
+sys.argv = ["farm", *sys.argv[1:]]
 app()
 """
 
@@ -162,7 +163,7 @@ def test_a_signalled_farm_run_is_stored_interrupted_and_resume_runs_the_rest(
     url = f"sqlite:///{tmp_path / 'farm.db'}"
     home = tmp_path / "home"
     driver = subprocess.Popen(
-        [sys.executable, "-c", FARM_RUN, str(job_file), "--db", url],
+        [sys.executable, "-c", FARM_CLI, "run", str(job_file), "--db", url],
         env={**os.environ, "FARM_HOME": str(home)},
         start_new_session=True,
         stdout=subprocess.DEVNULL,
@@ -191,6 +192,55 @@ def test_a_signalled_farm_run_is_stored_interrupted_and_resume_runs_the_rest(
 
     rerun, done_before, _ = _resume_only_the_rest(text, tmp_path, url, home, sweep_id, started)
     assert rerun == set(_stored(url)[1]) - done_before  # nothing stored before ran again
+
+
+def test_a_signalled_nightly_is_judged_once_by_the_resume_that_finishes_it(
+    tmp_path: Path, ray_local: None
+) -> None:
+    _, job_file, _ = _job(tmp_path, seconds=2.0)
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    env = {**os.environ, "FARM_HOME": str(tmp_path / "home")}
+
+    def nightly(*args: str) -> subprocess.Popen[bytes]:
+        argv = ["nightly", str(job_file), "--db", url, "--no-notify", *args]
+        return subprocess.Popen(
+            [sys.executable, "-c", FARM_CLI, *argv],
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+    driver = nightly()
+    try:
+        sweep_id = _wait_for_cells(url, tmp_path / "farm.db", driver, 2)
+        os.kill(driver.pid, signal.SIGTERM)
+        _, err = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    assert driver.returncode == 143, err.decode()  # 128 + SIGTERM: not 1, "regression"
+    assert b"Traceback" not in err and b"--resume latest" in err, err.decode()
+
+    def verdicts() -> list[int]:
+        engine = store.open_store(url)
+        try:
+            with store.Session(engine) as session:
+                return [v.sweep_id for v in job_verdicts(session, "signals", "nightly")]
+        finally:
+            engine.dispose()
+
+    assert _stored(url)[2] == "interrupted" and verdicts() == []  # not judged half-run
+
+    out = []
+    for _ in range(2):
+        resume = nightly("--resume", str(sweep_id))
+        stdout, err = resume.communicate(timeout=240)
+        assert resume.returncode in (0, 1, 3), err.decode()
+        out.append(stdout.decode())
+    assert _stored(url)[2] in ("ok", "failed") and verdicts() == [sweep_id]
+    assert "judged before" not in out[0] and "judged before" in out[1]
 
 
 def test_resume_of_a_sweep_running_elsewhere_is_refused_and_a_stale_one_taken_over(

@@ -28,7 +28,7 @@ from farm.analysis.summary import patched_bases, summarize_sweep
 from farm.cli.reports import render_report
 from farm.cli.store import db_app
 from farm.plan import Plan
-from farm.records import SweepRecord
+from farm.records import RequestRecord, SweepRecord
 from farm.store import create_sweep, finish_sweep, load_sweep, open_store, save_cell_result
 from farm.store.export import read_sweep_export
 from farm.store.prune import parse_age, prune_text
@@ -302,3 +302,102 @@ def test_migration_0008_moves_data_down_and_up_again(db_url: str) -> None:
             assert [tuple(r) for r in s.connection().execute(summary_sql)] == summaries
     finally:
         engine.dispose()
+
+
+def _requests(record: SweepRecord) -> list[list[RequestRecord]]:
+    return [list(v.requests) for s in record.cells if s.result for v in s.result.variants]
+
+
+def test_a_variant_is_one_packed_row_that_reads_back_the_same(session: Session) -> None:
+    record = _synthetic(8)
+    spec = next(i for i, s in enumerate(record.cells) if s.cell.mtp_depth > 0)
+    result = record.cells[spec].result
+    assert result is not None
+    variant = result.variants[0]
+    first, second, third, *rest = variant.requests
+    mixed = (
+        first.model_copy(update={"error": "timed out after 60 s", "output_text": None}),
+        second.model_copy(update={"counters": None, "correct": None}),
+        third.model_copy(update={"finish_reason": None, "correct": False}),
+        *rest,
+        # Same prompt id saved twice: read back in saved order after the first.
+        first.model_copy(update={"latency_s": 0.1234567890123456}),
+    )
+    cells = list(record.cells)
+    cells[spec] = cells[spec].model_copy(
+        update={
+            "result": result.model_copy(
+                update={"variants": (variant.model_copy(update={"requests": mixed}),)}
+            )
+        }
+    )
+    record = record.model_copy(update={"cells": tuple(cells)})
+    sweep_id = _store(session, record)
+
+    saved = [sorted(reqs, key=lambda r: r.prompt_id) for reqs in _requests(record)]
+    assert _requests(load_sweep(session, sweep_id)) == saved
+    rows = session.connection().execute(
+        sa.text(
+            "SELECT CAST(prompt_ids AS TEXT), CAST(errors AS TEXT), CAST(drafts AS TEXT), "
+            "CAST(accepted_per_pos AS TEXT) FROM request_numbers"
+        )
+    )
+    by_length = {}
+    for prompt_ids, errors, drafts, per_pos in rows:
+        by_length.setdefault(len(json.loads(prompt_ids)), []).append((errors, drafts, per_pos))
+    assert sorted(by_length) == [30, 31] and len(by_length[30]) == len(saved) - 1
+    ((errors, drafts, per_pos),) = by_length[31]
+    order = saved[[len(s) for s in saved].index(31)]
+    assert json.loads(errors) == [[order.index(mixed[0]), "timed out after 60 s"]]
+    assert json.loads(drafts)[order.index(mixed[1])] is None
+    assert json.loads(per_pos)[order.index(mixed[2])] == list(third.counters.accepted_per_pos)
+    # Without errors or per-request counters (speculation off) a column is NULL.
+    plain = [(e, d, p) for e, d, p in by_length[30] if d is None]
+    assert plain and all(e is None and p is None for e, d, p in plain)
+
+
+def _retexted(record: SweepRecord, tag: str) -> SweepRecord:
+    """``record`` with ``tag`` appended to every output text."""
+    cells = []
+    for stored in record.cells:
+        result = stored.result
+        if result is not None:
+            variants = tuple(
+                v.model_copy(
+                    update={
+                        "requests": tuple(
+                            r.model_copy(update={"output_text": f"{r.output_text}-{tag}"})
+                            for r in v.requests
+                        )
+                    }
+                )
+                for v in result.variants
+            )
+            result = result.model_copy(update={"variants": variants})
+        cells.append(stored.model_copy(update={"result": result}))
+    return record.model_copy(update={"cells": tuple(cells)})
+
+
+def test_prune_keeps_the_texts_recent_sweeps_share(session: Session) -> None:
+    old = _store(session, _retexted(_synthetic(9), "only-old"))
+    shared, recent = _store(session, _synthetic(10)), _store(session, _synthetic(10))
+    before = {i: load_sweep(session, i) for i in (old, shared, recent)}
+    conn = session.connection()
+    conn.execute(
+        sa.text("UPDATE sweep SET started_at = :at WHERE id IN (:a, :b)"),
+        {"at": datetime.now(UTC).replace(tzinfo=None) - LATER, "a": old, "b": shared},
+    )
+    session.commit()
+    done = prune_text(session, timedelta(days=30))
+    assert done.sweeps == 2 and done.texts > 0
+    # The texts the recent sweep shares stay; the texts only the old sweep had are gone.
+    stored = session.connection().execute(sa.text("SELECT output_text FROM request_text"))
+    texts = set(stored.scalars())
+    kept = {r.output_text for reqs in _requests(before[recent]) for r in reqs}
+    assert texts == kept
+    assert _requests(load_sweep(session, recent)) == _requests(before[recent])
+    for pruned in (old, shared):
+        assert all(
+            r.output_text is None for reqs in _requests(load_sweep(session, pruned)) for r in reqs
+        )
+    assert prune_text(session, timedelta(days=30)).texts == 0  # nothing left to drop

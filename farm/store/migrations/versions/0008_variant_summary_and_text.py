@@ -18,7 +18,10 @@ history read every request of every sweep. Here:
   the AL interval history draws, backfilled here with the code that computes it at
   save time (farm.analysis.history.al_interval, same seed).
 
-The move runs one sweep at a time; the downgrade rebuilds 0007's ``request_record``.
+On PostgreSQL the packed rows keep the default TOAST settings (pglz, EXTENDED):
+measured against lz4, STORAGE MAIN and toast_tuple_target = 128, none was smaller
+(latencies, the largest list, are digits pglz cannot shrink). The move runs one
+sweep at a time; the downgrade rebuilds 0007's ``request_record``.
 """
 
 import hashlib
@@ -58,6 +61,7 @@ _PACKED = (
     "accepted_per_pos",
 )
 _REQUIRED = ("prompt_ids", "completion_tokens", "latencies_s")
+_NEW = ("request_text", "request_numbers", "variant_summary")
 
 
 def upgrade() -> None:
@@ -212,9 +216,6 @@ def _move_requests(bind: sa.Connection) -> None:
         )
         for chunk in _in_chunks(run_ids, _RUNS):
             _move_runs(bind, meta.tables, sweep_id, chunk)
-
-
-_NEW = ("request_text", "request_numbers", "variant_summary")
 
 
 def _move_runs(bind: sa.Connection, tables: Any, sweep_id: int, run_ids: Sequence[int]) -> None:

