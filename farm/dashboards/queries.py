@@ -191,12 +191,11 @@ previous AS (
 ),
 scored AS (
   SELECT v.cell_row_id, v.thinking, v.workload,
-    avg(CASE WHEN r.correct THEN 1.0 ELSE 0.0 END)::float8 AS accuracy,
-    count(*) AS scored
+    (sum(vs.correct)::float8 / NULLIF(sum(vs.scored), 0)) AS accuracy,
+    NULLIF(sum(vs.scored), 0) AS scored
   FROM variant_run v
-  JOIN request_record r ON r.variant_run_id = v.id
+  JOIN variant_summary vs ON vs.variant_run_id = v.id
   WHERE v.cell_row_id IN (SELECT cell_row_id FROM planned)
-    AND r.error IS NULL AND r.correct IS NOT NULL
   GROUP BY v.cell_row_id, v.thinking, v.workload
 ),
 figures AS (

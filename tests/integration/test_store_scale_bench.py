@@ -145,7 +145,7 @@ def test_ingestion_and_store_sizes(bench: Bench) -> None:
     assert total is not None and per_night is not None
     assert total == pytest.approx(sum(s[0] or 0 for n, s in store.items() if n != "total"), 0.01)
     assert per_night == pytest.approx(total / NIGHTS, rel=0.01)
-    assert (store["request_record"][0] or 0) > (store["sweep"][0] or 0)
+    assert (store["request_numbers"][0] or 0) > (store["sweep"][0] or 0)
 
 
 def _rows(url: str, text: str) -> list[sa.Row[tuple[object, ...]]]:
@@ -182,11 +182,11 @@ def test_the_history_has_the_nightly_matrix_every_night_and_a_pr_sweep(bench: Be
 def test_every_variant_has_its_requests_and_every_table_is_filled(bench: Bench) -> None:
     runs = _rows(
         bench.url,
-        "SELECT v.id, count(r.id) FROM variant_run v "
-        "LEFT JOIN request_record r ON r.variant_run_id = v.id GROUP BY v.id",
+        "SELECT v.id, json_array_length(r.prompt_ids) FROM variant_run v "
+        "LEFT JOIN request_numbers r ON r.variant_run_id = v.id",
     )
     assert runs and {n for _, n in runs} == {REQUESTS}
-    # Whatever hangs off variant_run (metric, request_record, tables later migrations
+    # Whatever hangs off variant_run (metric, request_numbers, tables later migrations
     # add): rows for every variant run, copied nights included.
     engine = sa.create_engine(bench.url)
     try:
@@ -197,7 +197,7 @@ def test_every_variant_has_its_requests_and_every_table_is_filled(bench: Bench) 
     children = [
         t.name for t in metadata.sorted_tables if "variant_run_id" in t.c and t.name != "alert"
     ]
-    assert {"metric", "request_record"} <= set(children)
+    assert {"metric", "request_numbers", "variant_summary"} <= set(children)
     for table in children:
         ((covered,),) = _rows(bench.url, f"SELECT count(DISTINCT variant_run_id) FROM {table}")
         assert covered == len(runs), table

@@ -123,7 +123,7 @@ _HISTORY_TABLES = {
     "excluded_cell",
     "variant_run",
     "metric",
-    "request_record",
+    "request_numbers",
     "variant_summary",
     "verdict",
 }
