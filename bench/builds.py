@@ -15,6 +15,12 @@ then derives from it, each timed:
 Time and disk are reported as ratios of the cold build's. Disk is what a derived build
 does not share with its base: files counted once per inode (hard links to the base
 are free) plus its own directories' blocks. Target: <= 5% of a cold build in both.
+
+    python bench/builds.py --bisection ID --db URL
+
+reports a stored `farm bisect` search instead: its total wall time (every run of it)
+against the sum of the engine time (start-up + generation) of the cells it measured,
+the ends' and every step's; the rest is builds, Ray and sweep bookkeeping.
 """
 
 from __future__ import annotations
@@ -107,10 +113,47 @@ def _patch_series(tmp: Path, engine: EngineSpec, base: BuildInfo) -> None:
     os.environ["FARM_PATCHES_DIR"] = str(tmp / "patches")
 
 
+def bisection_cost(db_url: str, bisection_id: int) -> None:
+    """Print a stored bisection's wall time against its cells' engine time."""
+    from sqlmodel import Session
+
+    from farm import store
+    from farm.store.bisections import get_bisection
+
+    with Session(store.open_store(db_url, create=False)) as session:
+        b = get_bisection(session, bisection_id)
+        sweeps = {*b.good.sweep_ids, *b.bad.sweep_ids}
+        sweeps |= {s.sweep_id for s in b.steps if s.sweep_id is not None}
+        cells = [
+            c
+            for sweep_id in sorted(sweeps)
+            for c in store.load_sweep(session, sweep_id).cells
+            if c.cell.engine == b.engine and c.result is not None
+        ]
+    engine_s = sum(
+        (c.result.startup_s or 0) + (c.result.generation_s or 0) for c in cells if c.result
+    )
+    print(f"bisection {b.id}: {b.headline()}")
+    print(
+        f"{len(b.steps)} steps, {b.builds_run} builds, {b.cells_run} cells run "
+        f"({len(cells)} cells measured in {len(sweeps)} sweeps)"
+    )
+    print(f"wall time (all runs)      {b.wall_s:8.1f} s")
+    print(f"engine time of its cells  {engine_s:8.1f} s  ({engine_s / b.wall_s:.2f} of wall)")
+    print(f"overhead (builds, Ray...) {b.wall_s - engine_s:8.1f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("job", nargs="?", default=str(REPO / "jobs" / "local.yaml"))
+    parser.add_argument("--bisection", type=int, help="report this stored bisection instead")
+    parser.add_argument("--db", help="the store of --bisection (SQLAlchemy URL)")
     args = parser.parse_args()
+    if args.bisection is not None:
+        if not args.db:
+            parser.error("--bisection needs --db")
+        bisection_cost(args.db, args.bisection)
+        return
     engine = load_job(args.job).engines[0]
     rows: list[tuple[str, float, int]] = []
     with tempfile.TemporaryDirectory(prefix="farm-bench-") as tmp_name:

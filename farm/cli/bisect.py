@@ -16,6 +16,9 @@ from farm.cli.common import DbOption, db_url, fail, home, open_session, parse_pa
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from farm.records import BuildInfo
     from farm.spec import JobSpec
     from farm.workflows.bisect import Bisection
     from farm.workflows.bisect_pipeline import BisectRun, SweepRunner
@@ -52,31 +55,30 @@ def _runner(url: str, only: dict[str, str], ray: str | None) -> SweepRunner:
 
 def _from_alert(url: str, alert_id: int) -> tuple[str, dict[str, str], str | None, str | None]:
     """(engine, --only of the alert's cell, good ref, bad ref) from stored alert
-    ``alert_id``: the refs are the overlay (or engine) commits of the builds of the
-    alert's baseline and regressed sweeps, when their sources record one."""
+    ``alert_id``: the refs are the git commits the builds of the alert's baseline sweep
+    and its own sweep record for the engine (None where a build records none)."""
     from farm.store.alerts import get_alert
     from farm.store.repository import load_sweep
+    from farm.workflows.bisect import baseline_sweep_of, commit_of_source
 
     with open_session(url) as session:
         alert = get_alert(session, alert_id)  # StoreError: no such alert
         key = alert.details.cell
-        only = {name: str(value) for name, value in key.axes if name != "engine"}
+        only = {name: str(value) for name, value in key.axes}
         only["model"] = key.model
         bad_sweep = load_sweep(session, alert.details.sweep_id)
-        baseline = next(
-            (f.baseline for f in alert.details.figures if f.baseline and f.baseline.isdigit()),
+        baselines = [baseline_sweep_of(f.reference) for f in alert.details.figures]
+        good_id = next((b for b in baselines if b is not None), None)
+        good_sweep = load_sweep(session, good_id) if good_id is not None else None
+
+    def commit(builds: Sequence[BuildInfo]) -> str | None:
+        return next(
+            (c for b in builds if b.engine == key.engine and (c := commit_of_source(b.source))),
             None,
         )
-        good_sweep = load_sweep(session, int(baseline)) if baseline else None
 
-    def commit(record: object) -> str | None:
-        builds = getattr(record, "builds", ())
-        for build in builds:
-            if build.engine == key.engine and build.source and "git:" in build.source:
-                return str(build.source.rsplit("git:", 1)[1].split(":")[0].split()[0])
-        return None
-
-    return key.engine, only, commit(good_sweep), commit(bad_sweep)
+    good = commit(good_sweep.builds) if good_sweep is not None else None
+    return key.engine, only, good, commit(bad_sweep.builds)
 
 
 def _print_result(run: BisectRun) -> None:
@@ -92,7 +94,7 @@ def _print_result(run: BisectRun) -> None:
             say(f"  candidate: {b.commits[i].describe()}")
     skipped = [s for s in b.steps if s.verdict == "skip"]
     for s in skipped:
-        say(f"  skipped {b.commits[s.position].describe()}: {s.reason.splitlines()[0][:200]}")
+        say(f"  skipped {b.commits[s.position].describe()}: {s.reason[:400]}")
     say(
         f"this run: {run.builds} build(s), {run.cells} cell(s), {run.wall_s:.0f} s wall, "
         f"{run.engine_s:.0f} s engine; bisection total: {len(b.steps)} step(s), "
@@ -123,6 +125,10 @@ def bisect(
     ] = None,
     db: DbOption = None,
     ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster")] = None,
+    post_github: Annotated[
+        str | None,
+        typer.Option(help="OWNER/REPO#N: post the result as a comment (needs GITHUB_TOKEN)"),
+    ] = None,
 ) -> None:
     """Find the first commit between --good and --bad that dropped acceptance.
 
@@ -139,6 +145,13 @@ def bisect(
     from farm.workflows.bisect_pipeline import prepare_bisect, run_bisection
 
     pairs = parse_pairs(only, "--only", "AXIS=VALUE")
+    if post_github is not None:
+        from farm.notify.github import parse_pr_ref
+
+        try:
+            parse_pr_ref(post_github)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--post-github") from None
     try:
         url = db_url(db)
         if resume is not None:
@@ -165,7 +178,12 @@ def bisect(
             say=say,
             resume=resume,
         )
+        _print_result(result)
+        if post_github is not None:
+            from farm.cli.reports import post_to_github
+            from farm.report.markdown import render_bisection
+
+            post_to_github(post_github, render_bisection(result.bisection))
     except FarmError as exc:
         raise fail(exc) from None
-    _print_result(result)
     raise typer.Exit(0 if result.bisection.status == "found" else 3)

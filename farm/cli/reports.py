@@ -33,7 +33,14 @@ from farm.errors import FarmError
 if TYPE_CHECKING:
     from farm.records import SweepRecord
 
-__all__ = ["ReportFormat", "render_report", "report_files", "reports_app", "show_sweep"]
+__all__ = [
+    "ReportFormat",
+    "post_to_github",
+    "render_report",
+    "report_files",
+    "reports_app",
+    "show_sweep",
+]
 
 ReportFormat = Literal["md", "html"]
 
@@ -111,12 +118,19 @@ def report(
         str | None, typer.Option("--format", help="md or html: write a report file")
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="default: sweep-<id>.<format>")] = None,
+    bisection: Annotated[
+        int | None, typer.Option(help="show this stored `farm bisect` search instead")
+    ] = None,
 ) -> None:
     """Show a stored sweep as a matrix: acceptance, AL, per position, greedy agreement.
 
     With --format md|html, write a report with the checks' verdicts, a heatmap of the
-    change in AL across the matrix, per-position bars and trends instead.
+    change in AL across the matrix, per-position bars and trends instead. With
+    --bisection ID, show (or write) a bisection: its answer and every step's figures.
     """
+    if bisection is not None:
+        _report_bisection(bisection, db, fmt, out)
+        return
     if fmt is not None:
         if fmt not in ("md", "html"):
             raise typer.BadParameter("expected md or html", param_hint="--format")
@@ -145,7 +159,45 @@ def report(
         say(f"excluded {e.label}: {e.reason}")
 
 
-def _post_to_github(ref_text: str, text: str) -> None:
+def _report_bisection(bisection_id: int, db: str | None, fmt: str | None, out: Path | None) -> None:
+    """`farm report --bisection ID`: the steps as a table, or a Markdown/HTML file."""
+    from farm.report.markdown import BISECTION_HEAD, bisection_rows, render_bisection
+    from farm.store.bisections import get_bisection
+
+    if fmt is not None and fmt not in ("md", "html"):
+        raise typer.BadParameter("expected md or html", param_hint="--format")
+    try:
+        if out is not None:
+            check_output(out, db)
+        with open_session(db) as session:
+            b = get_bisection(session, bisection_id)
+        if fmt is None:
+            from rich.table import Table
+
+            say(f"bisection {b.id} ({b.job}, {b.engine}, {b.status}): {b.headline()}")
+            table = Table(*BISECTION_HEAD)
+            for row in bisection_rows(b):
+                table.add_row(*row)
+            console.print(table)
+            say(
+                f"{len(b.steps)} step(s), {b.builds_run} build(s), {b.cells_run} cell(s), "
+                f"{b.wall_s:.0f} s wall"
+            )
+            return
+        if fmt == "html":
+            from farm.report.html import render_bisection_html
+
+            text = render_bisection_html(b)
+        else:
+            text = render_bisection(b)
+        path = check_output(out or Path(f"bisection-{b.id}.{fmt}"), db)
+        write_output(path, text)
+    except FarmError as exc:
+        raise fail(exc) from None
+    say(f"wrote {path}")
+
+
+def post_to_github(ref_text: str, text: str) -> None:
     """Post ``text`` as a comment on pull request ``ref_text``; only warn without a token."""
     from farm.notify.github import DEFAULT_API_URL, GitHubClient, parse_pr_ref
     from farm.settings import get_settings
@@ -205,7 +257,7 @@ def compare(
         if out is not None:
             write_output(out, text)
         if post_github is not None:
-            _post_to_github(post_github, text)
+            post_to_github(post_github, text)
     except FarmError as exc:
         raise fail(exc) from None
     if fail_on_regression and comparison.count("regress"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from farm import __version__
 from farm.analysis.attribution import attribute, labels_from_report
@@ -28,12 +29,18 @@ from farm.report.figures import (
     row_figures,
 )
 
+if TYPE_CHECKING:
+    from farm.workflows.bisect import Bisection
+
 __all__ = [
+    "BISECTION_HEAD",
     "History",
+    "bisection_rows",
     "fmt_interval",
     "history_labels",
     "metric_label",
     "reference_label",
+    "render_bisection",
     "render_comparison",
     "render_markdown",
     "verdict_status",
@@ -363,3 +370,55 @@ def render_comparison(comparison: SweepComparison) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+BISECTION_HEAD = ("step", "commit", "subject", "verdict", "AL", "per position", "why")
+
+
+def bisection_rows(b: Bisection) -> list[list[str]]:
+    """The ends and each step of ``b`` as table rows (plain text): the step, the
+    commit, its subject, the verdict, AL and per-position acceptance of each
+    regressed variant, and why (the comparison with the ends, or why it was skipped)."""
+
+    def figures(figs: Sequence[tuple[str, float | None, tuple[float, ...]]]) -> tuple[str, str]:
+        al = "; ".join(f"{x:.3f}" for _, x, _ in figs if x is not None)
+        pos = "; ".join(" ".join(f"{p:.2f}" for p in per) for _, _, per in figs)
+        return al, pos
+
+    rows = []
+    for name, end in (("good end", b.good), ("bad end", b.bad)):
+        commit = next(c for c in b.commits if c.sha == end.commit)
+        al, pos = figures([(f.label, f.al, f.per_position) for f in end.figures])
+        sweeps = ", ".join(map(str, end.sweep_ids))
+        rows.append(
+            [name, commit.sha[:12], commit.subject, name.split()[0], al, pos, f"sweep {sweeps}"]
+        )
+    for number, step in enumerate(b.steps, 1):
+        commit = b.commits[step.position]
+        al, pos = figures(
+            [(j.figures.label, j.figures.al, j.figures.per_position) for j in step.judgements]
+        )
+        why = step.reason or "; ".join(j.note for j in step.judgements)
+        where = f"{number} [{step.position}/{len(b.commits) - 1}]"
+        rows.append([where, commit.sha[:12], commit.subject, step.verdict, al, pos, why])
+    return rows
+
+
+def render_bisection(b: Bisection) -> str:
+    """A bisection as Markdown: the answer, what was searched, the ends and each step
+    with its figures, and what it cost."""
+    lines = [
+        f"## mtp-farm bisection {b.id}: {b.job} / {b.engine}",
+        "",
+        f"**{b.headline()}**",
+        "",
+        f"- searched: {len(b.commits) - 1} first-parent commits of "
+        f"{b.overlay or b.engine} ({b.repo}) from {b.good.commit[:12]} to {b.bad.commit[:12]}",
+        f"- regressed variants: {', '.join(sorted(b.regressed)) or '-'}",
+        f"- cost: {len(b.steps)} step(s), {b.builds_run} build(s), {b.cells_run} cell(s), "
+        f"{b.wall_s:.0f} s wall",
+    ]
+    if b.first_bad is not None and b.commits[b.first_bad].pr is not None and b.status == "found":
+        lines.append(f"- pull request: #{b.commits[b.first_bad].pr}")
+    lines += ["", *_table(BISECTION_HEAD, bisection_rows(b))]
+    return "\n".join(lines) + "\n"

@@ -87,9 +87,7 @@ def get_bisection(session: Session, bisection_id: int) -> Bisection:
     """Bisection ``bisection_id`` with its steps. FarmError when there is none."""
     row = session.get(BisectionRow, bisection_id)
     if row is None:
-        raise FarmError(
-            f"bisection {bisection_id}: no such bisection (`farm report --bisections` lists them)"
-        )
+        raise FarmError(f"--bisection {bisection_id}: no such bisection in this store")
     return _record(session, row)
 
 

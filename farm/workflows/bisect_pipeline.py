@@ -82,7 +82,7 @@ _ANY_AGE = timedelta(days=36500)
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class BisectSetup(_Frozen):
@@ -405,7 +405,8 @@ class _Bisector:
             got += new
             sweeps.append(ran)
             engine_s = _engine_s(new)
-            self.cells += len(new)
+            # A cell whose build failed never reached an engine: not a cell run.
+            self.cells += sum(c.result is None or c.result.status != "build_failed" for c in new)
             self.builds += int(built)
             self.engine_s += engine_s
         base = (
@@ -545,12 +546,14 @@ def run_bisection(
                 build_id=good_m.build_id,
                 sweep_ids=good_m.sweep_ids,
                 figures=check.good,
+                engine_s=_engine_s(good_rec.cells),
             ),
             bad=Endpoint(
                 commit=commits[-1].sha,
                 build_id=bad_m.build_id,
                 sweep_ids=bad_m.sweep_ids,
                 figures=check.bad,
+                engine_s=_engine_s(bad_rec.cells),
             ),
         )
         with work.session() as s:

