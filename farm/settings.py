@@ -178,6 +178,18 @@ class GitHubSettings(_Service):
         description="GitHub REST API base URL, for GitHub Enterprise "
         "(default: farm.notify.github.DEFAULT_API_URL, https://api.github.com).",
     )
+    repository: str | None = Field(
+        None,
+        validation_alias="GITHUB_REPOSITORY",
+        description="OWNER/REPO that `farm pr` posts to when --repo is not given (GitHub "
+        "Actions sets it); default: the repository of the source the PR replaces.",
+    )
+    publish_url: str | None = Field(
+        None,
+        validation_alias="FARM_PUBLISH_URL",
+        description="URL the report folder is served at: `farm pr` links its commit "
+        "status to the report there (or --publish-url).",
+    )
 
 
 class GrafanaSettings(_Service):

@@ -140,8 +140,8 @@ def pr(
     repo: Annotated[
         str | None,
         typer.Option(
-            envvar="GITHUB_REPOSITORY",
-            help="OWNER/REPO of the PR; default: the repository of the source it replaces",
+            help="OWNER/REPO of the PR; default: GITHUB_REPOSITORY, else the repository of "
+            "the source it replaces",
         ),
     ] = None,
     post: Annotated[bool, typer.Option(help="comment on the PR and set its status")] = True,
@@ -150,7 +150,7 @@ def pr(
     ] = None,
     publish_url: Annotated[
         str | None,
-        typer.Option(envvar="FARM_PUBLISH_URL", help="URL the publish folder is served at"),
+        typer.Option(help="URL the publish folder is served at; default: FARM_PUBLISH_URL"),
     ] = None,
 ) -> None:
     """Validate pull request N of an engine: build the engine with the PR head, run its
@@ -162,6 +162,7 @@ def pr(
     or GitHub unreachable, 3 cells failed but no regression.
     """
     from farm.cli.preflight import check_job
+    from farm.settings import get_settings
     from farm.sweep import plan_job
     from farm.workflows.pr import parse_age, pr_job
     from farm.workflows.pr_pipeline import (
@@ -179,6 +180,8 @@ def pr(
             raise FarmError("--only engine=...: farm pr runs the engine --engine names")
         max_age = parse_age(baseline_max_age)
         url = db_url(db)
+        repo = repo or get_settings().github.repository
+        publish_url = publish_url or get_settings().github.publish_url
         checked, _ = check_job(job_file, pairs, on_this_machine=ray_address is None)
         spec = checked.spec
         setup = prepare_pr(

