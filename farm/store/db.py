@@ -325,13 +325,7 @@ def _upgrade_locked(url: str, create: bool) -> str:
                     revision = _migrate(connection, url)
                 _check_tables(connection, url)
         except SQLAlchemyError as exc:
-            raise _store_error(
-                url,
-                "cannot migrate the farm store",
-                exc,
-                hint="if the database was migrated by a newer mtp-farm, upgrade mtp-farm; "
-                "otherwise the error above names the failing statement",
-            ) from exc
+            raise _migration_error(url, exc) from exc
     finally:
         engine.dispose()
     if revision is None:
@@ -351,14 +345,18 @@ def _migrate(connection: sa.Connection, url: str) -> str | None:
     try:
         command.upgrade(cfg, "head")
     except CommandError as exc:
-        raise _store_error(
-            url,
-            "cannot migrate the farm store",
-            exc,
-            hint="if the database was migrated by a newer mtp-farm, upgrade mtp-farm; "
-            "otherwise the error above names the failing statement",
-        ) from exc
+        raise _migration_error(url, exc) from exc
     return MigrationContext.configure(connection).get_current_revision()
+
+
+def _migration_error(url: str, exc: Exception) -> StoreError:
+    return _store_error(
+        url,
+        "cannot migrate the farm store",
+        exc,
+        hint="if the database was migrated by a newer mtp-farm, upgrade mtp-farm; "
+        "otherwise the error above names the failing statement",
+    )
 
 
 @contextlib.contextmanager

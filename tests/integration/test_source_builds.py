@@ -8,7 +8,6 @@ no engine. Its ``MARK`` says which commit was installed.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from farm.cli.main import app
 from farm.errors import BuildError
 from farm.records import BuildInfo
 from farm.spec import EngineSpec
+from tests.fakes.plugin_repo import git as _git
 
 PYPROJECT = """\
 [build-system]
@@ -53,19 +53,6 @@ PATCH = """\
 -MARK = "pr7"
 +MARK = "pr7-patched"
 """
-
-
-def _git(cwd: Path, *args: str) -> str:
-    env = {
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-        "PATH": os.environ["PATH"],
-        "HOME": str(cwd),
-    }
-    out = subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
-    return out.stdout.decode().strip()
 
 
 def _commit_mark(repo: Path, mark: str) -> str:

@@ -11,7 +11,6 @@ import hashlib
 import json
 import platform
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from farm.cli.main import app
 from farm.engines import adapter_for
 from farm.errors import BuildError, SpecError
 from farm.spec import EngineSpec, parse_job
+from tests.fakes.plugin_repo import git as _git
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,19 +40,6 @@ workloads:
   - name: arith
     prompts: ../workloads/arith.jsonl
 """
-
-
-def _git(cwd: Path, *args: str) -> str:
-    env = {
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(cwd),
-    }
-    out = subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
-    return out.stdout.decode().strip()
 
 
 def _commit(repo: Path, files: dict[str, str], message: str) -> str:

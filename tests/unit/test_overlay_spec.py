@@ -7,7 +7,6 @@ Real git on a temporary repository; nothing is installed here
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -36,6 +35,7 @@ from farm.spec import (
     parse_job,
     parse_job_file,
 )
+from tests.fakes.plugin_repo import git as _git
 
 JOB = """\
 name: t
@@ -62,19 +62,6 @@ DIFF = """\
 
 def _job(engine: str) -> str:
     return JOB.format(engine=engine)
-
-
-def _git(cwd: Path, *args: str) -> str:
-    env = {
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(cwd),
-    }
-    out = subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
-    return out.stdout.decode().strip()
 
 
 @pytest.fixture()
