@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["alerts_app"]
 
 alerts_app = typer.Typer(
+    rich_markup_mode="markdown",
     help="Regression alerts: raise them from a sweep, list, acknowledge, resolve.",
     no_args_is_help=True,
 )

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["bisect_app"]
 
-bisect_app = typer.Typer()
+bisect_app = typer.Typer(rich_markup_mode="markdown")
 
 
 def _runner(url: str, only: dict[str, str], ray: str | None) -> SweepRunner:

@@ -13,7 +13,11 @@ from farm.cli.common import console, home
 
 __all__ = ["builds_app"]
 
-builds_app = typer.Typer(help="Engine builds cached under FARM_HOME/cache.", no_args_is_help=True)
+builds_app = typer.Typer(
+    rich_markup_mode="markdown",
+    help="Engine builds cached under FARM_HOME/cache.",
+    no_args_is_help=True,
+)
 
 
 def _print_unreadable(lines: tuple[str, ...]) -> None:

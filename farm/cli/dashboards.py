@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["dashboards_app"]
 
 dashboards_app = typer.Typer(
+    rich_markup_mode="markdown",
     help="Grafana dashboards and alert rules generated from code (dashboards/).",
     no_args_is_help=True,
 )

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["logs_app"]
 
 logs_app = typer.Typer(
+    rich_markup_mode="markdown",
     help="Logs: engine logs in FARM_HOME/logs, the local Ray clusters' session folders.",
     no_args_is_help=True,
 )

@@ -26,6 +26,7 @@ from farm.cli.submit import submit_app
 __all__ = ["app", "main"]
 
 app = typer.Typer(
+    rich_markup_mode="markdown",
     help="mtp-farm: sweep speculative decoding across engine builds and modes.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,

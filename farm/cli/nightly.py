@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["nightly_app"]
 
-nightly_app = typer.Typer()
+nightly_app = typer.Typer(rich_markup_mode="markdown")
 
 # Statuses of a sweep whose every cell ran: nothing left for --resume to run.
 _FINISHED = ("ok", "failed")

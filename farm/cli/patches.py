@@ -24,12 +24,12 @@ if TYPE_CHECKING:
 
 __all__ = ["patches_app"]
 
-patches_app = typer.Typer(no_args_is_help=True)
+patches_app = typer.Typer(rich_markup_mode="markdown", no_args_is_help=True)
 
 
 @patches_app.callback()
 def _group() -> None:
-    """Bundled engine patch series (patches/<engine>/series.yaml)."""
+    """Bundled engine patch series (`patches/<engine>/series.yaml`)."""
 
 
 _STYLE = {

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["pr_app"]
 
-pr_app = typer.Typer()
+pr_app = typer.Typer(rich_markup_mode="markdown")
 
 
 def _github(

@@ -44,7 +44,7 @@ __all__ = [
 
 ReportFormat = Literal["md", "html"]
 
-reports_app = typer.Typer()
+reports_app = typer.Typer(rich_markup_mode="markdown")
 
 
 def show_sweep(record: SweepRecord, title: str) -> None:
@@ -117,7 +117,9 @@ def report(
     fmt: Annotated[
         str | None, typer.Option("--format", help="md or html: write a report file")
     ] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="default: sweep-<id>.<format>")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="default: `sweep-<id>.<format>`")
+    ] = None,
     bisection: Annotated[
         int | None, typer.Option(help="show this stored `farm bisect` search instead")
     ] = None,

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["run_app"]
 
-run_app = typer.Typer()
+run_app = typer.Typer(rich_markup_mode="markdown")
 
 OnlyOption = Annotated[list[str] | None, typer.Option("--only", help="AXIS=VALUE; repeatable")]
 

@@ -10,7 +10,9 @@ from farm.errors import FarmError
 
 __all__ = ["spool_app"]
 
-spool_app = typer.Typer(help="Results spooled to disk when the store refused them.")
+spool_app = typer.Typer(
+    rich_markup_mode="markdown", help="Results spooled to disk when the store refused them."
+)
 
 
 def _print_unreadable(lines: tuple[str, ...]) -> None:

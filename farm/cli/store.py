@@ -25,8 +25,8 @@ from farm.errors import FarmError
 
 __all__ = ["db_app", "store_app"]
 
-store_app = typer.Typer()
-db_app = typer.Typer(help="The SQL store.", no_args_is_help=True)
+store_app = typer.Typer(rich_markup_mode="markdown")
+db_app = typer.Typer(rich_markup_mode="markdown", help="The SQL store.", no_args_is_help=True)
 
 
 @store_app.command()

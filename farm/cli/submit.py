@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Submission", "SubmitError", "make_submission", "submit", "submit_app"]
 
-submit_app = typer.Typer()
+submit_app = typer.Typer(rich_markup_mode="markdown")
 
 
 def __getattr__(name: str) -> Any:
