@@ -9,6 +9,8 @@ Two steps, so that ``farm plan`` can show build ids without downloading anything
 - :func:`installable` yields the pip requirement that installs exactly that
   content: a ``package @ file://`` reference to the wheel, a snapshot of the tree,
   or a checkout of the commit fetched into a cached bare repository.
+- :func:`list_releases` lists the releases of a package on the index pip is
+  configured with (``farm bisect`` over PyPI releases).
 
 A tree is installed from a copy of exactly the files its identity hashes, never in
 place: an in-place build leaves ``build/`` behind for the next one to reuse, and pip
@@ -25,6 +27,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,7 +38,13 @@ from filelock import FileLock
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from pydantic import BaseModel, ConfigDict
 
-from farm.builds.environment import StepTimeoutError, git_environment, mask_text, run_step
+from farm.builds.environment import (
+    StepTimeoutError,
+    build_environment,
+    git_environment,
+    mask_text,
+    run_step,
+)
 from farm.errors import BuildError
 from farm.settings import get_settings
 from farm.spec import EngineSpec, GitSource, PullRequestSource
@@ -45,6 +54,7 @@ __all__ = [
     "ResolvedSource",
     "SourceError",
     "installable",
+    "list_releases",
     "resolve_source",
     "tree_digest",
 ]
@@ -53,6 +63,8 @@ SourceKind = Literal["pypi", "wheel", "tree", "git"]
 USED_MARK = "farm-last-used"
 LineSink = Callable[[str], None]
 
+# `pip index versions` (pip >= 21.2; no --json before pip 25): "Available versions: a, b"
+_AVAILABLE = re.compile(r"^Available versions:(.*)$", re.MULTILINE)
 _FULL_COMMIT = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _SHORT_COMMIT = re.compile(r"^[0-9a-fA-F]{4,39}$")
 # Never part of a tree's identity: VCS data, caches, and what building it writes
@@ -144,6 +156,35 @@ def installable(
     else:
         with _checkout(engine, source, cache_dir, say) as tree:
             yield f"{engine.package} @ {(tree / source.subdirectory).as_uri()}"
+
+
+def list_releases(package: str) -> tuple[str, ...]:
+    """Every release of ``package`` (pre-releases too) that pip would install on this
+    Python from the index it is configured with (``pip config list``, ``PIP_*``:
+    index URL, extra indexes, find-links), as the index spells them, newest first.
+
+    Asks ``pip index versions`` rather than the index itself, so what is listed is
+    what a build of one of them installs. Raises SourceError when pip fails (no such
+    package on the index, the index unreachable) with pip's own message.
+    """
+    limits = get_settings().builds
+    argv = [sys.executable, "-m", "pip", "index", "versions", "--pre", package]
+    proc = run_step(
+        argv,
+        what=f"list the releases of {package}",
+        timeout_s=limits.pip_timeout_s,
+        kill_wait_s=limits.kill_wait_s,
+        setting="FARM_PIP_TIMEOUT_S",
+        env=build_environment(),
+    )
+    found = _AVAILABLE.search(proc.stdout)
+    if proc.returncode != 0 or found is None:
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
+        problem = " ".join(errors) or proc.stderr.strip() or proc.stdout.strip()
+        raise SourceError(
+            mask_text(f"cannot list the releases of {package} on the package index: {problem}")
+        )
+    return tuple(v.strip() for v in found[1].split(",") if v.strip())
 
 
 def tree_digest(root: Path) -> str:

@@ -8,7 +8,7 @@ this module loads only typer, rich and the CLI's common parts.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NamedTuple
 
 import typer
 
@@ -53,13 +53,20 @@ def _runner(url: str, only: dict[str, str], ray: str | None) -> SweepRunner:
     return run
 
 
-def _from_alert(url: str, alert_id: int) -> tuple[str, dict[str, str], str | None, str | None]:
-    """(engine, --only of the alert's cell, good ref, bad ref) from stored alert
-    ``alert_id``: the refs are the git commits the builds of the alert's baseline sweep
-    and its own sweep record for the engine (None where a build records none)."""
+class _AlertEnds(NamedTuple):
+    engine: str
+    only: dict[str, str]  # the alert's cell as --only pairs
+    good: tuple[BuildInfo, ...]  # the builds of the alert's baseline sweep
+    bad: tuple[BuildInfo, ...]  # the builds of the alert's own sweep
+
+
+def _from_alert(url: str, alert_id: int) -> _AlertEnds:
+    """The engine, the cell and both ends' builds of stored alert ``alert_id``: the
+    good end is the baseline sweep its figures name (``... in sweep N``), the bad
+    end the sweep that raised it."""
     from farm.store.alerts import get_alert
     from farm.store.repository import load_sweep
-    from farm.workflows.bisect import baseline_sweep_of, commit_of_source
+    from farm.workflows.bisect import baseline_sweep_of
 
     with open_session(url) as session:
         alert = get_alert(session, alert_id)  # StoreError: no such alert
@@ -70,15 +77,21 @@ def _from_alert(url: str, alert_id: int) -> tuple[str, dict[str, str], str | Non
         baselines = [baseline_sweep_of(f.reference) for f in alert.details.figures]
         good_id = next((b for b in baselines if b is not None), None)
         good_sweep = load_sweep(session, good_id) if good_id is not None else None
+    good = good_sweep.builds if good_sweep is not None else ()
+    return _AlertEnds(key.engine, only, tuple(good), tuple(bad_sweep.builds))
 
-    def commit(builds: Sequence[BuildInfo]) -> str | None:
-        return next(
-            (c for b in builds if b.engine == key.engine and (c := commit_of_source(b.source))),
-            None,
-        )
 
-    good = commit(good_sweep.builds) if good_sweep is not None else None
-    return key.engine, only, good, commit(bad_sweep.builds)
+def _alert_refs(job: JobSpec, ends: _AlertEnds) -> tuple[str | None, str | None]:
+    """(good, bad): the commit or release of the bisected part each end's build of the
+    alert's engine recorded (None where it records none)."""
+    from farm.workflows.bisect_pipeline import bisected_part, job_engine
+
+    part = bisected_part(job_engine(job, ends.engine))
+
+    def ref(builds: Sequence[BuildInfo]) -> str | None:
+        return next((r for b in builds if b.engine == ends.engine and (r := part.ref_of(b))), None)
+
+    return ref(ends.good), ref(ends.bad)
 
 
 def _print_result(run: BisectRun) -> None:
@@ -86,7 +99,7 @@ def _print_result(run: BisectRun) -> None:
     colour = "green" if b.status == "found" else "yellow"
     say((f"bisection {b.id}: {b.headline()}", colour))
     if b.status == "found" and b.first_bad is not None:
-        pr = b.commits[b.first_bad].pr
+        pr = b.commits[b.first_bad].pr  # None for a release
         if pr is not None:
             say(f"  pull request: #{pr}")
     if b.status == "inconclusive" and b.first_bad is not None and b.last_good is not None:
@@ -130,14 +143,16 @@ def bisect(
         typer.Option(help="OWNER/REPO#N: post the result as a comment (needs GITHUB_TOKEN)"),
     ] = None,
 ) -> None:
-    """Find the first commit between --good and --bad that dropped acceptance.
+    """Find the first commit (or release) between --good and --bad that dropped acceptance.
 
     The candidates are the first-parent commits of the engine's git overlay (or its own
-    git source). The ends are measured first (stored cells of the same build reused);
-    then each step builds the midpoint (layered on the cached base), runs only the
-    cells whose AL fell between the ends, and judges it against both ends. A commit
-    that does not build or run is skipped. Every step is stored: a second run, or
-    --resume ID, continues without measuring a finished step again.
+    git source); for a PyPI overlay (or engine) without git, the releases between the
+    two versions on the package index pip is configured with (pre-releases only when
+    an end is one). The ends are measured first (stored cells of the same build
+    reused); then each step builds the midpoint (layered on the cached base for an
+    overlay), runs only the cells whose AL fell between the ends, and judges it
+    against both ends. A step that does not build or run is skipped. Every step is
+    stored: a second run, or --resume ID, continues without measuring it again.
 
     Exit status: 0 found, 3 inconclusive, 2 bad input.
     """
@@ -159,16 +174,23 @@ def bisect(
             engine = engine or stored.engine
             good = good or stored.good.commit
             bad = bad or stored.bad.commit
-        if from_alert is not None:
-            a_engine, a_only, a_good, a_bad = _from_alert(url, from_alert)
-            engine = engine or a_engine
-            pairs = a_only | pairs
-            good, bad = good or a_good, bad or a_bad
-        missing = [n for n, v in (("--engine", engine), ("--good", good), ("--bad", bad)) if not v]
-        if missing:
-            raise FarmError(f"{', '.join(missing)} missing: give them (or --from-alert, --resume)")
-        assert engine and good and bad
+        alert = _from_alert(url, from_alert) if from_alert is not None else None
+        if alert is not None:
+            engine = engine or alert.engine
+            pairs = alert.only | pairs
+        if not engine:
+            raise FarmError("--engine missing: give it (or --from-alert, --resume)")
         checked, _ = check_job(job_file, pairs, on_this_machine=ray_address is None)
+        if alert is not None:
+            a_good, a_bad = _alert_refs(checked.spec, alert._replace(engine=engine))
+            good, bad = good or a_good, bad or a_bad
+        missing = [n for n, v in (("--good", good), ("--bad", bad)) if not v]
+        if missing:
+            why = f" (alert {from_alert}'s builds record no commit or release)" if alert else ""
+            raise FarmError(
+                f"{', '.join(missing)} missing{why}: give them (or --from-alert, --resume)"
+            )
+        assert good and bad
         setup = prepare_bisect(checked.spec, engine, good, bad, pairs, home() / "cache")
         result = run_bisection(
             setup,

@@ -437,7 +437,7 @@ def render_bisection_html(b: Bisection) -> str:
     ]
     pr = b.commits[b.first_bad].pr if b.first_bad is not None and b.status == "found" else None
     meta = (
-        f"{len(b.commits) - 1} first-parent commits of {b.overlay or b.engine} ({b.repo}); "
+        f"{b.searched()}; "
         f"{len(b.steps)} step(s), {b.builds_run} build(s), {b.cells_run} cell(s), "
         f"{b.wall_s:.0f} s wall"
     )

@@ -412,8 +412,7 @@ def render_bisection(b: Bisection) -> str:
         "",
         f"**{b.headline()}**",
         "",
-        f"- searched: {len(b.commits) - 1} first-parent commits of "
-        f"{b.overlay or b.engine} ({b.repo}) from {b.good.commit[:12]} to {b.bad.commit[:12]}",
+        f"- searched: {b.searched()} from {b.good.commit[:12]} to {b.bad.commit[:12]}",
         f"- regressed variants: {', '.join(sorted(b.regressed)) or '-'}",
         f"- cost: {len(b.steps)} step(s), {b.builds_run} build(s), {b.cells_run} cell(s), "
         f"{b.wall_s:.0f} s wall",

