@@ -15,7 +15,7 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	scripts/ensure-postgres.sh
-	$(VENV)/bin/pytest -n 2 --dist loadgroup tests
+	PYTEST=$(VENV)/bin/pytest scripts/run-tests.sh
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check farm tests bench
