@@ -53,9 +53,11 @@ __all__ = [
     "USED_MARK",
     "ResolvedSource",
     "SourceError",
+    "git",
     "installable",
     "list_releases",
     "resolve_source",
+    "source_repository",
     "tree_digest",
 ]
 
@@ -225,7 +227,7 @@ def _snapshot(engine: EngineSpec, source: ResolvedSource, cache_dir: Path) -> It
         # Version schemes such as setuptools-scm read git metadata: point the copy at
         # the original repository when the tree is the top of a work tree.
         argv = ["-C", str(root), "rev-parse", "--show-toplevel", "--absolute-git-dir"]
-        top = _git(argv, check=False).stdout.splitlines()
+        top = git(argv, check=False).stdout.splitlines()
         if len(top) == 2 and Path(top[0]) == root.resolve():
             (tree / ".git").write_text(f"gitdir: {top[1]}\n")
         yield tree
@@ -267,7 +269,7 @@ def _tree_files(root: Path) -> list[str]:
 def _git_listed(root: Path) -> list[str]:
     """Files git tracks or would track under ``root``; empty outside a work tree."""
     argv = ["-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
-    listed = _git(argv, check=False)
+    listed = git(argv, check=False)
     if listed.returncode != 0:
         return []
     return [n for n in listed.stdout.split("\0") if n]
@@ -334,10 +336,10 @@ def _resolve_git(engine: EngineSpec, src: GitSource | PullRequestSource) -> Reso
 def _local_commit(engine: EngineSpec, where: str, repo: Path, ref: str) -> str:
     if not repo.is_dir():
         raise _error(engine, where, f"{repo} does not exist")
-    probe = _git(["-C", str(repo), "rev-parse", "--git-dir"], check=False)
+    probe = git(["-C", str(repo), "rev-parse", "--git-dir"], check=False)
     if probe.returncode != 0:
         raise _error(engine, where, f"{repo} is not a git repository")
-    found = _git(
+    found = git(
         [
             "-C",
             str(repo),
@@ -381,23 +383,15 @@ def _checkout(
 ) -> Iterator[Path]:
     assert source.commit and source.location and source.ref
     where = source.label
-    root = cache_dir / "sources" / "git"
-    root.mkdir(parents=True, exist_ok=True)
-    key = hashlib.sha256(source.location.encode()).hexdigest()[:16]
-    bare = root / f"{key}.git"
     keep = f"refs/farm/{source.commit}"
-    with FileLock(str(root / f"{key}.lock")):
-        if not bare.exists():
-            _git(["init", "--quiet", "--bare", str(bare)])
-            (bare / "farm-source").write_text(source.location + "\n")
+    with source_repository(cache_dir, source.location) as bare:
         if not _has(bare, keep):
             _fetch(engine, source, bare, keep, say)
-        (bare / USED_MARK).touch()  # `farm builds gc` prunes repositories unused a while
-    scratch = Path(tempfile.mkdtemp(prefix=f"{source.commit[:12]}-", dir=root))
+    scratch = Path(tempfile.mkdtemp(prefix=f"{source.commit[:12]}-", dir=bare.parent))
     try:
         tree = scratch / "src"
-        _git(["clone", "--quiet", "--shared", "--no-checkout", str(bare), str(tree)])
-        _git(["-C", str(tree), "checkout", "--quiet", "--detach", source.commit])
+        git(["clone", "--quiet", "--shared", "--no-checkout", str(bare), str(tree)])
+        git(["-C", str(tree), "checkout", "--quiet", "--detach", source.commit])
         if not (tree / source.subdirectory).is_dir():
             raise _error(engine, where, f"no folder {source.subdirectory!r} at this commit")
         yield tree
@@ -405,9 +399,26 @@ def _checkout(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+@contextmanager
+def source_repository(cache_dir: Path, location: str) -> Iterator[Path]:
+    """The source cache's bare repository of ``location`` (made when missing), held
+    under its lock for the block: builds fetch commits into it, `farm bisect` its
+    history."""
+    root = cache_dir / "sources" / "git"
+    root.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256(location.encode()).hexdigest()[:16]
+    bare = root / f"{key}.git"
+    with FileLock(str(root / f"{key}.lock")):
+        if not bare.exists():
+            git(["init", "--quiet", "--bare", str(bare)])
+            (bare / "farm-source").write_text(location + "\n")
+        (bare / USED_MARK).touch()  # `farm builds gc` prunes repositories unused a while
+        yield bare
+
+
 def _has(bare: Path, ref: str) -> bool:
     return (
-        _git(["--git-dir", str(bare), "rev-parse", "-q", "--verify", ref], check=False).returncode
+        git(["--git-dir", str(bare), "rev-parse", "-q", "--verify", ref], check=False).returncode
         == 0
     )
 
@@ -422,18 +433,18 @@ def _fetch(
     fetch = ["--git-dir", str(bare), "fetch", "--quiet", "--tags", "--force", "--", source.location]
     # The commit itself first: exactly what was resolved, even if the ref moved since.
     # Servers that refuse unadvertised commits get the ref, checked against the commit.
-    if _git([*fetch, f"+{source.commit}:{keep}"], check=False).returncode == 0:
+    if git([*fetch, f"+{source.commit}:{keep}"], check=False).returncode == 0:
         return
     _git_retrying(engine, source.label, [*fetch, f"+{source.ref}:{keep}"], "fetch")
-    got = _git(["--git-dir", str(bare), "rev-parse", f"{keep}^{{commit}}"]).stdout.strip()
+    got = git(["--git-dir", str(bare), "rev-parse", f"{keep}^{{commit}}"]).stdout.strip()
     if got != source.commit:
-        _git(["--git-dir", str(bare), "update-ref", "-d", keep])
+        git(["--git-dir", str(bare), "update-ref", "-d", keep])
         raise _error(
             engine, source.label, f"{source.ref} moved to {got[:12]} while building; run again"
         )
 
 
-def _git(argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+def git(argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run git with the build environment (no secrets, no credential prompt) and the
     FARM_GIT_TIMEOUT_S deadline. Raises SourceError on failure when ``check``, and
     StepTimeoutError on the deadline whatever ``check`` says."""
@@ -462,9 +473,9 @@ def _git_retrying(engine: EngineSpec, where: str, argv: list[str], what: str) ->
     """Run a git command that may touch the network: once more on failure, then fail.
     A command that ran out of time is not run again."""
     try:
-        proc = _git(argv, check=False)
+        proc = git(argv, check=False)
         if proc.returncode != 0:
-            proc = _git(argv, check=False)
+            proc = git(argv, check=False)
     except StepTimeoutError as exc:
         raise _error(engine, where, str(exc)) from None
     if proc.returncode != 0:

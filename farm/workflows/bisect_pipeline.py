@@ -32,14 +32,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session
 
 from farm import store
 from farm.analysis.verdicts import CheckConfig
 from farm.builds.cache import MARKER
-from farm.builds.environment import git_environment
+from farm.builds.history import first_parent_commits, history_repository
 from farm.builds.sources import list_releases
 from farm.builds.venv import plan_builds
 from farm.errors import FarmError
@@ -221,119 +220,6 @@ def _at_release(engine: EngineSpec, overlay: str | None, version: str) -> Engine
     return EngineSpec.model_validate(engine.model_copy(update=update).model_dump())
 
 
-# --- git ------------------------------------------------------------------------------
-
-
-def _git(repo: str, *argv: str, check: bool = True) -> str | None:
-    import subprocess
-
-    proc = subprocess.run(
-        ["git", *argv],
-        cwd=repo,
-        env=git_environment(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if proc.returncode != 0:
-        if check:
-            raise FarmError(f"git {' '.join(argv)} in {repo} failed: {proc.stderr.strip()}")
-        return None
-    return proc.stdout
-
-
-def _local_repo(source: GitSource | PullRequestSource, cache_dir: Path, refs: Sequence[str]) -> str:
-    """A folder holding the history: the mirror or local repository itself, or a bare
-    copy of a remote under the source cache with ``refs`` fetched into it."""
-    location = source.mirror if source.mirror and Path(source.mirror).exists() else source.repo
-    if not location:
-        raise FarmError("the bisected source names no repository")
-    if not source.is_remote(location):
-        if (
-            not Path(location).is_dir()
-            or _git(location, "rev-parse", "--git-dir", check=False) is None
-        ):
-            raise FarmError(f"{location} is not a git repository")
-        return location
-    root = cache_dir / "sources" / "git"
-    root.mkdir(parents=True, exist_ok=True)
-    key = hashlib.sha256(location.encode()).hexdigest()[:16]  # the source cache's own key
-    bare = root / f"{key}.git"
-    with FileLock(str(root / f"{key}.lock")):
-        if not bare.exists():
-            _git(str(root), "init", "--quiet", "--bare", str(bare))
-            (bare / "farm-source").write_text(location + "\n")
-        for i, ref in enumerate(refs):
-            spec = f"+{ref}:refs/farm-bisect/{i}"
-            if (
-                _git(str(bare), "fetch", "--quiet", "--tags", "--", location, spec, check=False)
-                is None
-            ):
-                raise FarmError(f"ref {ref!r} not found at {location}")
-    return str(bare)
-
-
-def _commit(repo: str, ref: str, option: str) -> str:
-    found = _git(
-        repo,
-        "rev-parse",
-        "--verify",
-        "--quiet",
-        "--end-of-options",
-        f"{ref}^{{commit}}",
-        check=False,
-    )
-    if not found:
-        raise FarmError(f"{option} {ref}: no such commit, branch or tag in {repo}")
-    return found.strip()
-
-
-def _is_ancestor(repo: str, older: str, newer: str) -> bool:
-    return _git(repo, "merge-base", "--is-ancestor", older, newer, check=False) is not None
-
-
-def list_commits(
-    repo: str, good_ref: str, bad_ref: str, remote: bool = False
-) -> tuple[Commit, ...]:
-    """The first-parent commits from ``good_ref`` to ``bad_ref``, oldest first, both
-    ends included. FarmError for a ref that does not exist, ends in the wrong order,
-    a good end off the bad end's first-parent line, or no commit between them."""
-    refs = ("refs/farm-bisect/0", "refs/farm-bisect/1") if remote else (good_ref, bad_ref)
-    good = _commit(repo, refs[0], "--good")
-    bad = _commit(repo, refs[1], "--bad")
-    if good == bad:
-        raise FarmError(
-            f"--good {good_ref} and --bad {bad_ref} are the same commit {good[:12]}: "
-            "no commits to bisect"
-        )
-    if not _is_ancestor(repo, good, bad):
-        if _is_ancestor(repo, bad, good):
-            raise FarmError(
-                f"--good {good_ref} ({good[:12]}) comes after --bad {bad_ref} ({bad[:12]}) in the "
-                "history: are the ends swapped?"
-            )
-        raise FarmError(
-            f"--good {good_ref} is not an ancestor of --bad {bad_ref}: "
-            "no range of commits between them"
-        )
-    listing = (
-        _git(
-            repo, "log", "--first-parent", "--reverse", "--format=%H%x00%P%x00%s", f"{good}..{bad}"
-        )
-        or ""
-    )
-    rows = [line.split("\x00", 2) for line in listing.splitlines() if line]
-    if not rows:
-        raise FarmError(f"no commits between --good {good_ref} and --bad {bad_ref}")
-    if rows[0][1].split()[:1] != [good]:
-        raise FarmError(
-            f"--good {good_ref} ({good[:12]}) is not on the first-parent line of --bad {bad_ref}; "
-            "give a commit of that line (the merge that brought it in)"
-        )
-    subject = (_git(repo, "log", "-1", "--format=%s", good) or "").strip()
-    return (Commit.of(good, subject), *(Commit.of(sha, subj) for sha, _, subj in rows))
-
-
 # --- setup --------------------------------------------------------------------------
 
 
@@ -387,9 +273,11 @@ def prepare_bisect(
         location = (
             source.mirror if source.mirror and Path(source.mirror).exists() else source.repo or ""
         )
-        remote = source.is_remote(location)
-        repo = _local_repo(source, cache_dir, (good_ref, bad_ref))
-        commits = list_commits(repo, good_ref, bad_ref, remote=remote)
+        repo, remote = history_repository(source, cache_dir, (good_ref, bad_ref))
+        commits = tuple(
+            Commit.of(sha, subject)
+            for sha, subject in first_parent_commits(repo, good_ref, bad_ref, remote=remote)
+        )
     overlay = part.overlay
     planned = plan_job(_one_engine_job(job, engine, job.name), only)
     cells = tuple(c for c in planned.cells if c.mtp_depth > 0)
