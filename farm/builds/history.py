@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from farm.builds.environment import mask_text
-from farm.builds.sources import SourceError, git, source_repository
+from farm.builds.sources import SourceError, git, local_commit, source_repository
 from farm.spec import GitSource, PullRequestSource
 
 __all__ = ["first_parent_commits", "history_repository"]
@@ -41,21 +41,10 @@ def history_repository(
 
 
 def _commit(repo: Path, ref: str, option: str) -> str:
-    found = git(
-        [
-            "-C",
-            str(repo),
-            "rev-parse",
-            "--verify",
-            "--quiet",
-            "--end-of-options",
-            f"{ref}^{{commit}}",
-        ],
-        check=False,
-    )
-    if found.returncode != 0:
+    found = local_commit(repo, ref)
+    if found is None:
         raise SourceError(f"{option} {ref}: no such commit, branch or tag in {repo}")
-    return found.stdout.strip()
+    return found
 
 
 def _is_ancestor(repo: Path, older: str, newer: str) -> bool:

@@ -56,6 +56,7 @@ __all__ = [
     "git",
     "installable",
     "list_releases",
+    "local_commit",
     "resolve_source",
     "source_repository",
     "tree_digest",
@@ -339,21 +340,17 @@ def _local_commit(engine: EngineSpec, where: str, repo: Path, ref: str) -> str:
     probe = git(["-C", str(repo), "rev-parse", "--git-dir"], check=False)
     if probe.returncode != 0:
         raise _error(engine, where, f"{repo} is not a git repository")
-    found = git(
-        [
-            "-C",
-            str(repo),
-            "rev-parse",
-            "--verify",
-            "--quiet",
-            "--end-of-options",
-            f"{ref}^{{commit}}",
-        ],
-        check=False,
-    )
-    if found.returncode != 0:
+    found = local_commit(repo, ref)
+    if found is None:
         raise _error(engine, where, f"ref {ref!r} not found in {repo}")
-    return found.stdout.strip()
+    return found
+
+
+def local_commit(repo: Path, ref: str) -> str | None:
+    """The commit ``ref`` names in the local repository ``repo``, or None."""
+    argv = ["-C", str(repo), "rev-parse", "--verify", "--quiet", "--end-of-options"]
+    found = git([*argv, f"{ref}^{{commit}}"], check=False)
+    return found.stdout.strip() if found.returncode == 0 else None
 
 
 def _remote_commit(engine: EngineSpec, where: str, url: str, ref: str) -> str:
