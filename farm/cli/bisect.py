@@ -30,24 +30,19 @@ bisect_app = typer.Typer(rich_markup_mode="markdown")
 
 def _runner(url: str, only: dict[str, str], ray: str | None) -> SweepRunner:
     """Runs one step's sweep with the console's progress; its sweep id."""
-    from farm.cli.run_events import ConsoleEvents
-    from farm.sweep import SweepOptions, run_sweep
+    from farm.cli.run import run_stored
+    from farm.sweep import SweepOptions
 
     def run(job: JobSpec, text: str) -> int:
         # The step job already excludes every cell but the step's: --only is not needed.
         options = SweepOptions(db_url=url, ray_address=ray, home=home())
-        events = ConsoleEvents()
-        try:
-            outcome = run_sweep(job, text, options, events)
-        finally:
-            events.progress.stop()
-        if outcome.spooled or outcome.unsaved:
-            raise FarmError(
-                f"sweep {outcome.sweep_id}: {len(outcome.spooled) + len(outcome.unsaved)} "
-                "result(s) are not in the store; store them (`farm spool flush`) and run "
-                "`farm bisect --resume` again"
-            )
-        return outcome.sweep_id
+        return run_stored(
+            job,
+            text,
+            options,
+            then="store them (`farm spool flush`) and run `farm bisect --resume` again",
+            show=False,
+        )
 
     del only  # the planned cells already carry the --only slice
     return run

@@ -67,19 +67,17 @@ def _run(
     resume: int | None,
 ) -> int:
     """Run (or finish) the sweep; its id. FarmError when some result was not stored."""
-    from farm.cli.run import _print_outcome, _run_with_progress
+    from farm.cli.run import run_stored
     from farm.sweep import SweepOptions
 
     options = SweepOptions(db_url=url, ray_address=ray, only=only, home=home(), resume=resume)
-    outcome = _run_with_progress(job.spec, job_file, options)
-    _print_outcome(outcome, url)
-    if outcome.spooled or outcome.unsaved:
-        raise FarmError(
-            f"sweep {outcome.sweep_id}: {len(outcome.spooled) + len(outcome.unsaved)} result(s) "
-            "are not in the store, so the night cannot be judged; once the store is back, "
-            f"`farm nightly {job_file} --resume {outcome.sweep_id}` stores, finishes and checks it"
-        )
-    return outcome.sweep_id
+    return run_stored(
+        job.spec,
+        job_file.read_text(),
+        options,
+        then="the night cannot be judged; once the store is back, "
+        f"`farm nightly {job_file} --resume {{sweep}}` stores, finishes and checks it",
+    )
 
 
 def _print_check(check: NightlyCheck) -> None:

@@ -93,24 +93,16 @@ def _job_text(job: JobSpec, source: Path) -> str:
 
 def _run(job: JobSpec, job_file: Path, url: str, only: dict[str, str], ray: str | None) -> int:
     """Run the PR sweep; its id. FarmError when some result was not stored."""
-    from farm.cli.run import _print_outcome
-    from farm.cli.run_events import ConsoleEvents
-    from farm.sweep import SweepOptions, run_sweep
+    from farm.cli.run import run_stored
+    from farm.sweep import SweepOptions
 
     options = SweepOptions(db_url=url, ray_address=ray, only=only, home=home())
-    events = ConsoleEvents()
-    try:
-        outcome = run_sweep(job, _job_text(job, job_file), options, events)
-    finally:
-        events.progress.stop()
-    _print_outcome(outcome, url)
-    if outcome.spooled or outcome.unsaved:
-        raise FarmError(
-            f"sweep {outcome.sweep_id}: {len(outcome.spooled) + len(outcome.unsaved)} result(s) "
-            "are not in the store, so the PR cannot be judged; store them (`farm spool flush`) "
-            "and run `farm pr` again"
-        )
-    return outcome.sweep_id
+    return run_stored(
+        job,
+        _job_text(job, job_file),
+        options,
+        then="the PR cannot be judged; store them (`farm spool flush`) and run `farm pr` again",
+    )
 
 
 def _print_check(check: PrCheck, setup: PrSetup) -> None:

@@ -37,7 +37,7 @@ def _only(values: list[str] | None) -> dict[str, str]:
     return parse_pairs(values, "--only", "AXIS=VALUE")
 
 
-def _run_with_progress(job: JobSpec, job_file: Path, options: SweepOptions) -> SweepOutcome:
+def _run_with_progress(job: JobSpec, job_text: str, options: SweepOptions) -> SweepOutcome:
     # Imported here, as in every command below: the sweep, the engines, Ray, the store
     # and the analysis load when a command needs them, not when `farm --help` starts.
     from farm.cli.run_events import ConsoleEvents
@@ -45,9 +45,26 @@ def _run_with_progress(job: JobSpec, job_file: Path, options: SweepOptions) -> S
 
     events = ConsoleEvents()
     try:
-        return run_sweep(job, job_file.read_text(), options, events)
+        return run_sweep(job, job_text, options, events)
     finally:
         events.progress.stop()
+
+
+def run_stored(
+    job: JobSpec, job_text: str, options: SweepOptions, *, then: str, show: bool = True
+) -> int:
+    """Run a sweep whose results a verdict will read (`farm nightly`, `pr`, `bisect`);
+    its id. ``show``: print the outcome and the matrix. FarmError when some result is
+    not in the store, ending with ``then`` (how to go on; ``{sweep}`` in it is the id)."""
+    outcome = _run_with_progress(job, job_text, options)
+    if show:
+        _print_outcome(outcome, options.db_url)
+    if outcome.spooled or outcome.unsaved:
+        raise FarmError(
+            f"sweep {outcome.sweep_id}: {len(outcome.spooled) + len(outcome.unsaved)} "
+            "result(s) are not in the store; " + then.replace("{sweep}", str(outcome.sweep_id))
+        )
+    return outcome.sweep_id
 
 
 def _print_outcome(outcome: SweepOutcome, url: str) -> None:
@@ -111,7 +128,7 @@ def run(
             home=home(),
             resume=resume,
         )
-        outcome = _run_with_progress(job, job_file, options)
+        outcome = _run_with_progress(job, job_file.read_text(), options)
     except FarmError as exc:
         raise fail(exc) from None
     _print_outcome(outcome, options.db_url)
@@ -141,7 +158,7 @@ def selftest(
     try:
         job = check_job(job_file, _only(only), on_this_machine=True)[0].spec
         options = SweepOptions(db_url=db_url(db), only=_only(only), home=home())
-        outcome = _run_with_progress(job, job_file, options)
+        outcome = _run_with_progress(job, job_file.read_text(), options)
         with open_session(options.db_url) as session:
             record = load_sweep(session, outcome.sweep_id)
     except FarmError as exc:

@@ -19,11 +19,12 @@ from farm.analysis.summary import patched_bases
 from farm.analysis.verdicts import CheckConfig
 from farm.notify.alert import AlertRecord
 from farm.notify.candidates import alert_candidates_from_history, alert_candidates_from_report
+from farm.notify.http import NotifyError
 from farm.notify.registry import Notifier, configured_notifiers, send_all
 from farm.store.alerts import mark_notified, pending_notifications, raise_alerts
 from farm.store.repository import history_series, load_sweep
 
-__all__ = ["AlertCheck", "check_and_notify"]
+__all__ = ["AlertCheck", "check_and_notify", "send_pending"]
 
 
 class AlertCheck(BaseModel):
@@ -73,10 +74,7 @@ def check_and_notify(
         candidates += alert_candidates_from_history(analyze_histories(series), sweep_id)
     alerts = raise_alerts(session, sweep_id, candidates)
     channels = list(configured_notifiers() if notifiers is None else notifiers)
-    pending = pending_notifications(session) if channels else []
-    errors = send_all(channels, pending)
-    if pending and not errors:
-        mark_notified(session, [a.id for a in pending])
+    pending, errors = send_pending(session, channels)
     return AlertCheck(
         sweep_id=sweep_id,
         comparisons=len(report.verdicts),
@@ -87,3 +85,16 @@ def check_and_notify(
         channels=tuple(n.name for n in channels),
         errors=tuple(str(e) for e in errors),
     )
+
+
+def send_pending(
+    session: Session, channels: Sequence[Notifier]
+) -> tuple[list[AlertRecord], list[NotifyError]]:
+    """Send every alert not yet delivered (whichever check raised it) to ``channels``;
+    marked delivered only when every channel took them. The alerts sent and the
+    channels' errors."""
+    pending = pending_notifications(session) if channels else []
+    errors = send_all(channels, pending)
+    if pending and not errors:
+        mark_notified(session, [a.id for a in pending])
+    return pending, errors

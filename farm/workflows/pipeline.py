@@ -24,16 +24,17 @@ from farm.analysis.summary import patched_bases, summarize_sweep
 from farm.analysis.verdicts import CheckConfig
 from farm.errors import OutputError
 from farm.notify.alert import AlertRecord
-from farm.notify.registry import Notifier, configured_notifiers, send_all
+from farm.notify.pipeline import send_pending
+from farm.notify.registry import Notifier, configured_notifiers
 from farm.records import SweepRecord
 from farm.report.html import render_html, render_verdict_index
-from farm.store.alerts import mark_notified, pending_notifications, raise_alerts
+from farm.store.alerts import raise_alerts
 from farm.store.repository import history_series, list_sweeps, load_sweep
 from farm.store.verdicts import get_verdict, job_verdicts, record_verdict, verdict_outcomes
 from farm.workflows.nightly import EarlierNight, judge_night, last_good_night
 from farm.workflows.verdict import SweepVerdict
 
-__all__ = ["NightlyCheck", "check_night", "publish_night"]
+__all__ = ["NightlyCheck", "check_night", "publish_night", "write_page"]
 
 # How far back the last good night is looked for (sweeps of any job, newest first).
 _LOOKBACK_SWEEPS = 500
@@ -95,10 +96,7 @@ def check_night(
     if not new:
         # Another driver judged this night first: it raises and sends, not us.
         return NightlyCheck(verdict=verdict, judged=False)
-    pending = pending_notifications(session) if channels else []
-    errors = send_all(channels, pending)
-    if pending and not errors:
-        mark_notified(session, [a.id for a in pending])
+    pending, errors = send_pending(session, channels)
     return NightlyCheck(
         verdict=verdict,
         judged=True,
@@ -109,8 +107,9 @@ def check_night(
     )
 
 
-def _write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all (a reader never sees half a page)."""
+def write_page(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (a reader never sees half a page);
+    OutputError when it cannot be written."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_text(text, encoding="utf-8")
@@ -142,13 +141,13 @@ def publish_night(
         verdict=verdict,
     )
     own = folder / f"sweep-{record.sweep_id}.html"
-    _write(own, page)
+    write_page(own, page)
     written = [own]
     nights = job_verdicts(session, record.job, "nightly", limit=500)
     if nights and nights[0].sweep_id == record.sweep_id:
-        _write(folder / "latest.html", page)
+        write_page(folder / "latest.html", page)
         written.append(folder / "latest.html")
     published = [v for v in nights if (folder / f"sweep-{v.sweep_id}.html").exists()]
-    _write(folder / "index.html", render_verdict_index(record.job, published))
+    write_page(folder / "index.html", render_verdict_index(record.job, published))
     written.append(folder / "index.html")
     return written

@@ -332,6 +332,7 @@ def write_pr_report(session: Session, check: PrCheck, folder: Path) -> Path:
     from farm.analysis.summary import patched_bases, summarize_sweep
     from farm.errors import OutputError
     from farm.report.html import render_html
+    from farm.workflows.pipeline import write_page
 
     verdict = check.judgement.verdict
     record = load_sweep(session, verdict.sweep_id)
@@ -345,9 +346,7 @@ def write_pr_report(session: Session, check: PrCheck, folder: Path) -> Path:
     path = folder / report_name(verdict.pr_number, verdict.sweep_id)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(page, encoding="utf-8")
-        tmp.replace(path)
     except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise OutputError(f"cannot create the publish folder {folder}: {exc.strerror}") from None
+    write_page(path, page)
     return path
