@@ -5,7 +5,8 @@
 # databases) runs beside them. Each run has its own FARM_HOME below the caller's (or a
 # fresh one): engine builds, the host's Ray cluster per FARM_HOME and logs never mix
 # between tests running at the same time. Lines are prefixed with their run; the exit
-# status is the first failing run's.
+# status is the first failing run's. A failing run's short summary is printed again
+# at the very end: a CI log that keeps only its tail still names what failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTEST=${PYTEST:-.venv/bin/pytest}
@@ -13,12 +14,21 @@ base=${FARM_HOME:-$(mktemp -d /tmp/farm-test.XXXXXX)}
 mkdir -p "$base/engine" "$base/rest"
 
 # Subshells: `wait` then reports each pipeline's status (pipefail), not sed's.
-(FARM_HOME="$base/engine" "$PYTEST" -m engine "$@" tests 2>&1 | sed -u 's/^/[engine] /') &
+(FARM_HOME="$base/engine" "$PYTEST" -m engine "$@" tests 2>&1 \
+    | tee "$base/engine.log" | sed -u 's/^/[engine] /') &
 engine=$!
-(FARM_HOME="$base/rest" "$PYTEST" -m "not engine" "$@" tests 2>&1 | sed -u 's/^/[rest]   /') &
+(FARM_HOME="$base/rest" "$PYTEST" -m "not engine" "$@" tests 2>&1 \
+    | tee "$base/rest.log" | sed -u 's/^/[rest]   /') &
 rest=$!
 wait "$rest"; rest_status=$?
 wait "$engine"; engine_status=$?
+for run in rest engine; do
+    status_var="${run}_status"
+    if [ "${!status_var}" -ne 0 ]; then
+        echo "=== $run run failed (exit ${!status_var}); its summary ($base/$run.log):"
+        sed -n '/short test summary info/,$p' "$base/$run.log" | tail -n 60
+    fi
+done
 echo "tests: rest exit $rest_status, engine exit $engine_status"
 [ "$rest_status" -ne 0 ] && exit "$rest_status"
 exit "$engine_status"
