@@ -79,7 +79,7 @@ def _from_alert(url: str, alert_id: int) -> _AlertEnds:
 def _alert_refs(job: JobSpec, ends: _AlertEnds) -> tuple[str | None, str | None]:
     """(good, bad): the commit or release of the bisected part each end's build of the
     alert's engine recorded (None where it records none)."""
-    from farm.workflows.bisect_pipeline import bisected_part, job_engine
+    from farm.workflows.bisect_setup import bisected_part, job_engine
 
     part = bisected_part(job_engine(job, ends.engine))
 
@@ -152,7 +152,8 @@ def bisect(
     Exit status: 0 found, 3 inconclusive, 2 bad input.
     """
     from farm.cli.preflight import check_job
-    from farm.workflows.bisect_pipeline import prepare_bisect, run_bisection
+    from farm.workflows.bisect_pipeline import run_bisection
+    from farm.workflows.bisect_setup import prepare_bisect
 
     pairs = parse_pairs(only, "--only", "AXIS=VALUE")
     if post_github is not None:

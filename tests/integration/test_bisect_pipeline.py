@@ -32,7 +32,8 @@ from farm.records import BuildInfo, CellResult, SpecCounters, VariantResult
 from farm.spec import EngineSpec, GitSource, JobSpec, parse_job
 from farm.store.bisections import get_bisection, list_bisections
 from farm.sweep import plan_job
-from farm.workflows.bisect_pipeline import BisectRun, prepare_bisect, run_bisection
+from farm.workflows.bisect_pipeline import BisectRun, run_bisection
+from farm.workflows.bisect_setup import prepare_bisect
 from tests.fakes.plugin_repo import PluginRepo, git
 
 REPO = Path(__file__).resolve().parents[2]
