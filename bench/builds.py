@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from farm.builds import ensure_build
-from farm.builds.layers import site_packages
+from farm.builds.site import site_packages
 from farm.records import BuildInfo
 from farm.spec import EngineSpec, GitSource, OverlaySpec, load_job
 

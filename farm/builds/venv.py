@@ -37,7 +37,6 @@ from farm.builds.layers import (
     ensure_derived,
     layered_label,
     resolve_overlays,
-    site_packages,
 )
 from farm.builds.series import Patch, bundled_patches_dir, load_series, select_patches
 from farm.builds.sources import ResolvedSource, installable, resolve_source
@@ -52,7 +51,6 @@ from farm.spec import EngineSpec
 __all__ = ["PlannedBuild", "build_id", "ensure_build", "patches_of", "plan_builds"]
 
 LineSink = Callable[[str], None]
-_site_packages = site_packages  # the name tests and bench/builds.py import
 
 
 def _hash(payload: object) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from farm.builds import ensure_build
-from farm.builds.venv import _site_packages
+from farm.builds.site import site_packages
 from farm.errors import BuildError
 from farm.records import BuildInfo
 from farm.spec import JobSpec
@@ -48,7 +48,7 @@ def _write_series(folder: Path, site: Path, patch_id: str, broken: bool) -> None
 @pytest.fixture()
 def series_dir(tmp_path: Path, engine_build: BuildInfo, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "patches"
-    site = _site_packages(Path(engine_build.env_dir))
+    site = site_packages(Path(engine_build.env_dir))
     _write_series(folder, site, "marker", broken=False)
     _write_series(folder, site, "broken", broken=True)
     monkeypatch.setenv("FARM_PATCHES_DIR", str(folder))
@@ -62,8 +62,8 @@ def test_patched_build_shares_the_base_by_hard_links(
     patched = ensure_build(engine, farm_home / "cache")
     assert patched.build_id != engine_build.build_id
     assert patched.patches == ("marker",)
-    base_site = _site_packages(Path(engine_build.env_dir))
-    site = _site_packages(Path(patched.env_dir))
+    base_site = site_packages(Path(engine_build.env_dir))
+    site = site_packages(Path(patched.env_dir))
     assert "# patched by the mtp-farm build test" in (site / MARKED).read_text()
     assert "# patched by" not in (base_site / MARKED).read_text()
     assert os.stat(site / UNTOUCHED).st_ino == os.stat(base_site / UNTOUCHED).st_ino

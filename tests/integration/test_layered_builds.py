@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from farm.builds import ensure_build
-from farm.builds.layers import OWN_FILES, site_packages
+from farm.builds.layers import OWN_FILES
+from farm.builds.site import site_packages
 from farm.builds.venv import plan_builds
 from farm.errors import BuildError
 from farm.records import BuildInfo

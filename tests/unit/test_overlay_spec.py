@@ -13,7 +13,6 @@ import pytest
 
 from farm.builds.layers import (
     ResolvedOverlay,
-    _has_build_requirements,
     check_patch_roots,
     layered_label,
     layered_source,
@@ -21,6 +20,7 @@ from farm.builds.layers import (
 )
 from farm.builds.patches import PatchError
 from farm.builds.series import PatchSeriesError, check_patch_names, load_series, unknown_root
+from farm.builds.site import has_build_requirements
 from farm.builds.sources import ResolvedSource, SourceError
 from farm.builds.venv import build_id, plan_builds
 from farm.engines import adapter_for
@@ -372,4 +372,4 @@ def test_an_overlay_builds_without_isolation_only_when_the_base_has_its_backend(
     src.mkdir()
     if pyproject is not None:
         (src / "pyproject.toml").write_text(pyproject)
-    assert _has_build_requirements(src, site) is not isolated
+    assert has_build_requirements(src, site) is not isolated
