@@ -129,7 +129,10 @@ class NotifySettings(_Service):
     webhook_url: SecretStr | None = Field(
         None,
         validation_alias="FARM_NOTIFY_WEBHOOK_URL",
-        description="generic webhook: the alert JSON, one POST per alert",
+        description=(
+            "generic webhook: the alert JSON, one POST per alert; a notice (`farm bisect"
+            ' --notify`) in one POST whose JSON has "type": "notice"'
+        ),
     )
     webhook_secret: SecretStr | None = Field(
         None,

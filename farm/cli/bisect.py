@@ -1,8 +1,9 @@
 """`farm bisect`: find the commit that dropped acceptance between a good and a bad build.
 
 Exit status: 0 the first bad commit was found, 3 inconclusive (the reason is printed),
-2 bad input (or the store unreachable). The stages are imported inside the command:
-this module loads only typer, rich and the CLI's common parts.
+1 a notification channel failed (``--notify``; the bisection is stored), 2 bad input
+(or the store unreachable). The stages are imported inside the command: this module
+loads only typer, rich and the CLI's common parts.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from farm.errors import FarmError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from farm.notify.registry import Notifier
     from farm.records import BuildInfo
     from farm.spec import JobSpec
     from farm.workflows.bisect import Bisection
     from farm.workflows.bisect_pipeline import BisectRun, SweepRunner
 
-__all__ = ["bisect_app"]
+__all__ = ["bisect_app", "notify_bisection"]
 
 bisect_app = typer.Typer(rich_markup_mode="markdown")
 
@@ -110,6 +112,45 @@ def _print_result(run: BisectRun) -> None:
     )
 
 
+def _channels(notify: bool) -> list[Notifier]:
+    """The configured notification channels when ``notify`` (none otherwise); read
+    before anything is measured, so a bad ``FARM_NOTIFY_*`` setting fails at once
+    (NotifyError)."""
+    if not notify:
+        return []
+    from farm.notify.registry import configured_notifiers
+
+    return configured_notifiers()
+
+
+def notify_bisection(b: Bisection, channels: Sequence[Notifier]) -> bool:
+    """Send the answer of ``b`` to ``channels``, each error on standard error; False
+    when a channel failed. With no channel: a warning naming the ``FARM_NOTIFY_*``
+    URL variables, and True (nothing was asked of a channel)."""
+    from farm.notify.registry import ENV_VARS, send_notice_all
+    from farm.report.notice import bisection_notice
+
+    if not channels:
+        urls = ", ".join(name for name in ENV_VARS if name.endswith("_URL"))
+        say(
+            (f"--notify: no notification channel is configured (set {urls}): not sent", "yellow"),
+            err=True,
+        )
+        return True
+    errors = send_notice_all(channels, bisection_notice(b))
+    for err in errors:
+        say(("notification failed:", "red"), f" {err}", err=True)
+    if errors:
+        say(
+            f"bisection {b.id} is stored (`farm report --bisection {b.id}` shows it); run "
+            "the same `farm bisect ... --notify` again to send it: nothing is measured again",
+            err=True,
+        )
+    else:
+        say(f"sent to {', '.join(n.name for n in channels)}")
+    return not errors
+
+
 def _stored(url: str, bisection_id: int) -> Bisection:
     from farm.store.bisections import get_bisection
 
@@ -137,6 +178,10 @@ def bisect(
         str | None,
         typer.Option(help="OWNER/REPO#N: post the result as a comment (needs GITHUB_TOKEN)"),
     ] = None,
+    notify: Annotated[
+        bool,
+        typer.Option("--notify", help="send the answer to the chat channels set in FARM_NOTIFY_*"),
+    ] = False,
 ) -> None:
     """Find the first commit (or release) between --good and --bad that dropped acceptance.
 
@@ -148,8 +193,11 @@ def bisect(
     overlay), runs only the cells whose AL fell between the ends, and judges it
     against both ends. A step that does not build or run is skipped. Every step is
     stored: a second run, or --resume ID, continues without measuring it again.
+    --notify sends the answer (found or inconclusive) to every channel set in
+    FARM_NOTIFY_* (Slack, Feishu, WeCom, webhook); one failing does not stop the others.
 
-    Exit status: 0 found, 3 inconclusive, 2 bad input.
+    Exit status: 0 found, 3 inconclusive, 1 a channel failed (--notify; the bisection
+    is stored), 2 bad input.
     """
     from farm.cli.preflight import check_job
     from farm.workflows.bisect_pipeline import run_bisection
@@ -165,6 +213,7 @@ def bisect(
             raise typer.BadParameter(str(exc), param_hint="--post-github") from None
     try:
         url = db_url(db)
+        channels = _channels(notify)
         if resume is not None:
             stored = _stored(url, resume)
             engine = engine or stored.engine
@@ -197,6 +246,7 @@ def bisect(
             resume=resume,
         )
         _print_result(result)
+        delivered = notify_bisection(result.bisection, channels) if notify else True
         if post_github is not None:
             from farm.cli.reports import post_to_github
             from farm.report.markdown import render_bisection
@@ -204,4 +254,6 @@ def bisect(
             post_to_github(post_github, render_bisection(result.bisection))
     except FarmError as exc:
         raise fail(exc) from None
+    if not delivered:
+        raise typer.Exit(1)
     raise typer.Exit(0 if result.bisection.status == "found" else 3)

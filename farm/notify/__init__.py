@@ -1,7 +1,9 @@
-"""Alerts as data, and the channels that deliver them.
+"""Alerts as data, and the channels that deliver them (alerts, and notices: messages
+that are not alerts, such as a bisection's answer).
 
-Pure pieces: :mod:`farm.notify.alert` (typed alerts) and
-:mod:`farm.notify.candidates` (analysis results -> alert candidates). I/O pieces:
+Pure pieces: :mod:`farm.notify.alert` (typed alerts), :mod:`farm.notify.candidates`
+(analysis results -> alert candidates) and :mod:`farm.notify.message` (the words of a
+message; :class:`~farm.notify.message.Notice`). I/O pieces:
 one small client per service, each with its own error class, all on
 :func:`farm.notify.http.post_json` (timeouts, bounded retries, secrets masked).
 URLs and secrets come from :class:`farm.settings.NotifySettings` (:data:`ENV_VARS`).
@@ -28,7 +30,14 @@ if TYPE_CHECKING:
     from farm.notify.feishu import FeishuError, FeishuNotifier
     from farm.notify.github import GitHubClient, GitHubError, PullRequestRef, parse_pr_ref
     from farm.notify.http import NotifyError, RetryPolicy, mask_url, redact
-    from farm.notify.registry import ENV_VARS, Notifier, configured_notifiers, send_all
+    from farm.notify.message import Notice, NoticeLevel
+    from farm.notify.registry import (
+        ENV_VARS,
+        Notifier,
+        configured_notifiers,
+        send_all,
+        send_notice_all,
+    )
     from farm.notify.slack import SlackError, SlackNotifier
     from farm.notify.webhook import (
         WebhookError,
@@ -54,10 +63,13 @@ _LAZY = {
     "RetryPolicy": "http",
     "mask_url": "http",
     "redact": "http",
+    "Notice": "message",
+    "NoticeLevel": "message",
     "ENV_VARS": "registry",
     "Notifier": "registry",
     "configured_notifiers": "registry",
     "send_all": "registry",
+    "send_notice_all": "registry",
     "SlackError": "slack",
     "SlackNotifier": "slack",
     "WebhookError": "webhook",
@@ -91,6 +103,8 @@ __all__ = [
     "FigureInterval",
     "GitHubClient",
     "GitHubError",
+    "Notice",
+    "NoticeLevel",
     "Notifier",
     "NotifyError",
     "PullRequestRef",
@@ -110,5 +124,6 @@ __all__ = [
     "parse_pr_ref",
     "redact",
     "send_all",
+    "send_notice_all",
     "verify_signature",
 ]

@@ -1,7 +1,8 @@
 """Feishu / Lark custom bot webhooks, signed when the bot has a secret.
 
 ``msg_type`` ``"interactive"`` (default: a card with a coloured header and one
-markdown element per alert) or ``"text"``. With signature verification enabled on
+markdown element per alert; for a notice, one markdown element with its lines and
+link) or ``"text"``. With signature verification enabled on
 the bot, each request carries ``timestamp`` (seconds) and ``sign`` =
 base64(HMAC-SHA256 keyed with ``f"{timestamp}\\n{secret}"`` over an empty message);
 the server refuses timestamps more than an hour off. Feishu answers HTTP 200 with
@@ -25,13 +26,27 @@ import httpx
 
 from farm.notify.alert import AlertRecord
 from farm.notify.http import NotifyError, RetryPolicy, post_json
-from farm.notify.message import MAX_ALERTS_PER_MESSAGE, alert_lines, alert_title, headline
+from farm.notify.message import (
+    MAX_ALERTS_PER_MESSAGE,
+    Notice,
+    alert_lines,
+    alert_title,
+    headline,
+)
 
-__all__ = ["FeishuError", "FeishuNotifier", "feishu_payload", "feishu_sign"]
+__all__ = [
+    "FeishuError",
+    "FeishuNotifier",
+    "feishu_notice_payload",
+    "feishu_payload",
+    "feishu_sign",
+]
 
 FeishuFormat = Literal["interactive", "text"]
 # Leaves room for the envelope below Feishu's 20 KB body limit (CJK is 3 bytes/char).
 _TEXT_MAX_CHARS = 5000
+# Card header colours (Feishu's template names).
+_NOTICE_TEMPLATES = {"warning": "orange", "info": "blue"}
 
 
 class FeishuError(NotifyError):
@@ -84,6 +99,33 @@ def feishu_payload(alerts: Sequence[AlertRecord], msg_type: FeishuFormat) -> dic
     }
 
 
+def feishu_notice_payload(notice: Notice, msg_type: FeishuFormat) -> dict[str, Any]:
+    """The unsigned request body for ``notice``."""
+    if msg_type == "text":
+        parts = [notice.title, "\n".join(notice.lines), notice.footer, notice.link or ""]
+        text = "\n\n".join(p for p in parts if p)[:_TEXT_MAX_CHARS]
+        return {"msg_type": "text", "content": {"text": text}}
+    body = "\n".join(_escape(line) for line in notice.lines)
+    if notice.link:
+        body += f"\n[{_escape(notice.link)}]({notice.link})"
+    elements: list[dict[str, Any]] = [{"tag": "markdown", "content": body[:_TEXT_MAX_CHARS]}]
+    if notice.footer:
+        elements.append(
+            {"tag": "note", "elements": [{"tag": "plain_text", "content": notice.footer}]}
+        )
+    return {
+        "msg_type": "interactive",
+        "card": {
+            "config": {"wide_screen_mode": True},
+            "header": {
+                "template": _NOTICE_TEMPLATES[notice.level],
+                "title": {"tag": "plain_text", "content": notice.title},
+            },
+            "elements": elements,
+        },
+    }
+
+
 def _refused(response: httpx.Response) -> str | None:
     try:
         body = response.json()
@@ -121,9 +163,14 @@ class FeishuNotifier:
 
     def send(self, alerts: Sequence[AlertRecord]) -> None:
         """Post one message for ``alerts`` (nothing for none); raises FeishuError."""
-        if not alerts:
-            return
-        payload = feishu_payload(alerts, self.msg_type)
+        if alerts:
+            self._post(feishu_payload(alerts, self.msg_type))
+
+    def send_notice(self, notice: Notice) -> None:
+        """Post one message for ``notice``, signed as alerts are; raises FeishuError."""
+        self._post(feishu_notice_payload(notice, self.msg_type))
+
+    def _post(self, payload: dict[str, Any]) -> None:
         if self.secret:
             # Signed once: a retry (connect errors, 429 only) comes seconds later, well
             # inside the one-hour window.

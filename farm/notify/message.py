@@ -1,18 +1,26 @@
-"""Plain-text pieces of an alert message, shared by the chat notifiers.
+"""The words of a message, shared by the chat notifiers. Pure.
 
-Each notifier escapes and lays these out in its own format; the words and figures
-are the same everywhere, so a Slack message and a Feishu card say the same thing.
+Plain-text pieces of an alert message, and :class:`Notice`: a message that is not an
+alert (a bisection's answer). Each notifier escapes and lays these out in its own
+format; the words and figures are the same everywhere, so a Slack message and a
+Feishu card say the same thing.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from farm.notify.alert import AlertFigure, AlertRecord
 
 __all__ = [
     "MAX_ALERTS_PER_MESSAGE",
     "METRIC_NAMES",
+    "Notice",
+    "NoticeLevel",
     "alert_lines",
     "alert_title",
     "figure_line",
@@ -78,3 +86,47 @@ def alert_lines(a: AlertRecord) -> list[str]:
     )
     lines.append(seen)
     return lines
+
+
+NoticeLevel = Literal["info", "warning"]
+
+# An http(s) URL without the characters chat markup gives a meaning to (Slack's <url|x>,
+# Markdown's [x](url)), so every channel can carry it as it is.
+_LINK = re.compile(r"https?://[^\s<>()\[\]{}|\\^`\"']+")
+
+
+class Notice(BaseModel):
+    """A message that is not an alert, in words every channel can lay out.
+
+    ``title``: one line (chat headers cut it at 150 characters); ``level``: ``warning``
+    (someone should act, e.g. a culprit was found) or ``info``; ``lines``: the body, one
+    fact per line, plain text (each channel escapes it); ``footer``: where to see
+    everything, e.g. a command; ``link``: an http(s) URL to open; ``topic``: what the
+    notice is about (``bisection:7``), for receivers that route by it.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    title: str
+    level: NoticeLevel = "info"
+    lines: tuple[str, ...] = ()
+    footer: str = ""
+    link: str | None = None
+    topic: str = ""
+
+    @field_validator("title")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        line = " ".join(value.split())
+        if not line:
+            raise ValueError("a notice needs a title")
+        return line
+
+    @field_validator("link")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not _LINK.fullmatch(value):
+            raise ValueError(
+                f"link {value!r}: expected an http(s) URL without spaces, quotes, brackets or |"
+            )
+        return value

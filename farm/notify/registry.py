@@ -1,10 +1,10 @@
 """Which notifiers are configured (:class:`farm.settings.NotifySettings`) and sending
-to all of them."""
+alerts or a notice to all of them."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from pydantic import SecretStr
@@ -12,12 +12,13 @@ from pydantic import SecretStr
 from farm.notify.alert import AlertRecord
 from farm.notify.feishu import FeishuNotifier
 from farm.notify.http import NotifyError, RetryPolicy
+from farm.notify.message import Notice
 from farm.notify.slack import SlackNotifier
 from farm.notify.webhook import WebhookNotifier
 from farm.notify.wecom import WeComNotifier
 from farm.settings import NotifySettings, env_vars, get_settings
 
-__all__ = ["ENV_VARS", "Notifier", "configured_notifiers", "send_all"]
+__all__ = ["ENV_VARS", "Notifier", "configured_notifiers", "send_all", "send_notice_all"]
 
 log = logging.getLogger("farm.notify")
 
@@ -26,7 +27,8 @@ ENV_VARS: dict[str, str] = env_vars(NotifySettings)
 
 
 class Notifier(Protocol):
-    """Delivers a batch of alerts to one channel; raises a NotifyError subclass."""
+    """Delivers a batch of alerts, or a notice, to one channel; raises a NotifyError
+    subclass."""
 
     @property
     def name(self) -> str:
@@ -35,6 +37,10 @@ class Notifier(Protocol):
 
     def send(self, alerts: Sequence[AlertRecord]) -> None:
         """Deliver ``alerts`` (nothing for none); raise a NotifyError subclass on failure."""
+        ...
+
+    def send_notice(self, notice: Notice) -> None:
+        """Deliver ``notice``; raise a NotifyError subclass on failure."""
         ...
 
 
@@ -78,12 +84,22 @@ def configured_notifiers(
 def send_all(notifiers: Sequence[Notifier], alerts: Sequence[AlertRecord]) -> list[NotifyError]:
     """Send ``alerts`` through every notifier; one failing channel does not stop the
     others. Returns the errors (already free of secrets), empty when all delivered."""
-    errors: list[NotifyError] = []
     if not alerts:
-        return errors
+        return []
+    return _each(notifiers, lambda n: n.send(alerts))
+
+
+def send_notice_all(notifiers: Sequence[Notifier], notice: Notice) -> list[NotifyError]:
+    """Send ``notice`` through every notifier; one failing channel does not stop the
+    others. Returns the errors (already free of secrets), empty when all delivered."""
+    return _each(notifiers, lambda n: n.send_notice(notice))
+
+
+def _each(notifiers: Sequence[Notifier], deliver: Callable[[Notifier], None]) -> list[NotifyError]:
+    errors: list[NotifyError] = []
     for n in notifiers:
         try:
-            n.send(alerts)
+            deliver(n)
         except NotifyError as exc:
             log.error("%s", exc)
             errors.append(exc)

@@ -2,7 +2,10 @@
 
 One message per batch of alerts: ``{"text": fallback, "blocks": [...]}`` with a
 header block, one section per alert (at most
-:data:`farm.notify.message.MAX_ALERTS_PER_MESSAGE`) and a context line. API:
+:data:`farm.notify.message.MAX_ALERTS_PER_MESSAGE`) and a context line. A notice
+(:class:`farm.notify.message.Notice`) is one message of the same shape: its title as
+the header, its lines in as few sections as fit, and a context line with its level,
+footer and link. API:
 https://docs.slack.dev/messaging/sending-messages-using-incoming-webhooks and
 https://docs.slack.dev/reference/block-kit/blocks (header text <= 150 characters,
 section text <= 3000, at most 50 blocks).
@@ -18,12 +21,20 @@ import httpx
 
 from farm.notify.alert import AlertRecord
 from farm.notify.http import NotifyError, RetryPolicy, post_json
-from farm.notify.message import MAX_ALERTS_PER_MESSAGE, alert_lines, alert_title, headline
+from farm.notify.message import (
+    MAX_ALERTS_PER_MESSAGE,
+    Notice,
+    alert_lines,
+    alert_title,
+    headline,
+)
 
-__all__ = ["SlackError", "SlackNotifier", "slack_payload"]
+__all__ = ["SlackError", "SlackNotifier", "slack_notice_payload", "slack_payload"]
 
 _HEADER_MAX = 150
 _SECTION_MAX = 3000
+_MAX_BLOCKS = 50
+_LEVEL_ICONS = {"warning": ":large_orange_circle:", "info": ":large_blue_circle:"}
 
 
 class SlackError(NotifyError):
@@ -54,6 +65,36 @@ def slack_payload(alerts: Sequence[AlertRecord]) -> dict[str, Any]:
     return {"text": fallback, "blocks": blocks}
 
 
+def _sections(lines: Sequence[str], limit: int) -> list[str]:
+    """``lines`` joined into as few texts of at most ``limit`` characters as they fit
+    in (a longer line is cut)."""
+    out: list[str] = []
+    for line in (x[:limit] for x in lines):
+        if out and len(out[-1]) + 1 + len(line) <= limit:
+            out[-1] += "\n" + line
+        else:
+            out.append(line)
+    return out
+
+
+def slack_notice_payload(notice: Notice) -> dict[str, Any]:
+    """The message for ``notice``: header, sections (within Slack's 50 blocks), context."""
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": notice.title[:_HEADER_MAX]}}
+    ]
+    sections = _sections([_escape(line) for line in notice.lines], _SECTION_MAX)
+    for text in sections[: _MAX_BLOCKS - 2]:  # room for the header and the context
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": text}})
+    context = [f"{_LEVEL_ICONS[notice.level]} {notice.level}"]
+    if notice.footer:
+        context.append(_escape(notice.footer))
+    if notice.link:
+        context.append(f"<{notice.link}|open>")
+    text = " | ".join(context)[:_SECTION_MAX]
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": text}]})
+    return {"text": notice.title, "blocks": blocks}
+
+
 @dataclass(frozen=True)
 class SlackNotifier:
     """Posts to a Slack incoming webhook ``url`` (from ``FARM_NOTIFY_SLACK_URL``).
@@ -74,11 +115,17 @@ class SlackNotifier:
 
     def send(self, alerts: Sequence[AlertRecord]) -> None:
         """Post one message for ``alerts`` (nothing for none); raises SlackError."""
-        if not alerts:
-            return
+        if alerts:
+            self._post(slack_payload(alerts))
+
+    def send_notice(self, notice: Notice) -> None:
+        """Post one message for ``notice``; raises SlackError."""
+        self._post(slack_notice_payload(notice))
+
+    def _post(self, payload: dict[str, Any]) -> None:
         post_json(
             self.url,
-            slack_payload(alerts),
+            payload,
             service="slack",
             error=SlackError,
             policy=self.policy,

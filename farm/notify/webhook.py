@@ -1,11 +1,24 @@
-"""Generic webhook: one POST per alert, the alert's JSON as the body.
+"""Generic webhook: one POST per alert, the alert's JSON as the body; one POST per
+notice.
 
-For receivers of your own (an incident tool, a CI hook). Each request carries:
+For receivers of your own (an incident tool, a CI hook). The bodies:
+
+- an alert: the :class:`~farm.notify.alert.AlertRecord` as JSON (``id``, ``kind``,
+  ``severity``, ``summary``, ``details``, ...), without a ``type`` key (as before
+  notices existed);
+- a notice (:class:`~farm.notify.message.Notice`, e.g. a bisection's answer):
+  ``{"type": "notice", "title": str, "level": "info" | "warning", "lines": [str],
+  "footer": str, "link": str | null, "topic": str}`` (``topic`` names what it is
+  about, e.g. ``"bisection:7"``). **Receivers tell the two apart by** ``type``:
+  ``"notice"``, or absent for an alert.
+
+Each request carries:
 
 - ``Idempotency-Key``: the same for every attempt of one alert in one state (and for
-  a later pass that sends the same alert again because another channel failed), so
-  the POST is retried after a timeout or a 5xx. **Receivers dedupe by it**: keep the
-  keys of the last day and answer 2xx to a key already seen without acting again.
+  a later pass that sends the same alert again because another channel failed), or of
+  one notice (the same words: a rerun that sends the same answer again), so the POST
+  is retried after a timeout or a 5xx. **Receivers dedupe by it**: keep the keys of
+  the last day and answer 2xx to a key already seen without acting again.
 - with a secret (``FARM_NOTIFY_WEBHOOK_SECRET``), ``X-Farm-Timestamp`` (Unix seconds)
   and ``X-Farm-Signature-256: sha256=<hex HMAC-SHA256 of "<timestamp>." + body>``,
   GitHub's scheme
@@ -21,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,9 +44,11 @@ import httpx
 
 from farm.notify.alert import AlertRecord
 from farm.notify.http import NotifyError, RetryPolicy, post_json
+from farm.notify.message import Notice
 
 __all__ = [
     "IDEMPOTENCY_HEADER",
+    "NOTICE_TYPE",
     "SIGNATURE_HEADER",
     "SIGNATURE_TOLERANCE_S",
     "TIMESTAMP_HEADER",
@@ -40,8 +56,10 @@ __all__ = [
     "WebhookNotifier",
     "WebhookSignatureError",
     "idempotency_key",
+    "notice_idempotency_key",
     "signature",
     "verify_signature",
+    "webhook_notice_payload",
     "webhook_payload",
 ]
 
@@ -51,6 +69,8 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 # Stripe's default: wide enough for clock skew and a retry's backoff, narrow enough that
 # a captured request is useless soon after.
 SIGNATURE_TOLERANCE_S = 300.0
+NOTICE_TYPE = "notice"
+"""The ``type`` of a notice's body; an alert's body has no ``type``."""
 
 
 class WebhookError(NotifyError):
@@ -70,6 +90,17 @@ def idempotency_key(alert: AlertRecord) -> str:
     """The same for one alert in one state: id, state and its last update."""
     version = f"{alert.id}:{alert.state}:{alert.occurrences}:{alert.updated_at.isoformat()}"
     return f"mtp-farm-alert-{alert.id}-{hashlib.sha256(version.encode()).hexdigest()[:24]}"
+
+
+def webhook_notice_payload(notice: Notice) -> dict[str, Any]:
+    """The request body of a notice: ``{"type": "notice", ...the notice's fields}``."""
+    return {"type": NOTICE_TYPE, **notice.model_dump(mode="json")}
+
+
+def notice_idempotency_key(notice: Notice) -> str:
+    """The same for the same notice: a hash of its words."""
+    words = json.dumps(notice.model_dump(mode="json"), sort_keys=True)
+    return f"mtp-farm-notice-{hashlib.sha256(words.encode()).hexdigest()[:24]}"
 
 
 def signature(secret: str, timestamp: int, body: bytes) -> str:
@@ -111,7 +142,7 @@ def verify_signature(
 
 @dataclass(frozen=True)
 class WebhookNotifier:
-    """POSTs each alert to ``url`` (from ``FARM_NOTIFY_WEBHOOK_URL``) with an
+    """POSTs each alert or notice to ``url`` (from ``FARM_NOTIFY_WEBHOOK_URL``) with an
     idempotency key, signed with a timestamp when ``secret``
     (``FARM_NOTIFY_WEBHOOK_SECRET``) is set (module docstring)."""
 
@@ -128,6 +159,15 @@ class WebhookNotifier:
 
     def send(self, alerts: Sequence[AlertRecord]) -> None:
         """POST every alert; raises WebhookError at the first one that fails."""
+        for alert in alerts:
+            self._post(webhook_payload(alert), idempotency_key(alert))
+
+    def send_notice(self, notice: Notice) -> None:
+        """POST ``notice`` (``"type": "notice"``), signed and keyed as alerts are;
+        raises WebhookError."""
+        self._post(webhook_notice_payload(notice), notice_idempotency_key(notice))
+
+    def _post(self, payload: dict[str, Any], key: str) -> None:
         secret = self.secret
 
         def sign(body: bytes) -> dict[str, str]:
@@ -139,17 +179,16 @@ class WebhookNotifier:
                 SIGNATURE_HEADER: signature(secret, timestamp, body),
             }
 
-        for alert in alerts:
-            post_json(
-                self.url,
-                webhook_payload(alert),
-                service="webhook",
-                error=WebhookError,
-                secrets=[secret] if secret else [],
-                headers={IDEMPOTENCY_HEADER: idempotency_key(alert)},
-                sign=sign,
-                replay_safe=True,
-                policy=self.policy,
-                client=self.client,
-                hint="check FARM_NOTIFY_WEBHOOK_URL and the receiver",
-            )
+        post_json(
+            self.url,
+            payload,
+            service="webhook",
+            error=WebhookError,
+            secrets=[secret] if secret else [],
+            headers={IDEMPOTENCY_HEADER: key},
+            sign=sign,
+            replay_safe=True,
+            policy=self.policy,
+            client=self.client,
+            hint="check FARM_NOTIFY_WEBHOOK_URL and the receiver",
+        )

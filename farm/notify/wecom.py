@@ -1,4 +1,5 @@
-"""WeCom (WeChat Work) group bot webhooks: ``{"msgtype": "markdown", ...}``.
+"""WeCom (WeChat Work) group bot webhooks: ``{"msgtype": "markdown", ...}``, for a
+batch of alerts or for a notice (its title, level, lines, footer and link).
 
 WeCom answers HTTP 200 with ``{"errcode": 0, "errmsg": "ok"}`` on success and a
 non-zero ``errcode`` otherwise; markdown content is limited to 4096 bytes of UTF-8.
@@ -15,11 +16,19 @@ import httpx
 
 from farm.notify.alert import AlertRecord
 from farm.notify.http import NotifyError, RetryPolicy, post_json
-from farm.notify.message import MAX_ALERTS_PER_MESSAGE, alert_lines, alert_title, headline
+from farm.notify.message import (
+    MAX_ALERTS_PER_MESSAGE,
+    Notice,
+    alert_lines,
+    alert_title,
+    headline,
+)
 
-__all__ = ["WeComError", "WeComNotifier", "wecom_payload"]
+__all__ = ["WeComError", "WeComNotifier", "wecom_notice_payload", "wecom_payload"]
 
 _CONTENT_MAX_BYTES = 4096
+# WeCom markdown's three font colours: info (green), comment (grey), warning (orange).
+_NOTICE_COLOURS = {"warning": "warning", "info": "info"}
 
 
 class WeComError(NotifyError):
@@ -45,6 +54,22 @@ def wecom_payload(alerts: Sequence[AlertRecord]) -> dict[str, Any]:
     more = len(alerts) - len(shown)
     parts.append((f"and {more} more; " if more else "") + "`farm alerts list` shows all")
     content = _truncate_utf8("\n\n".join(parts), _CONTENT_MAX_BYTES)
+    return {"msgtype": "markdown", "markdown": {"content": content}}
+
+
+def wecom_notice_payload(notice: Notice) -> dict[str, Any]:
+    """The request body for ``notice``: WeCom markdown within 4096 bytes, the body cut
+    first so that the title, footer and link survive a long notice."""
+    colour = _NOTICE_COLOURS[notice.level]
+    head = f'## {notice.title}\n<font color="{colour}">{notice.level}</font>'
+    link = f"[{notice.link}]({notice.link})" if notice.link else ""
+    tail = "\n".join(x for x in (notice.footer, link) if x)
+    body = "\n".join(f"> {line}" for line in notice.lines)
+    sep = "\n\n"
+    room = _CONTENT_MAX_BYTES - len(f"{head}{sep}{sep}{tail}".encode())
+    parts = [head, _truncate_utf8(body, room) if room > len(" ...") else "", tail]
+    # A title or footer too long on its own is cut with the rest.
+    content = _truncate_utf8(sep.join(p for p in parts if p), _CONTENT_MAX_BYTES)
     return {"msgtype": "markdown", "markdown": {"content": content}}
 
 
@@ -78,11 +103,17 @@ class WeComNotifier:
 
     def send(self, alerts: Sequence[AlertRecord]) -> None:
         """Post one message for ``alerts`` (nothing for none); raises WeComError."""
-        if not alerts:
-            return
+        if alerts:
+            self._post(wecom_payload(alerts))
+
+    def send_notice(self, notice: Notice) -> None:
+        """Post one message for ``notice``; raises WeComError."""
+        self._post(wecom_notice_payload(notice))
+
+    def _post(self, payload: dict[str, Any]) -> None:
         post_json(
             self.url,
-            wecom_payload(alerts),
+            payload,
             service="wecom",
             error=WeComError,
             policy=self.policy,

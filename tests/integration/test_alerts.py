@@ -28,6 +28,7 @@ from farm.cli.alerts import alerts_app
 from farm.cli.reports import compare, report_files
 from farm.errors import StoreError
 from farm.notify import AlertCandidate, AlertRecord, NotifyError, alert_candidates_from_report
+from farm.notify.message import Notice
 from farm.notify.pipeline import check_and_notify
 from farm.plan import Plan, ServerCell, Variant
 from farm.records import SweepRecord
@@ -435,6 +436,9 @@ class FakeNotifier:
         self.batches.append([a.id for a in alerts])
         if self.broken:
             raise NotifyError("fake channel is down")
+
+    def send_notice(self, notice: Notice) -> None:
+        raise AssertionError(f"an alert check sent a notice: {notice.title}")
 
 
 def test_check_and_notify_is_a_stage_with_a_typed_outcome(db_url: str) -> None:

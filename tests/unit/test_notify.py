@@ -12,7 +12,6 @@ import socket
 import threading
 import time
 import traceback
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -57,78 +56,11 @@ from farm.notify.webhook import (
     verify_signature,
 )
 from farm.settings import NotifySettings
+from tests.fakes.receiver import Receiver, receiver_fixture  # noqa: F401  (the receiver fixture)
 
 SLACK_TOKEN = "XoXbSeCrEt0123456789abcdef"
 FEISHU_SECRET = "fs-secret-9f8e7d6c5b4a"
 GITHUB_TOKEN = "ghp_TOPSECRETtoken1234567890"
-
-
-# --- a local HTTP receiver ---------------------------------------------------------------
-
-
-@dataclass
-class Received:
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-@dataclass
-class Receiver:
-    """Records each POST and answers from a script of (status, body, headers); a POST
-    waits first for the next of ``delays`` (seconds), if any, as a hung server would."""
-
-    port: int = 0
-    requests: list[Received] = field(default_factory=list)
-    script: deque[tuple[int, str, dict[str, str]]] = field(default_factory=deque)
-    delays: deque[float] = field(default_factory=deque)
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def answer(self, *responses: tuple[int, str] | tuple[int, str, dict[str, str]]) -> None:
-        for r in responses:
-            self.script.append((r[0], r[1], r[2] if len(r) == 3 else {}))
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    rec = Receiver()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            rec.requests.append(Received(self.path, dict(self.headers.items()), body))
-            status, text, headers = rec.script.popleft() if rec.script else (200, "ok", {})
-            if rec.delays:
-                time.sleep(rec.delays.popleft())  # the client has given up by now
-            data = text.encode()
-            try:
-                self.send_response(status)
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except OSError:
-                pass  # the client hung up after its read timeout
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    rec.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    try:
-        yield rec
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @dataclass

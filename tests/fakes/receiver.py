@@ -1,0 +1,97 @@
+"""FAKE webhook receiver: a real HTTP server on 127.0.0.1, in a thread, standing in for
+Slack, Feishu, WeCom and generic webhooks.
+
+It records every POST (path, headers, raw body) and answers from a script of (status,
+body, headers), 200 ``ok`` when the script is empty; a POST may first wait, as a hung
+server would. Use :func:`receiving` as a context manager, or the ``receiver`` fixture:
+import :func:`receiver_fixture` into a test module (``# noqa: F401``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+__all__ = ["Received", "Receiver", "receiver_fixture", "receiving"]
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class Receiver:
+    """Records each POST and answers from a script of (status, body, headers); a POST
+    waits first for the next of ``delays`` (seconds), if any, as a hung server would."""
+
+    port: int = 0
+    requests: list[Received] = field(default_factory=list)
+    script: deque[tuple[int, str, dict[str, str]]] = field(default_factory=deque)
+    delays: deque[float] = field(default_factory=deque)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def answer(self, *responses: tuple[int, str] | tuple[int, str, dict[str, str]]) -> None:
+        for r in responses:
+            self.script.append((r[0], r[1], r[2] if len(r) == 3 else {}))
+
+
+@contextmanager
+def receiving() -> Iterator[Receiver]:
+    """A receiver serving on a free port of 127.0.0.1 until the block ends."""
+    rec = Receiver()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            rec.requests.append(Received(self.path, dict(self.headers.items()), body))
+            status, text, headers = rec.script.popleft() if rec.script else (200, "ok", {})
+            if rec.delays:
+                time.sleep(rec.delays.popleft())  # the client has given up by now
+            data = text.encode()
+            try:
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except OSError:
+                pass  # the client hung up after its read timeout
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    rec.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    try:
+        yield rec
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.fixture(name="receiver")
+def receiver_fixture() -> Iterator[Receiver]:
+    """The ``receiver`` fixture: a :func:`receiving` receiver for one test."""
+    with receiving() as rec:
+        yield rec
