@@ -7,10 +7,8 @@ so no engine runs. PostgreSQL must be reachable as for ``test_store.py``.
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +41,7 @@ from farm.store import (
 from farm.store.alerts import acknowledge, get_alert, list_alerts, raise_alerts, resolve
 from farm.store.export import EXPORT_FORMAT, read_sweep_export
 from farm.store.tables import metadata
+from tests.fakes.receiver import Receiver, receiver_fixture  # noqa: F401
 
 FAST = CheckConfig(resamples=300)
 runner = CliRunner()
@@ -57,46 +56,6 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'farm.db'}"
     url: str = request.getfixturevalue("pg_url")
     return url
-
-
-@dataclass
-class Receiver:
-    port: int = 0
-    requests: list[tuple[str, dict[str, str], Any]] = field(default_factory=list)
-    status: int = 200
-    answer: str = "ok"
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    rec = Receiver()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            rec.requests.append((self.path, dict(self.headers.items()), json.loads(body)))
-            data = rec.answer.encode()
-            self.send_response(rec.status)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    rec.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    try:
-        yield rec
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 # --- test data ---------------------------------------------------------------------------
@@ -310,18 +269,17 @@ def test_store_refuses_unknown_sweeps_and_alerts(db_url: str) -> None:
 def test_cli_check_notifies_once_then_ack_and_resolve(db_url: str, receiver: Receiver) -> None:
     sweep = _store(db_url, _synthetic(7))
     env = _cli_env(db_url, FARM_NOTIFY_WEBHOOK_URL=receiver.url("/alerts"))
-    receiver.status = 400  # the channel refuses: the alerts stay pending
+    receiver.answer((400, "bad request"))  # the channel refuses: the alerts stay pending
     refused = runner.invoke(alerts_app, ["check", str(sweep.sweep_id)], env=env)
     assert refused.exit_code == 1, refused.output
     assert "notification failed: webhook POST http://127.0.0.1:" in refused.output
     assert "/alerts" not in refused.output  # the URL is masked
     receiver.requests.clear()
-    receiver.status = 200
     result = runner.invoke(alerts_app, ["check", str(sweep.sweep_id)], env=env)
     assert result.exit_code == 0, result.output
     # `alerts check` runs the default checks: depth invariance is off by default.
     assert "1 alert(s) raised, 1 not yet notified" in result.output
-    posted = [body for path, _, body in receiver.requests if path == "/alerts"]
+    posted = [r.json() for r in receiver.requests if r.path == "/alerts"]
     assert posted and all(b["state"] == "open" for b in posted)
     assert {b["kind"] for b in posted} == {"graph_vs_eager"}
 
@@ -362,16 +320,17 @@ def test_cli_compare_posts_the_markdown_to_github(tmp_path: Path, receiver: Rece
     url = f"sqlite:///{tmp_path / 'farm.db'}"
     base = _store(url, _synthetic(8, regressed=False))
     cand = _store(url, _synthetic(8, regressed=True))
-    receiver.status, receiver.answer = 201, '{"html_url": "https://github.com/o/r/pull/7#c1"}'
+    receiver.answer((201, '{"html_url": "https://github.com/o/r/pull/7#c1"}'))
     env = _cli_env(url, GITHUB_TOKEN="ghp_testtoken123456", FARM_GITHUB_API=receiver.url("/gh"))
     out = tmp_path / "compare.md"
     args = [str(base.sweep_id), str(cand.sweep_id), "--post-github", "o/r#7", "--out", str(out)]
     result = runner.invoke(_compare_app(), [*args, "--fail-on-regression"], env=env)
     assert result.exit_code == 1, result.output  # regressions fail the CI step
     assert ":x: **AL regressed**" in result.output
-    [(path, headers, body)] = receiver.requests
-    assert path == "/gh/repos/o/r/issues/7/comments"
-    assert headers["Authorization"] == "Bearer ghp_testtoken123456"
+    [request] = receiver.requests
+    body = request.json()
+    assert request.path == "/gh/repos/o/r/issues/7/comments"
+    assert request.headers["Authorization"] == "Bearer ghp_testtoken123456"
     assert body["body"] == out.read_text() == result.stdout.rstrip("\n") + "\n"
     assert "| :x: regress | base.synthetic.full_decode_only.mtp3.swa-on" in body["body"]
     assert "ghp_testtoken123456" not in result.output
