@@ -7,6 +7,7 @@ module loads only typer, rich and the CLI's common parts.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -23,6 +24,13 @@ if TYPE_CHECKING:
 __all__ = ["pr_app"]
 
 pr_app = typer.Typer(rich_markup_mode="markdown")
+
+
+class _BaseAt(StrEnum):
+    """``--base``: farm.workflows.pr_pipeline.BaseAt as typer's choices."""
+
+    branch = "branch"
+    merge_base = "merge-base"
 
 
 def _github(
@@ -123,6 +131,13 @@ def pr(
         str | None,
         typer.Option(help="build the candidate from this ref, tree or wheel, not the PR head"),
     ] = None,
+    base: Annotated[
+        _BaseAt,
+        typer.Option(
+            help="compare with the tip of the branch the job names, or with the commit the "
+            "PR branched from (git merge-base; its base cells usually run in the sweep)",
+        ),
+    ] = _BaseAt.branch,
     only: Annotated[list[str] | None, typer.Option("--only", help="AXIS=VALUE; repeatable")] = None,
     baseline_max_age: Annotated[
         str, typer.Option(help="reuse stored base cells younger than this (s, m, h, d, w)")
@@ -148,6 +163,10 @@ def pr(
     """Validate pull request N of an engine: build the engine with the PR head, run its
     cells beside the base's missing cells, compare them pairwise with the base (stored
     cells of the same build reused), and post the verdict to the PR.
+
+    The base is the engine as the job names it (the tip of its branch), or with
+    ``--base merge-base`` the commit the PR branched from, so changes merged into the
+    branch since then are not counted as the PR's.
 
     One comment per PR and job, updated on each run; the commit status
     ``mtp-farm/JOB`` on the PR head. Exit status: 0 clean, 1 regression, 2 bad input
@@ -177,7 +196,13 @@ def pr(
         checked, _ = check_job(job_file, pairs, on_this_machine=ray_address is None)
         spec = checked.spec
         setup = prepare_pr(
-            spec, engine, pr_number, source=source, cache_dir=home() / "cache", say=say
+            spec,
+            engine,
+            pr_number,
+            source=source,
+            cache_dir=home() / "cache",
+            say=say,
+            base_at="merge-base" if base is _BaseAt.merge_base else "branch",
         )
         github = _github(repo, setup, pr_number, post)
         sha = setup.head_sha

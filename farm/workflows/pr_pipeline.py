@@ -3,9 +3,10 @@ patches against the head, find the stored baseline, judge the sweep once, and te
 GitHub (one comment per PR and job, updated; a commit status on the head).
 
 Everything that can refuse the run (an engine the job does not have, a PR without
-``refs/pull/N/head``, a base that cannot be identified when its cells must run,
-GitHub refusing the token) is checked by :func:`prepare_pr` and
-:func:`plan_baseline` before the sweep is created, so bad input writes nothing.
+``refs/pull/N/head``, ``--base merge-base`` without a git base or a common commit, a
+base that cannot be identified when its cells must run, GitHub refusing the token) is
+checked by :func:`prepare_pr` and :func:`plan_baseline` before the sweep is created, so
+bad input writes nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Literal
 from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
@@ -21,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session
 
 from farm.analysis.verdicts import CheckConfig
+from farm.builds.history import merge_base
 from farm.builds.patches import PatchError, check_patch
 from farm.builds.series import Patch, Target
 from farm.builds.sources import ResolvedSource, installable, resolve_source
@@ -28,7 +31,15 @@ from farm.builds.venv import patches_of, plan_builds
 from farm.errors import FarmError
 from farm.notify.github import GitHubClient, PullRequestRef
 from farm.plan import ServerCell
-from farm.spec import BuildSource, EngineSpec, JobSpec, TreeSource, WheelSource
+from farm.spec import (
+    BuildSource,
+    EngineSpec,
+    GitSource,
+    JobSpec,
+    PullRequestSource,
+    TreeSource,
+    WheelSource,
+)
 from farm.store.baselines import cells_of_build
 from farm.store.repository import load_sweep
 from farm.store.verdicts import record_verdict
@@ -45,10 +56,13 @@ from farm.workflows.pr import (
     pr_head_source,
     render_pr_comment,
     replaced_overlay,
+    replaced_source,
     select_baseline,
+    with_replaced_source,
 )
 
 __all__ = [
+    "BaseAt",
     "PrBaseline",
     "PrCheck",
     "PrSetup",
@@ -62,6 +76,9 @@ __all__ = [
 ]
 
 LineSink = Callable[[str], None]
+# What the candidate is compared with: the tip of the base's branch as the job names
+# it, or the commit the PR branched from (`git merge-base`, GitHub's base of the diff).
+BaseAt = Literal["branch", "merge-base"]
 
 
 class _Frozen(BaseModel):
@@ -174,6 +191,46 @@ def _check_patches(
     return kept, dropped
 
 
+def _describe(engine: EngineSpec, source: BuildSource) -> str:
+    if isinstance(source, PullRequestSource):
+        return f"pull request #{source.number}"
+    if isinstance(source, WheelSource | TreeSource):
+        return f"the {source.kind} {source.path}"
+    return f"the PyPI release {engine.package}=={engine.version}"
+
+
+def _git_base(engine: EngineSpec) -> GitSource:
+    """The replaced part's source, which ``--base merge-base`` moves: a git ref."""
+    current = replaced_source(engine)
+    if not isinstance(current, GitSource):
+        overlay = replaced_overlay(engine)
+        part = f"overlay {overlay} of engine {engine.name}" if overlay else f"engine {engine.name}"
+        raise FarmError(
+            f"--base merge-base needs a git base (a branch, tag or commit of a repository): "
+            f"{part} comes from {_describe(engine, current)}; use --base branch"
+        )
+    return current
+
+
+def _merge_base_engine(
+    engine: EngineSpec, head: BuildSource, number: int, source: str | None, cache_dir: Path
+) -> tuple[EngineSpec, str]:
+    """``engine`` with the replaced part at the merge base of its ref and the head's
+    ref, and the base's label. FarmError for a head that is not a git ref; SourceError
+    for a ref that does not exist or histories without a common commit."""
+    base = _git_base(engine)
+    if not isinstance(head, GitSource | PullRequestSource):
+        raise FarmError(
+            f"--base merge-base needs a git ref for the head: --source {source} is a "
+            f"{head.kind}; give a ref, or use --base branch"
+        )
+    sha = merge_base(base, cache_dir, base.ref, head.ref)
+    # The same repository at a commit: the engine keeps its name (cells key on it).
+    at = with_replaced_source(engine, base.model_copy(update={"ref": sha}))
+    of = f"PR #{number}" if source is None else head.ref
+    return at, f"merge-base {sha[:12]} of {base.ref} and {of}"
+
+
 def prepare_pr(
     job: JobSpec,
     engine_name: str,
@@ -182,25 +239,37 @@ def prepare_pr(
     source: str | None,
     cache_dir: Path,
     say: LineSink,
+    base_at: BaseAt = "branch",
 ) -> PrSetup:
     """Resolve the PR's candidate and base builds (no engine is built here).
 
+    The base is the engine as the job names it (``base_at="branch"``: its branch's
+    tip), or with the replaced part at ``git merge-base <its ref> <PR head>``
+    (``"merge-base"``: changes merged into the branch after the PR branched are then
+    not counted as the PR's).
+
     Raises FarmError for an engine the job does not have, a source that cannot be
-    resolved (a PR without ``refs/pull/N/head``: git's message), or a candidate
-    whose build id cannot be computed. A base that cannot be identified is not an
-    error yet (``base_error``): stored cells cannot be matched, so it fails only when
-    baseline cells must run (:func:`plan_baseline`).
+    resolved (a PR without ``refs/pull/N/head``: git's message), a candidate
+    whose build id cannot be computed, or, for ``"merge-base"``, a base or a head
+    that is not a git ref and refs without a common commit. A base that cannot be
+    identified is not an error yet (``base_error``): stored cells cannot be matched,
+    so it fails only when baseline cells must run (:func:`plan_baseline`).
     """
     engine = next((e for e in job.engines if e.name == engine_name), None)
     if engine is None:
         names = ", ".join(e.name for e in job.engines)
         raise FarmError(f"--engine {engine_name}: job {job.name} has no such engine ({names})")
+    if base_at == "merge-base":
+        _git_base(engine)  # before the PR is looked up: the option cannot work here
     overlay = replaced_overlay(engine)
     new_source = (
         pr_head_source(engine, number) if source is None else source_argument(engine, source)
     )
     part = _part(engine, overlay, new_source)
     resolved = resolve_source(part)  # SourceError: a PR that does not exist, a bad ref
+    base, base_label = engine, None
+    if base_at == "merge-base":
+        base, base_label = _merge_base_engine(engine, new_source, number, source, cache_dir)
     mine = [
         p
         for p in patches_of(engine)
@@ -210,19 +279,19 @@ def prepare_pr(
     others = [p for p in engine.patches if p not in {m.id for m in mine}]
     keep = tuple(p for p in engine.patches if p in set(kept) | set(others))
     candidate = candidate_engine(engine, number, new_source, keep)
-    base_plan, cand_plan = plan_builds([engine, candidate])
+    base_plan, cand_plan = plan_builds([base, candidate])
     if cand_plan.build_id is None:
         raise FarmError(f"the candidate build of PR #{number}: {cand_plan.error}")
     return PrSetup(
         job=job.name,
         number=number,
-        base=engine,
+        base=base,
         candidate=candidate,
         base_build_id=base_plan.build_id,
         base_error=base_plan.error,
         candidate_build_id=cand_plan.build_id,
         candidate_label=cand_plan.source,
-        base_label=base_plan.source if base_plan.build_id else "unresolved",
+        base_label=base_label or (base_plan.source if base_plan.build_id else "unresolved"),
         head_sha=resolved.commit,
         dropped=tuple(dropped),
     )
