@@ -269,8 +269,11 @@ def test_github_pr_workflow_runs_farm_pr_for_members_or_a_label() -> None:
         "$GITHUB_REPOSITORY": "vllm-project/vllm-ascend",
         "$RAY_ADDRESS_VAR": "h:6379",
         "$SITE": "/s",
+        "$BASE": "merge-base",
     }
     ctx = _check_farm_argv(["farm", *(values.get(w, w) for w in words)])
     assert words[0] == "pr" and (REPO / ctx.params["job_file"]).is_file()
+    assert ctx.params["base"] == "merge-base"
+    assert step["env"]["BASE"] == "${{ vars.FARM_PR_BASE || 'branch' }}"
     assert ctx.params["pr_number"] == 8210 and ctx.params["engine"] == "vllm-ascend"
     assert ctx.params["repo"] == "vllm-project/vllm-ascend" and ctx.params["publish"] is not None
