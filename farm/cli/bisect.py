@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from farm.workflows.bisect import Bisection
     from farm.workflows.bisect_pipeline import BisectRun, SweepRunner
 
-__all__ = ["bisect_app", "notify_bisection"]
+__all__ = ["bisect_app"]
 
 bisect_app = typer.Typer(rich_markup_mode="markdown")
 
@@ -81,7 +81,8 @@ def _from_alert(url: str, alert_id: int) -> _AlertEnds:
 def _alert_refs(job: JobSpec, ends: _AlertEnds) -> tuple[str | None, str | None]:
     """(good, bad): the commit or release of the bisected part each end's build of the
     alert's engine recorded (None where it records none)."""
-    from farm.workflows.bisect_setup import bisected_part, job_engine
+    from farm.workflows.bisect_setup import bisected_part
+    from farm.workflows.pr import job_engine
 
     part = bisected_part(job_engine(job, ends.engine))
 
@@ -123,7 +124,7 @@ def _channels(notify: bool) -> list[Notifier]:
     return configured_notifiers()
 
 
-def notify_bisection(b: Bisection, channels: Sequence[Notifier]) -> bool:
+def _notify(b: Bisection, channels: Sequence[Notifier]) -> bool:
     """Send the answer of ``b`` to ``channels``, each error on standard error; False
     when a channel failed. With no channel: a warning naming the ``FARM_NOTIFY_*``
     URL variables, and True (nothing was asked of a channel)."""
@@ -246,7 +247,7 @@ def bisect(
             resume=resume,
         )
         _print_result(result)
-        delivered = notify_bisection(result.bisection, channels) if notify else True
+        delivered = _notify(result.bisection, channels) if notify else True
         if post_github is not None:
             from farm.cli.reports import post_to_github
             from farm.report.markdown import render_bisection

@@ -27,8 +27,6 @@ from farm.notify.message import (
 __all__ = ["WeComError", "WeComNotifier", "wecom_notice_payload", "wecom_payload"]
 
 _CONTENT_MAX_BYTES = 4096
-# WeCom markdown's three font colours: info (green), comment (grey), warning (orange).
-_NOTICE_COLOURS = {"warning": "warning", "info": "info"}
 
 
 class WeComError(NotifyError):
@@ -60,8 +58,8 @@ def wecom_payload(alerts: Sequence[AlertRecord]) -> dict[str, Any]:
 def wecom_notice_payload(notice: Notice) -> dict[str, Any]:
     """The request body for ``notice``: WeCom markdown within 4096 bytes, the body cut
     first so that the title, footer and link survive a long notice."""
-    colour = _NOTICE_COLOURS[notice.level]
-    head = f'## {notice.title}\n<font color="{colour}">{notice.level}</font>'
+    # The levels are names of WeCom markdown's font colours (info green, warning orange).
+    head = f'## {notice.title}\n<font color="{notice.level}">{notice.level}</font>'
     link = f"[{notice.link}]({notice.link})" if notice.link else ""
     tail = "\n".join(x for x in (notice.footer, link) if x)
     body = "\n".join(f"> {line}" for line in notice.lines)

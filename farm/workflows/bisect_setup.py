@@ -36,14 +36,18 @@ from farm.workflows.bisect import (
     release_of_source,
     releases_between,
 )
-from farm.workflows.pr import replaced_overlay, replaced_source, with_replaced_source
+from farm.workflows.pr import (
+    job_engine,
+    replaced_overlay,
+    replaced_source,
+    with_replaced_source,
+)
 
 __all__ = [
     "BisectSetup",
     "BisectedPart",
     "bisect_job_name",
     "bisected_part",
-    "job_engine",
     "one_engine_job",
     "prepare_bisect",
 ]
@@ -176,15 +180,6 @@ def one_engine_job(job: JobSpec, engine: EngineSpec, name: str) -> JobSpec:
             "exclude": keep(job.exclude),
         }
     )
-
-
-def job_engine(job: JobSpec, name: str) -> EngineSpec:
-    """The engine ``--engine name`` of ``job``; FarmError naming the job's engines."""
-    engine = next((e for e in job.engines if e.name == name), None)
-    if engine is None:
-        names = ", ".join(e.name for e in job.engines)
-        raise FarmError(f"--engine {name}: job {job.name} has no such engine ({names})")
-    return engine
 
 
 def prepare_bisect(

@@ -61,6 +61,7 @@ __all__ = [
     "comment_marker",
     "commit_status",
     "git_ref_source",
+    "job_engine",
     "judge_pr",
     "parse_age",
     "pr_head_source",
@@ -190,6 +191,15 @@ def pr_head_source(engine: EngineSpec, number: int) -> BuildSource:
         spec = next(o for o in engine.overlays if o.package == overlay)
         return _pr_source(spec.source, number, f"overlay {overlay} of engine {engine.name}")
     return _pr_source(engine.source, number, f"engine {engine.name}")
+
+
+def job_engine(job: JobSpec, name: str) -> EngineSpec:
+    """The engine ``--engine name`` of ``job``; FarmError naming the job's engines."""
+    engine = next((e for e in job.engines if e.name == name), None)
+    if engine is None:
+        names = ", ".join(e.name for e in job.engines)
+        raise FarmError(f"--engine {name}: job {job.name} has no such engine ({names})")
+    return engine
 
 
 def replaced_source(engine: EngineSpec) -> BuildSource:

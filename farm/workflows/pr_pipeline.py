@@ -52,6 +52,7 @@ from farm.workflows.pr import (
     comment_marker,
     commit_status,
     git_ref_source,
+    job_engine,
     judge_pr,
     pr_head_source,
     render_pr_comment,
@@ -213,12 +214,16 @@ def _git_base(engine: EngineSpec) -> GitSource:
 
 
 def _merge_base_engine(
-    engine: EngineSpec, head: BuildSource, number: int, source: str | None, cache_dir: Path
+    engine: EngineSpec,
+    base: GitSource,
+    head: BuildSource,
+    number: int,
+    source: str | None,
+    cache_dir: Path,
 ) -> tuple[EngineSpec, str]:
-    """``engine`` with the replaced part at the merge base of its ref and the head's
-    ref, and the base's label. FarmError for a head that is not a git ref; SourceError
-    for a ref that does not exist or histories without a common commit."""
-    base = _git_base(engine)
+    """``engine`` with the replaced part (``base``) at the merge base of its ref and
+    the head's ref, and the base's label. FarmError for a head that is not a git ref;
+    SourceError for a ref that does not exist or histories without a common commit."""
     if not isinstance(head, GitSource | PullRequestSource):
         raise FarmError(
             f"--base merge-base needs a git ref for the head: --source {source} is a "
@@ -255,12 +260,9 @@ def prepare_pr(
     identified is not an error yet (``base_error``): stored cells cannot be matched,
     so it fails only when baseline cells must run (:func:`plan_baseline`).
     """
-    engine = next((e for e in job.engines if e.name == engine_name), None)
-    if engine is None:
-        names = ", ".join(e.name for e in job.engines)
-        raise FarmError(f"--engine {engine_name}: job {job.name} has no such engine ({names})")
-    if base_at == "merge-base":
-        _git_base(engine)  # before the PR is looked up: the option cannot work here
+    engine = job_engine(job, engine_name)
+    # Checked before the PR is looked up: without a git base the option cannot work.
+    git_base = _git_base(engine) if base_at == "merge-base" else None
     overlay = replaced_overlay(engine)
     new_source = (
         pr_head_source(engine, number) if source is None else source_argument(engine, source)
@@ -268,8 +270,10 @@ def prepare_pr(
     part = _part(engine, overlay, new_source)
     resolved = resolve_source(part)  # SourceError: a PR that does not exist, a bad ref
     base, base_label = engine, None
-    if base_at == "merge-base":
-        base, base_label = _merge_base_engine(engine, new_source, number, source, cache_dir)
+    if git_base is not None:
+        base, base_label = _merge_base_engine(
+            engine, git_base, new_source, number, source, cache_dir
+        )
     mine = [
         p
         for p in patches_of(engine)
