@@ -21,8 +21,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.fakes.receiver import serving
 
 __all__ = ["FakeGitHub", "FakePull", "RecordedCall", "fake_github"]
 
@@ -208,12 +210,6 @@ def fake_github(state: FakeGitHub) -> Iterator[FakeGitHub]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
+    with serving(Handler) as port:
+        state.url = f"http://127.0.0.1:{port}"
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()

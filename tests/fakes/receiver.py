@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["Received", "Receiver", "receiver_fixture", "receiving"]
+__all__ = ["Received", "Receiver", "receiver_fixture", "receiving", "serving"]
 
 
 @dataclass
@@ -53,6 +53,21 @@ class Receiver:
 
 
 @contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
+    """Serve ``handler`` on a free port of 127.0.0.1, in a thread, until the block
+    ends; the port."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@contextmanager
 def receiving() -> Iterator[Receiver]:
     """A receiver serving on a free port of 127.0.0.1 until the block ends."""
     rec = Receiver()
@@ -78,16 +93,8 @@ def receiving() -> Iterator[Receiver]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    rec.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    try:
+    with serving(Handler) as rec.port:
         yield rec
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture(name="receiver")

@@ -19,10 +19,9 @@ import json
 import logging
 import re
 import socket
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -33,6 +32,7 @@ from farm.cli.main import app
 from farm.dashboards import DATASOURCE_TYPE, DATASOURCE_UID, AlertRule, alert_rules, render_files
 from farm.dashboards.alerting import ALERT_GROUP, ALERT_INTERVAL_S
 from farm.dashboards.files import ALERTING_FILE
+from tests.fakes.receiver import serving
 
 runner = CliRunner()
 TOKEN = "glsa_fake-token-7f3a9c"
@@ -301,16 +301,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _serve(fake: FakeGrafana) -> Iterator[FakeGrafana]:
     handler = type("FakeGrafanaHandler", (_Handler,), {"fake": fake})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    fake.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    try:
+    with serving(handler) as fake.port:
         yield fake
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture
@@ -596,14 +588,7 @@ def test_something_that_is_not_grafana_is_named() -> None:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), NotGrafana)
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    try:
-        result = _push(f"http://127.0.0.1:{server.server_address[1]}")
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serving(NotGrafana) as port:
+        result = _push(f"http://127.0.0.1:{port}")
     assert result.exit_code == 2
     assert "not like Grafana's HTTP API" in result.output

@@ -11,10 +11,9 @@ same night (``--resume`` of night 3) must change nothing.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from farm.records import BuildInfo, SweepRecord
 from farm.store.alerts import list_alerts
 from farm.store.verdicts import get_verdict
 from farm.workflows.verdict import SweepVerdict
+from tests.fakes.receiver import serving
 from tests.integration.tiny_job import tiny_job
 
 CANARY = "canary-late-draft-token"
@@ -66,14 +66,8 @@ def receiver() -> Iterator[tuple[_Receiver, str]]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield got, f"http://127.0.0.1:{server.server_address[1]}/farm-alerts"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as port:
+        yield got, f"http://127.0.0.1:{port}/farm-alerts"
 
 
 @dataclass

@@ -9,13 +9,12 @@ import hmac
 import json
 import logging
 import socket
-import threading
 import time
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -56,7 +55,11 @@ from farm.notify.webhook import (
     verify_signature,
 )
 from farm.settings import NotifySettings
-from tests.fakes.receiver import Receiver, receiver_fixture  # noqa: F401  (the receiver fixture)
+from tests.fakes.receiver import (  # noqa: F401  (the receiver fixture)
+    Receiver,
+    receiver_fixture,
+    serving,
+)
 
 SLACK_TOKEN = "XoXbSeCrEt0123456789abcdef"
 FEISHU_SECRET = "fs-secret-9f8e7d6c5b4a"
@@ -573,16 +576,8 @@ def github() -> Iterator[FakeGitHub]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    gh.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    try:
+    with serving(Handler) as gh.port:
         yield gh
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def test_github_retry_after_a_timeout_finds_its_comment_instead_of_posting_twice(
