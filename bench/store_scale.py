@@ -59,6 +59,7 @@ from psycopg.rows import dict_row
 from farm.dashboards import alert_rules, all_dashboards, health
 from farm.dashboards import queries as q
 from farm.dashboards.macros import TimeRange, interpolate
+from farm.orchestrate.driver import plan_job
 from farm.plan import Plan, ServerCell
 from farm.records import (
     BuildInfo,
@@ -77,7 +78,6 @@ from farm.store import (
     record_build,
     save_cell_result,
 )
-from farm.sweep import plan_job
 
 REPO = Path(__file__).resolve().parents[1]
 NIGHTLY_JOB = REPO / "jobs" / "nightly-ascend.yaml"

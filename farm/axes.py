@@ -30,6 +30,7 @@ __all__ = [
     "explicit",
     "fold_axis_values",
     "parse_axis_value",
+    "speculates",
     "variant_label",
 ]
 
@@ -104,6 +105,18 @@ AXES: tuple[Axis, ...] = (
         default=("on",),
         id_prefix="swa-",
         short="swa",
+    ),
+    Axis(
+        "prefix_caching",
+        "server",
+        "prefix caching",
+        words=get_args(OnOff),
+        default=("on",),
+        id_prefix="prefix-",
+        short="prefix",
+        # Both engine families cache prefixes unless told not to (vLLM v1, sglang's
+        # radix cache): every result before the axis was measured with it on.
+        implicit="on",
     ),
     Axis(
         "thinking",
@@ -195,3 +208,10 @@ def fold_axis_values(data: Any, level: Literal["server", "request"]) -> Any:
             given[a.name] = a.implicit
     data["axes"] = {a.name: given.pop(a.name) for a in AXES if a.name in given} | given
     return data
+
+
+def speculates(mtp_depth: int) -> bool:
+    """Whether a cell at ``mtp_depth`` drafts tokens. Depth 0 is the spec-off run: it
+    has no acceptance (no drafts), serves as the greedy reference, and is left out of
+    every acceptance comparison. The one place that decides it."""
+    return int(mtp_depth) > 0

@@ -23,18 +23,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from farm.axes import AXES, SERVER_AXES, AxisValue, axes_text, explicit
+from farm.axes import AXES, AxisValue, axes_text
 
-if TYPE_CHECKING:
-    from farm.plan import ServerCell, Variant
-    from farm.spec import WorkloadSpec
-
-__all__ = ["ComparableKey", "workload_identity"]
+__all__ = ["ComparableKey"]
 
 
 class ComparableKey(BaseModel):
@@ -63,32 +58,6 @@ class ComparableKey(BaseModel):
             values = {name: data.pop(name, None) for name in flat}
             data["axes"] = tuple((k, v) for k, v in values.items() if v is not None)
         return data
-
-    @classmethod
-    def of_cell(cls, cell: ServerCell) -> ComparableKey:
-        """The server-level key of ``cell`` (what one engine server measures)."""
-        values = {
-            a.name: cell.planned_graph_mode if a.name == "graph_mode" else cell.axes[a.name]
-            for a in SERVER_AXES
-            if a.name not in ("engine", "model")
-        }
-        return cls(
-            family=cell.family,
-            engine=cell.engine,
-            model=cell.model,
-            axes=tuple(explicit(values).items()),
-        )
-
-    @classmethod
-    def of(cls, cell: ServerCell, variant: Variant) -> ComparableKey:
-        """The key of one request-level variant of ``cell``."""
-        server = cls.of_cell(cell)
-        return server.model_copy(
-            update={
-                "axes": server.axes + tuple(explicit(variant.axes).items()),
-                "workload_identity": variant.workload_identity,
-            }
-        )
 
     def value(self, name: str) -> AxisValue:
         """The value of axis ``name`` (engine and model included)."""
@@ -119,29 +88,3 @@ class ComparableKey(BaseModel):
 
     def __str__(self) -> str:
         return self.label
-
-
-def workload_identity(workload: WorkloadSpec) -> str:
-    """12 hex digits naming what a workload measures (not how fast it is sent)."""
-    harness = workload.harness
-    payload = {
-        "prompts": PurePath(workload.prompts).name if workload.prompts else None,
-        "harness": (
-            None
-            if harness is None
-            else {
-                "task": harness.task,
-                "dataset": PurePath(harness.dataset_path).name if harness.dataset_path else None,
-                "limit": harness.limit,
-                "num_fewshot": harness.num_fewshot,
-                "metric": harness.metric,
-            }
-        ),
-        "count": workload.count,
-        "max_tokens": workload.max_tokens,
-        "temperature": workload.temperature,
-        "seed": workload.seed,
-        "scorer": workload.scorer,
-    }
-    blob = json.dumps(payload, sort_keys=True).encode()
-    return hashlib.sha256(blob).hexdigest()[:12]

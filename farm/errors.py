@@ -7,6 +7,7 @@ __all__ = [
     "CellError",
     "EngineError",
     "FarmError",
+    "GoldenError",
     "OutputError",
     "PlanError",
     "SpecError",
@@ -21,6 +22,11 @@ class FarmError(Exception):
 
 class SpecError(FarmError):
     """A job file is malformed; the message names file, line and key."""
+
+
+class GoldenError(SpecError):
+    """A golden case file (vllm-ascend's spec-decode gates) is malformed or cannot be
+    read; the message names file, line and key."""
 
 
 class PlanError(FarmError):

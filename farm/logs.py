@@ -3,9 +3,10 @@
 Two kinds of folders grow with every sweep and were never pruned:
 
 - engine logs, ``FARM_HOME/logs/sweep-<id>-<time>/`` (one per sweep run);
-- the session folders of the local Ray clusters the farm starts,
-  ``<tmp>/mtpfarm-ray-<uid>[-<home digest>]/session_*`` (see
-  :mod:`farm.orchestrate.ray_pool`), each holding a cluster's logs.
+- the session folders of the local Ray cluster the farm starts for this FARM_HOME,
+  ``<tmp>/mtpfarm-ray-<uid>-<home digest>/session_*`` (see
+  :mod:`farm.orchestrate.host_cluster`), each holding a cluster's logs. Another
+  FARM_HOME's folders are its own store's business: gc never looks at them.
 
 A folder is old when nothing in it was written for ``older_than_days``. Whatever its
 age, a folder is kept when it may belong to a run still going: written in the last
@@ -19,7 +20,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Collection, Iterator
 from pathlib import Path
@@ -27,7 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from farm.paths import ray_temp_prefix
+from farm.paths import ray_temp_dir
 
 __all__ = [
     "RECENT_S",
@@ -42,7 +42,7 @@ RECENT_S = 3600.0
 """Folders written this recently are never removed: a run may be writing them."""
 
 _SWEEP_LOGS = re.compile(r"^sweep-(\d+)-")
-_SESSION = re.compile(r"^session_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_(\d+)$")
+_SESSION = re.compile(r"^session_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_(\d+)\Z")
 
 LogKind = Literal["engine logs", "ray session"]
 
@@ -74,19 +74,12 @@ class LogScan(BaseModel):
         return sum(f.size_bytes for f in self.old)
 
 
-def ray_temp_dirs(tmp: Path | None = None) -> list[Path]:
-    """The temp folders of the local Ray clusters this user's farm runs started.
-
-    Named by :func:`farm.paths.ray_temp_dir` (``mtpfarm-ray-<uid>-<digest>``, one per
-    FARM_HOME; ``mtpfarm-ray-<uid>`` from older farms).
-    """
-    root = tmp or Path(tempfile.gettempdir())
-    prefix = ray_temp_prefix()
-    return sorted(
-        p
-        for p in root.glob(f"{prefix}*")
-        if (p.name == prefix or p.name.startswith(f"{prefix}-")) and p.is_dir()
-    )
+def ray_temp_dirs(home: Path) -> list[Path]:
+    """The temp folder of the local Ray cluster the farm starts for ``home``
+    (:func:`farm.paths.ray_temp_dir`), if it exists: never another FARM_HOME's, whose
+    runs this home's store knows nothing of."""
+    temp = ray_temp_dir(home)
+    return [temp] if temp.is_dir() and not temp.is_symlink() else []
 
 
 def _walk(path: Path) -> Iterator[os.stat_result]:
@@ -159,13 +152,13 @@ def find_old_logs(
     now: float | None = None,
 ) -> LogScan:
     """The log folders under ``home`` (FARM_HOME) and ``ray_dirs`` (default:
-    :func:`ray_temp_dirs`) not written for ``older_than_days`` days, and the old ones
+    :func:`ray_temp_dirs` of ``home``) not written for ``older_than_days`` days, and the old ones
     kept because a run may still use them (module docstring). Reads only."""
     now = time.time() if now is None else now
     cutoff = now - older_than_days * 86400
     old: list[LogFolder] = []
     kept: list[LogFolder] = []
-    dirs = ray_temp_dirs() if ray_dirs is None else ray_dirs
+    dirs = ray_temp_dirs(home) if ray_dirs is None else ray_dirs
     for path, kind, in_use in _candidates(home, dirs, set(running_sweeps)):
         try:
             size, newest = _measure(path)

@@ -10,7 +10,7 @@ from pathlib import Path
 from farm.errors import FarmError
 from farm.settings import get_settings
 
-__all__ = ["farm_home", "ray_temp_dir", "ray_temp_prefix"]
+__all__ = ["farm_home", "ray_temp_dir"]
 
 
 def farm_home() -> Path:
@@ -30,13 +30,8 @@ def farm_home() -> Path:
     return home
 
 
-def ray_temp_prefix() -> str:
-    """Name prefix of this user's farm Ray temp folders (``mtpfarm-ray-<uid>``)."""
-    return f"mtpfarm-ray-{os.getuid()}"
-
-
 def ray_temp_dir(home: Path) -> Path:
     """The temp folder of the local Ray cluster the farm starts for ``home``: one per
     FARM_HOME and user, short for Ray's socket paths (``farm logs gc`` prunes them)."""
     digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:10]
-    return Path(tempfile.gettempdir()) / f"{ray_temp_prefix()}-{digest}"
+    return Path(tempfile.gettempdir()) / f"mtpfarm-ray-{os.getuid()}-{digest}"

@@ -8,8 +8,11 @@ excluded with a reason, never silently dropped.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 from collections.abc import Mapping
+from pathlib import PurePath
 from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -23,13 +26,15 @@ from farm.axes import (
     GraphMode,
     OnOff,
     axes_text,
+    explicit,
     fold_axis_values,
     parse_axis_value,
+    speculates,
     variant_label,
 )
-from farm.comparable import ComparableKey, workload_identity
+from farm.comparable import ComparableKey
 from farm.errors import PlanError
-from farm.spec import JobSpec
+from farm.spec import JobSpec, WorkloadSpec
 
 __all__ = [
     "FULL_GRAPH_MODES",
@@ -41,6 +46,7 @@ __all__ = [
     "expand_matrix",
     "parse_only",
     "select",
+    "workload_identity",
 ]
 
 
@@ -72,7 +78,7 @@ class Capabilities(_Frozen):
 class Variant(_Frozen):
     """One request-level variant of a server cell: a value of every request axis.
 
-    ``workload_identity`` is :func:`farm.comparable.workload_identity` of its workload.
+    ``workload_identity`` is :func:`workload_identity` of its workload.
     """
 
     axes: dict[str, AxisValue]
@@ -157,8 +163,17 @@ class ServerCell(_Frozen):
         return int(self.axes["mtp_depth"])
 
     @property
+    def speculative(self) -> bool:
+        """Whether this cell drafts tokens (:func:`farm.axes.speculates`)."""
+        return speculates(self.mtp_depth)
+
+    @property
     def sliding_window(self) -> OnOff:
         return cast(OnOff, self.axes["sliding_window"])
+
+    @property
+    def prefix_caching(self) -> OnOff:
+        return cast(OnOff, self.axes["prefix_caching"])
 
     @property
     def cell_id(self) -> str:
@@ -167,7 +182,17 @@ class ServerCell(_Frozen):
     @property
     def key(self) -> ComparableKey:
         """The server-level comparable key (what schedule estimates match on)."""
-        return ComparableKey.of_cell(self)
+        values = {
+            a.name: self.planned_graph_mode if a.name == "graph_mode" else self.axes[a.name]
+            for a in SERVER_AXES
+            if a.name not in ("engine", "model")
+        }
+        return ComparableKey(
+            family=self.family,
+            engine=self.engine,
+            model=self.model,
+            axes=tuple(explicit(values).items()),
+        )
 
     def variant_key(self, axes: Mapping[str, AxisValue]) -> ComparableKey:
         """The comparable key of the variant with request-axis values ``axes`` (a
@@ -175,7 +200,13 @@ class ServerCell(_Frozen):
         variant's, empty when the cell planned no such variant."""
         planned = next((v for v in self.variants if v.axes == dict(axes)), None)
         variant = planned or Variant(axes=dict(axes))
-        return ComparableKey.of(self, variant)
+        server = self.key
+        return server.model_copy(
+            update={
+                "axes": server.axes + tuple(explicit(variant.axes).items()),
+                "workload_identity": variant.workload_identity,
+            }
+        )
 
     def variant_label(self, axes: Mapping[str, AxisValue]) -> str:
         """``cell_id[think-on.arith]``: how reports and findings name a variant."""
@@ -376,3 +407,31 @@ def parse_only(job: JobSpec, only: Mapping[str, str]) -> dict[str, AxisValue]:
         except (KeyError, ValueError) as exc:
             raise PlanError(f"--only {name}={text}: {exc.args[0]}") from None
     return out
+
+
+def workload_identity(workload: WorkloadSpec) -> str:
+    """12 hex digits naming what a workload measures (not how fast it is sent)."""
+    harness = workload.harness
+    payload = {
+        "prompts": PurePath(workload.prompts).name if workload.prompts else None,
+        "harness": (
+            None
+            if harness is None
+            else {
+                "task": harness.task,
+                "dataset": PurePath(harness.dataset_path).name if harness.dataset_path else None,
+                "limit": harness.limit,
+                "num_fewshot": harness.num_fewshot,
+                "metric": harness.metric,
+            }
+        ),
+        "count": workload.count,
+        "max_tokens": workload.max_tokens,
+        "temperature": workload.temperature,
+        "seed": workload.seed,
+        "scorer": workload.scorer,
+    }
+    if workload.system_prompt is not None:  # absent before it existed: identities kept
+        payload["system_prompt"] = hashlib.sha256(workload.system_prompt.encode()).hexdigest()
+    blob = json.dumps(payload, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]

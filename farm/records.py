@@ -48,13 +48,19 @@ class SpecCounters(_Frozen):
     """Speculative-decoding counters over one variant (deltas between two scrapes).
 
     ``accepted_per_pos[i]`` counts draft tokens accepted at draft position ``i``.
-    All zero when speculation is off.
+    All zero when speculation is off. The same scrapes give what the speculation ran
+    under, where the engine exports it (0 otherwise, and in per-request counters):
+    ``engine_steps``, the engine's forward passes, and the prefix cache's
+    ``prefix_queries`` and ``prefix_hits`` (prompt tokens looked up, and found).
     """
 
     drafts: int = 0
     draft_tokens: int = 0
     accepted: int = 0
     accepted_per_pos: tuple[int, ...] = ()
+    engine_steps: int = 0
+    prefix_queries: int = 0
+    prefix_hits: int = 0
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -65,6 +71,26 @@ class SpecCounters(_Frozen):
     def mean_acceptance_length(self) -> float | None:
         """1 + accepted / drafts: tokens emitted per verify step."""
         return 1.0 + self.accepted / self.drafts if self.drafts else None
+
+    def counts(self, positions: int = 0) -> dict[str, int]:
+        """Every counter by name, ``accepted_per_pos[i]`` for each position (at least
+        ``positions`` of them, 0 past the ones held)."""
+        scalars = {n: v for n, v in self if isinstance(v, int)}
+        width = max(positions, len(self.accepted_per_pos))
+        pos = (*self.accepted_per_pos, *(0,) * (width - len(self.accepted_per_pos)))
+        return scalars | {f"accepted_per_pos[{i}]": v for i, v in enumerate(pos)}
+
+    @property
+    def verifies_per_step(self) -> float | None:
+        """Requests verifying drafts in one engine step, on average: about 1 when the
+        variant's requests never shared a decode batch (whatever its concurrency), up
+        to the concurrency when they always did. A batch-dependent bug needs > 1."""
+        return self.drafts / self.engine_steps if self.drafts and self.engine_steps else None
+
+    @property
+    def prefix_hit_rate(self) -> float | None:
+        """Share of looked-up prompt tokens the prefix cache had."""
+        return self.prefix_hits / self.prefix_queries if self.prefix_queries else None
 
     @property
     def per_position_rate(self) -> tuple[float, ...]:
@@ -121,6 +147,7 @@ class EffectiveConfig(_Frozen):
     drafter_eager: bool | None = None
     sliding_window: int | None = None
     max_model_len: int | None = None
+    prefix_caching: bool | None = None
     notes: tuple[str, ...] = ()
 
 
@@ -137,9 +164,17 @@ class CellResult(_Frozen):
     variants: tuple[VariantResult, ...] = ()
     startup_s: float | None = None
     generation_s: float | None = None
+    npus: int | None = None  # accelerators the server held; 0 on a CPU host
     error: str | None = None
     log_tail: str | None = None
     log_path: str | None = None
+
+    @property
+    def device_s(self) -> float:
+        """What the cell cost: its server's start-up and generation time on each device
+        it held (a CPU host, and a cell stored without its NPU count, as one)."""
+        busy = (self.startup_s or 0.0) + (self.generation_s or 0.0)
+        return busy * max(self.npus or 0, 1)
 
     @classmethod
     def never_ran(

@@ -34,13 +34,24 @@ class EngineEffect(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     engine: str
-    patches: tuple[str, ...]
+    # What this engine applies beyond the reference's patches: a canary's own patch;
+    # nothing for the clean repeat, even when both carry a fix.
+    added_patches: tuple[str, ...]
     cells: tuple[LabeledCell, ...]
     attribution: Attribution | None
 
     @property
     def regressed(self) -> tuple[str, ...]:
         return tuple(c.label for c in self.cells if c.regressed)
+
+    @property
+    def expects_drop(self) -> bool:
+        return bool(self.added_patches)
+
+    @property
+    def as_expected(self) -> bool:
+        """A canary is caught somewhere; the clean repeat is flagged nowhere."""
+        return bool(self.regressed) == self.expects_drop
 
 
 class SelftestReport(BaseModel):
@@ -53,10 +64,18 @@ class SelftestReport(BaseModel):
 
 
 def selftest_bases(job: JobSpec) -> dict[str, str]:
-    """Every engine after the first -> the first (the clean reference)."""
+    """Every engine after the first -> the first (the clean reference).
+
+    The reference may carry fixes (the embedded default's build does); every other
+    engine must apply them too, so that what differs is what it adds.
+    """
     reference = job.engines[0]
-    if reference.patches:
-        raise ValueError("the first engine of a self-test job must be the clean build")
+    for engine in job.engines[1:]:
+        if not set(reference.patches) <= set(engine.patches):
+            raise ValueError(
+                f"the first engine of a self-test job is the clean reference: engine "
+                f"{engine.name} must apply its patches too ({', '.join(reference.patches)})"
+            )
     return {e.name: reference.name for e in job.engines[1:]}
 
 
@@ -78,7 +97,7 @@ def analyze_selftest(
         effects.append(
             EngineEffect(
                 engine=engine.name,
-                patches=engine.patches,
+                added_patches=tuple(p for p in engine.patches if p not in job.engines[0].patches),
                 cells=cells,
                 attribution=attribute(cells, axes=varying) if varying else None,
             )

@@ -187,6 +187,12 @@ class GitHubSettings(_Service):
         description="OWNER/REPO that `farm pr` posts to when --repo is not given (GitHub "
         "Actions sets it); default: the repository of the source the PR replaces.",
     )
+    login: str | None = Field(
+        None,
+        validation_alias="FARM_GITHUB_LOGIN",
+        description="Login of GITHUB_TOKEN's user (an app's bot, NAME[bot]); default: "
+        "asked of GET /user. Only its comments are updated by `farm pr`.",
+    )
     publish_url: str | None = Field(
         None,
         validation_alias="FARM_PUBLISH_URL",

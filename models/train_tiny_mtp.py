@@ -502,6 +502,12 @@ def save(model, cfg, tok, out: Path):
         "torch_dtype": "float32",
     }
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    save_tokenizer(tok, out, cfg["max_position_embeddings"])
+
+
+def save_tokenizer(tok, out: Path, max_len: int) -> None:
+    """generation_config.json and the tokenizer files (shared with train_tiny_step.py)."""
+    ids = {t: tok.token_to_id(t) for t in SPECIAL + NONSPECIAL_ADDED}
     (out / "generation_config.json").write_text(
         json.dumps(
             {
@@ -533,7 +539,7 @@ def save(model, cfg, tok, out: Path):
         "pad_token": "<|endoftext|>",
         "unk_token": None,
         "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
-        "model_max_length": cfg["max_position_embeddings"],
+        "model_max_length": max_len,
         "clean_up_tokenization_spaces": False,
         "add_bos_token": False,
         "add_eos_token": False,

@@ -9,6 +9,7 @@ from farm.analysis.attribution import (
     branch_table,
     labels_from_report,
 )
+from farm.analysis.check_rules import CheckConfig, CheckReport, Note, VariantRef, Verdict
 from farm.analysis.checks import (
     check_depth_invariance,
     check_graph_modes,
@@ -37,7 +38,6 @@ from farm.analysis.stats import (
     wilson_interval,
 )
 from farm.analysis.summary import VariantSummary, patched_bases, summarize_sweep
-from farm.analysis.verdicts import CheckConfig, CheckReport, Finding, Note, VariantRef, Verdict
 from farm.comparable import ComparableKey
 
 __all__ = [
@@ -50,7 +50,6 @@ __all__ = [
     "CheckConfig",
     "CheckReport",
     "ComparableKey",
-    "Finding",
     "HistoryAnalysis",
     "HistoryConfig",
     "HistoryPoint",

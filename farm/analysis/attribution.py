@@ -26,7 +26,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from farm.analysis.verdicts import CheckReport, VariantRef
+from farm.analysis.check_rules import CheckReport, VariantRef
 
 __all__ = [
     "Attribution",

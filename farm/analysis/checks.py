@@ -1,7 +1,8 @@
 """Within-sweep differential checks: graph modes vs eager, patches vs base, depths.
 
 Each check compares two variants of one sweep that should agree and returns a typed
-:class:`Verdict` per comparison; a verdict that fails becomes a :class:`Finding`.
+:class:`Verdict` per comparison; those that regressed are the report's
+:attr:`~CheckReport.regressions`.
 A comparison fails only when it is both *significant* (the request-level bootstrap
 interval of the difference excludes 0, see :mod:`farm.analysis.stats`) and *large*
 (the point difference reaches a minimum effect). The minimum effect keeps a large
@@ -24,12 +25,24 @@ Failed or missing cells produce a :class:`Note`, never a finding.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from farm.analysis.check_rules import (
+    CheckConfig,
+    CheckKind,
+    CheckReport,
+    Direction,
+    Metric,
+    Note,
+    VariantRef,
+    Verdict,
+    classify_difference,
+    control_false_discoveries,
+    p_value,
+)
 from farm.analysis.stats import (
     AcceptanceSample,
     Interval,
@@ -38,20 +51,7 @@ from farm.analysis.stats import (
     correctness_sample,
     divergence_sample,
 )
-from farm.analysis.verdicts import (
-    CheckConfig,
-    CheckKind,
-    CheckReport,
-    Direction,
-    Finding,
-    Metric,
-    Note,
-    VariantRef,
-    Verdict,
-    control_false_discoveries,
-    judge,
-    p_value,
-)
+from farm.axes import speculates
 from farm.records import SweepRecord, VariantResult
 
 __all__ = [
@@ -83,8 +83,7 @@ class _Context:
     verdicts: list[Verdict] = field(default_factory=list)
 
     def rng(self, *parts: str) -> np.random.Generator:
-        # Stable per comparison (crc32, not hash()), so results do not depend on order.
-        return np.random.default_rng([self.config.seed, zlib.crc32("|".join(parts).encode())])
+        return self.config.rng("|".join(parts))
 
 
 def _units(sweep: SweepRecord) -> tuple[list[_Unit], list[Note]]:
@@ -139,7 +138,7 @@ def _add(
     position: int | None = None,
     baseline: str | None = None,
 ) -> None:
-    significant, regressed = judge(diff, min_effect, worse)
+    significant, regressed = classify_difference(diff, min_effect, worse)
     ctx.verdicts.append(
         Verdict(
             check=check,
@@ -257,7 +256,9 @@ def check_graph_modes(sweep: SweepRecord, config: CheckConfig | None = None) -> 
 
 
 def _graph_modes(ctx: _Context) -> None:
-    for group in _group((u for u in ctx.units if u.ref.mtp_depth > 0), "graph_mode").values():
+    for group in _group(
+        (u for u in ctx.units if speculates(u.ref.mtp_depth)), "graph_mode"
+    ).values():
         eager = [u for u in group if u.ref.graph_mode == "eager"]
         others = [u for u in group if u.ref.graph_mode != "eager"]
         if not others:
@@ -302,7 +303,7 @@ def _patches(ctx: _Context, base_of: Mapping[str, str]) -> None:
                 )
             )
             continue
-        if cand.ref.mtp_depth > 0:
+        if speculates(cand.ref.mtp_depth):
             _compare_al(ctx, "patch_vs_base", cand, ref, "lower")
         c, r = correctness_sample(cand.variant.requests), correctness_sample(ref.variant.requests)
         if c.prompt_ids and r.prompt_ids:
@@ -343,7 +344,7 @@ def check_depth_invariance(sweep: SweepRecord, config: CheckConfig | None = None
 
 def _depths(ctx: _Context) -> None:
     cfg = ctx.config
-    spec_on = (u for u in ctx.units if u.ref.mtp_depth > 0)
+    spec_on = (u for u in ctx.units if speculates(u.ref.mtp_depth))
     for group in _group(spec_on, "mtp_depth").values():
         by_depth = {u.ref.mtp_depth: u for u in group}
         depths = sorted(by_depth)
@@ -392,11 +393,9 @@ def _context(sweep: SweepRecord, config: CheckConfig | None) -> _Context:
 
 def _report(sweep: SweepRecord, ctx: _Context) -> CheckReport:
     verdicts = _control_fdr(ctx.verdicts, ctx.config)
-    findings = tuple(Finding(verdict=v, message=v.describe()) for v in verdicts if v.regressed)
     return CheckReport(
         sweep_id=sweep.sweep_id,
         verdicts=verdicts,
-        findings=findings,
         notes=tuple(dict.fromkeys(ctx.notes)),  # one note per cause, first-seen order
     )
 
@@ -407,7 +406,9 @@ def _control_fdr(verdicts: list[Verdict], config: CheckConfig) -> tuple[Verdict,
     rejected = control_false_discoveries([v.p_value for v in verdicts], 1.0 - config.level)
     out = []
     for v, reject in zip(verdicts, rejected, strict=True):
-        significant, regressed = judge(v.difference, v.min_effect, v.direction, reject)
+        significant, regressed = classify_difference(
+            v.difference, v.min_effect, v.direction, reject
+        )
         out.append(v.model_copy(update={"significant": significant, "regressed": regressed}))
     return tuple(out)
 

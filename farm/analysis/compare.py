@@ -2,23 +2,25 @@
 
 Every spec-on variant of the candidate is paired with the variant of the baseline
 that has the same :class:`farm.comparable.ComparableKey`, and judged by
-:func:`farm.analysis.verdicts.judge`, the rule of the within-sweep checks.
+:func:`farm.analysis.check_rules.classify_difference`, the rule of the within-sweep
+checks. Each row carries the AL and the full per-position difference of that one
+paired comparison: nothing downstream compares the pair again.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from farm.analysis.stats import AcceptanceSample, Interval, compare_acceptance
-from farm.analysis.verdicts import CheckConfig, judge
+from farm.analysis.check_rules import CheckConfig, classify_difference
+from farm.analysis.noise import KeyNoise, NoiseRule, Threshold, calibrated
+from farm.analysis.stats import AcceptanceDifference, AcceptanceSample, Interval, compare_acceptance
 from farm.comparable import ComparableKey
 from farm.records import StoredCell, SweepRecord, VariantResult
+from farm.results.verdict import PositionChange
 
 __all__ = ["CompareOutcome", "ComparedVariant", "SweepComparison", "compare_sweeps"]
 
@@ -30,11 +32,18 @@ class _Frozen(BaseModel):
 
 
 class ComparedVariant(_Frozen):
-    """One cell key in both sweeps: AL of each and candidate - baseline, judged."""
+    """One cell key in both sweeps: AL of each and candidate - baseline, judged.
 
-    key: str
+    ``label``: the candidate's variant label (the baseline's when only it has the key);
+    ``cell_id``: the candidate's cell; ``positions``: acceptance per draft position,
+    baseline vs candidate, from the same paired bootstrap as the AL.
+    """
+
+    key: ComparableKey
     label: str
     outcome: CompareOutcome
+    baseline_label: str | None = None
+    cell_id: str | None = None
     baseline_al: Interval | None = None
     candidate_al: Interval | None = None
     difference: Interval | None = None
@@ -43,6 +52,8 @@ class ComparedVariant(_Frozen):
     paired: bool = False
     pairs: int = 0
     note: str | None = None
+    threshold: Threshold | None = None  # where min_effect came from, under a noise rule
+    positions: tuple[PositionChange, ...] = ()
 
 
 class SweepComparison(_Frozen):
@@ -79,7 +90,7 @@ def _units(sweep: SweepRecord, engine_map: Mapping[str, str]) -> dict[Comparable
     out: dict[ComparableKey, _Unit] = {}
     for stored in sweep.cells:
         c = stored.cell
-        if c.mtp_depth == 0:
+        if not c.speculative:
             continue
         ran = {tuple(v.axes.items()): v for v in (stored.result.variants if stored.result else ())}
         for planned in c.variants:
@@ -99,6 +110,8 @@ def compare_sweeps(
     *,
     config: CheckConfig | None = None,
     engine_map: Mapping[str, str] | None = None,
+    noise: Mapping[ComparableKey, KeyNoise] | None = None,
+    noise_rule: NoiseRule | None = None,
 ) -> SweepComparison:
     """Compare the AL of every spec-on variant of ``candidate`` with the same cell key
     in ``baseline`` (request-level bootstrap, paired on shared prompts).
@@ -107,7 +120,10 @@ def compare_sweeps(
     ``config.min_al_effect`` (the rule of the within-sweep checks); ``improve``: the
     mirror image; ``pass`` otherwise. ``engine_map`` renames candidate engines to
     baseline engines (a PR build named apart from the nightly line). Variants present
-    on one side only are ``unmatched``; failed ones ``failed``.
+    on one side only are ``unmatched``; failed ones ``failed``. With ``noise_rule``,
+    each key's run-to-run ``noise`` (its nights before ``candidate``) widens the
+    interval and calibrates the minimum effect (:func:`farm.analysis.noise.calibrated`;
+    a key with too little history keeps the floor and says so).
     """
     cfg = config or CheckConfig()
     base_units = _units(baseline, {})
@@ -121,11 +137,12 @@ def compare_sweeps(
             side = "candidate" if c is not None else "baseline"
             rows.append(
                 ComparedVariant(
-                    key=key.label, label=only.label, outcome="unmatched", note=f"only in {side}"
+                    key=key, label=only.label, outcome="unmatched", note=f"only in {side}"
                 )
             )
             continue
-        rows.append(_compare_one(key, b, c, cfg))
+        calibration = None if noise_rule is None else ((noise or {}).get(key), noise_rule)
+        rows.append(_compare_one(key, b, c, cfg, calibration))
     return SweepComparison(
         baseline_id=baseline.sweep_id,
         candidate_id=candidate.sweep_id,
@@ -137,30 +154,43 @@ def compare_sweeps(
 
 
 def _compare_one(
-    comparable: ComparableKey, b: _Unit, c: _Unit, cfg: CheckConfig
+    key: ComparableKey,
+    b: _Unit,
+    c: _Unit,
+    cfg: CheckConfig,
+    calibration: tuple[KeyNoise | None, NoiseRule] | None = None,
 ) -> ComparedVariant:
-    key = comparable.label
+    sides = {"baseline_label": b.label, "cell_id": c.stored.cell.cell_id}
     for side, unit in (("baseline", b), ("candidate", c)):
         problem = unit.problem()
         if problem is not None:
             return ComparedVariant(
-                key=key, label=c.label, outcome="failed", note=f"{side} {problem}"
+                key=key, label=c.label, outcome="failed", note=f"{side} {problem}", **sides
             )
     assert b.variant is not None and c.variant is not None
     ref = AcceptanceSample.from_requests(b.variant.requests)
     cand = AcceptanceSample.from_requests(c.variant.requests)
     if len(ref) == 0 or len(cand) == 0 or ref.drafts.sum() <= 0 or cand.drafts.sum() <= 0:
         return ComparedVariant(
-            key=key, label=c.label, outcome="no_data", note="no per-request speculative counters"
+            key=key,
+            label=c.label,
+            outcome="no_data",
+            note="no per-request speculative counters",
+            **sides,
         )
-    rng = np.random.default_rng([cfg.seed, zlib.crc32(key.encode())])
-    d = compare_acceptance(ref, cand, rng=rng, resamples=cfg.resamples, level=cfg.level)
+    d = compare_acceptance(
+        ref, cand, rng=cfg.rng(key.label), resamples=cfg.resamples, level=cfg.level
+    )
     diff = d.mean_acceptance_length
     min_effect = cfg.min_al_effect(d.reference_al.estimate)
+    threshold = None
+    if calibration is not None:
+        diff, rule = calibrated(diff, min_effect, *calibration)
+        min_effect, threshold = rule.min_effect, rule
     outcome: CompareOutcome = "pass"
-    if judge(diff, min_effect, "lower")[1]:
+    if classify_difference(diff, min_effect, "lower")[1]:
         outcome = "regress"
-    elif judge(diff, min_effect, "higher")[1]:
+    elif classify_difference(diff, min_effect, "higher")[1]:
         outcome = "improve"
     return ComparedVariant(
         key=key,
@@ -171,6 +201,26 @@ def _compare_one(
         difference=diff,
         relative=d.relative.estimate,
         min_effect=min_effect,
+        threshold=threshold,
         paired=d.paired,
         pairs=d.pairs,
+        positions=_positions(d, cfg),
+        **sides,
+    )
+
+
+def _positions(d: AcceptanceDifference, cfg: CheckConfig) -> tuple[PositionChange, ...]:
+    """Acceptance per draft position, candidate against baseline; ``fell`` by the
+    minimum per-position effect of ``cfg``."""
+    return tuple(
+        PositionChange(
+            position=i,
+            baseline=d.reference_per_position[i].estimate,
+            candidate=d.candidate_per_position[i].estimate,
+            difference=diff.estimate,
+            low=diff.low,
+            high=diff.high,
+            fell=classify_difference(diff, cfg.min_position_diff, "lower")[1],
+        )
+        for i, diff in enumerate(d.per_position)
     )

@@ -35,6 +35,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.stats import AcceptanceSample, acceptance_stats
+from farm.axes import speculates
 from farm.comparable import ComparableKey
 from farm.records import RequestRecord, SweepRecord
 
@@ -432,7 +433,7 @@ def series_from_figures(
     interval. Keys use the cell's engine name and family, never the build or sweep."""
     series: dict[ComparableKey, list[HistoryPoint]] = {}
     for f in figures:
-        if f.cell_status != "ok" or f.mtp_depth == 0 or f.mean_acceptance_length is None:
+        if f.cell_status != "ok" or not speculates(f.mtp_depth) or f.mean_acceptance_length is None:
             continue
         series.setdefault(f.key, []).append(
             HistoryPoint(

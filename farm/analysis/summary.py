@@ -31,6 +31,10 @@ class VariantSummary(BaseModel):
     greedy_compared: int | None = None
     accuracy: float | None = None
     output_tokens_per_s: float | None = None
+    # What the variant ran under (farm.records.SpecCounters): requests verifying per
+    # engine step, and the prefix cache's hit rate.
+    verifies_per_step: float | None = None
+    prefix_hit_rate: float | None = None
 
     @property
     def engine(self) -> str:
@@ -65,7 +69,7 @@ def summarize_sweep(sweep: SweepRecord) -> tuple[VariantSummary, ...]:
     """
     baselines: dict[tuple[AxisValue, ...], dict[str, str | None]] = {}
     for stored in sweep.cells:
-        if stored.cell.mtp_depth == 0 and stored.result is not None:
+        if not stored.cell.speculative and stored.result is not None:
             for v in stored.result.variants:
                 baselines[_baseline_key(stored, v)] = {
                     r.prompt_id: r.output_text for r in v.requests if r.error is None
@@ -94,7 +98,7 @@ def summarize_sweep(sweep: SweepRecord) -> tuple[VariantSummary, ...]:
             scored = [r for r in ok if r.correct is not None]
             same = compared = None
             base = baselines.get(_baseline_key(stored, v))
-            if base is not None and cell.mtp_depth > 0:
+            if base is not None and cell.speculative:
                 shared = [r for r in ok if r.prompt_id in base]
                 # Text pruned (`farm db prune`) on either side: that prompt's agreement
                 # is unknown, and with every text pruned so is the variant's.
@@ -122,13 +126,17 @@ def summarize_sweep(sweep: SweepRecord) -> tuple[VariantSummary, ...]:
                     greedy_compared=compared,
                     accuracy=sum(bool(r.correct) for r in scored) / len(scored) if scored else None,
                     output_tokens_per_s=tokens / v.elapsed_s if v.elapsed_s > 0 else None,
+                    verifies_per_step=v.counters.verifies_per_step,
+                    prefix_hit_rate=v.counters.prefix_hit_rate,
                 )
             )
     return tuple(rows)
 
 
 def patched_bases(builds: tuple[BuildInfo, ...]) -> dict[str, str]:
-    """Patched engine -> the unpatched engine of the same package, version, source and pins.
+    """Patched engine -> its base: the engine of the same package, version, source and
+    pins whose patch series is the longest proper prefix of this one's (none at all, or
+    the fixes a canary is stacked on).
 
     The within-sweep patch check compares each patched build with this base.
     """
@@ -136,5 +144,15 @@ def patched_bases(builds: tuple[BuildInfo, ...]) -> dict[str, str]:
     def identity(b: BuildInfo) -> tuple[object, ...]:
         return (b.family, b.package, b.version, b.source, b.pins)
 
-    bases = {identity(b): b.engine for b in builds if not b.patches}
-    return {b.engine: bases[identity(b)] for b in builds if b.patches and identity(b) in bases}
+    bases: dict[str, str] = {}
+    for build in builds:
+        below = [
+            other
+            for other in builds
+            if identity(other) == identity(build)
+            and len(other.patches) < len(build.patches)
+            and tuple(build.patches[: len(other.patches)]) == tuple(other.patches)
+        ]
+        if build.patches and below:
+            bases[build.engine] = max(below, key=lambda other: len(other.patches)).engine
+    return bases

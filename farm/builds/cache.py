@@ -5,6 +5,11 @@ with ``format_version`` (:mod:`farm.fileformat`; a marker without one is version
 A marker that cannot be read is reported with its path and reason, never skipped
 silently, and its build is left in place.
 
+A folder without a marker is a build that has not finished: being built while its
+``builds/<folder>.lock`` is held, otherwise abandoned (a build killed mid-install leaves
+hundreds of MB that nothing will use: the next build of that id starts afresh). Both
+are listed; gc removes the abandoned ones whatever their age.
+
 A build in use is held with a shared lock on ``builds/<folder>.inuse``
 (:func:`use_build`: a running sweep holds each build it uses on its host, a cell its
 build); gc takes that lock exclusively without waiting, and skips the build when it
@@ -37,11 +42,13 @@ __all__ = [
     "BuildGc",
     "BuildScan",
     "CachedBuild",
+    "UnfinishedBuild",
     "gc_builds",
     "list_builds",
     "prune_builds",
     "prune_sources",
     "read_marker",
+    "removed_on_failure",
     "scan_builds",
     "touch_build",
     "use_build",
@@ -65,13 +72,30 @@ class CachedBuild(BaseModel):
     folder: Path = Field(description="the build's folder under the cache, where it was found")
 
 
+class UnfinishedBuild(BaseModel):
+    """A build folder without a marker: being built, or left by a build that died."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    folder: Path
+    size_bytes: int
+    last_written: float
+    building: bool  # its lock is held: a build is filling it now
+
+
 class BuildScan(BaseModel):
-    """The readable builds of a cache, and the markers that cannot be read."""
+    """The readable builds of a cache, the markers that cannot be read and the
+    folders of builds that have not finished."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     builds: tuple[CachedBuild, ...] = ()
     unreadable: tuple[str, ...] = ()  # "<marker>: unreadable ...: <reason>; <what to do>"
+    unfinished: tuple[UnfinishedBuild, ...] = ()
+
+    @property
+    def abandoned(self) -> tuple[UnfinishedBuild, ...]:
+        return tuple(u for u in self.unfinished if not u.building)
 
 
 def write_marker(env_dir: Path, info: BuildInfo) -> None:
@@ -122,6 +146,42 @@ def _unused(env_dir: Path) -> Iterator[bool]:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def removed_on_failure(env_dir: Path) -> Iterator[None]:
+    """Remove the build folder ``env_dir`` when the block raises (a failed install
+    leaves nothing behind; a killed one is left to gc, :class:`UnfinishedBuild`)."""
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(env_dir, ignore_errors=True)
+        raise
+
+
+def _being_built(folder: Path) -> bool:
+    try:
+        with FileLock(str(folder.with_suffix(".lock")), timeout=0):
+            return False
+    except Timeout:
+        return True
+
+
+def _unfinished(cache_dir: Path, sizes: bool = True) -> Iterator[UnfinishedBuild]:
+    root = cache_dir / "builds"
+    for folder in sorted(root.iterdir()) if root.is_dir() else []:
+        if folder.is_symlink() or not folder.is_dir() or (folder / MARKER).exists():
+            continue
+        try:
+            last = folder.stat().st_mtime
+        except OSError:
+            continue  # removed since it was listed
+        yield UnfinishedBuild(
+            folder=folder,
+            size_bytes=_size(folder) if sizes else 0,
+            last_written=last,
+            building=_being_built(folder),
+        )
+
+
 def _size(path: Path) -> int:
     # Hard links shared with a base build are counted once per inode.
     seen: set[int] = set()
@@ -147,8 +207,9 @@ def _source_label(path: Path, info: BuildInfo) -> str:
 
 
 def scan_builds(cache_dir: Path, sizes: bool = True) -> BuildScan:
-    """Every finished build under ``cache_dir``, most recently used first, and every
-    marker that cannot be read (with its path and the reason)."""
+    """Every finished build under ``cache_dir``, most recently used first, every
+    marker that cannot be read (with its path and the reason) and every folder of a
+    build that has not finished."""
     builds = []
     unreadable = []
     for marker in sorted((cache_dir / "builds").glob(f"*/{MARKER}")):
@@ -169,7 +230,11 @@ def scan_builds(cache_dir: Path, sizes: bool = True) -> BuildScan:
             )
         )
     ordered = sorted(builds, key=lambda b: -b.last_used)
-    return BuildScan(builds=tuple(ordered), unreadable=tuple(unreadable))
+    return BuildScan(
+        builds=tuple(ordered),
+        unreadable=tuple(unreadable),
+        unfinished=tuple(_unfinished(cache_dir, sizes)),
+    )
 
 
 def list_builds(cache_dir: Path, sizes: bool = True) -> list[CachedBuild]:
@@ -186,10 +251,12 @@ class BuildGc(BaseModel):
     removed: tuple[CachedBuild, ...] = ()
     in_use: tuple[CachedBuild, ...] = ()  # held by a running sweep or cell
     building: tuple[CachedBuild, ...] = ()  # locked by a build of the same id
+    abandoned: tuple[UnfinishedBuild, ...] = ()  # folders of builds that died, removed
 
 
 def gc_builds(cache_dir: Path, older_than_days: float, dry_run: bool = False) -> BuildGc:
-    """Remove builds unused for ``older_than_days``, each by the folder it was found in.
+    """Remove builds unused for ``older_than_days``, each by the folder it was found in,
+    and the folders of builds that died before they finished, whatever their age.
 
     Skips (and names) builds in use (:func:`use_build`) and builds being built; skips
     builds whose marker cannot be read (:func:`scan_builds` names them).
@@ -211,7 +278,24 @@ def gc_builds(cache_dir: Path, older_than_days: float, dry_run: bool = False) ->
             building.append(build)
             continue
         removed.append(build)
-    return BuildGc(removed=tuple(removed), in_use=tuple(in_use), building=tuple(building))
+    abandoned = []
+    for unfinished in _unfinished(cache_dir):
+        try:
+            # Under the build's own lock: a build of that id starting now waits.
+            with FileLock(str(unfinished.folder.with_suffix(".lock")), timeout=0):
+                if (unfinished.folder / MARKER).exists():
+                    continue  # finished since it was listed
+                if not dry_run:
+                    _remove(unfinished.folder)
+        except Timeout:
+            continue
+        abandoned.append(unfinished)
+    return BuildGc(
+        removed=tuple(removed),
+        in_use=tuple(in_use),
+        building=tuple(building),
+        abandoned=tuple(abandoned),
+    )
 
 
 def _remove(folder: Path) -> None:

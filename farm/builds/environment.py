@@ -37,6 +37,7 @@ import yaml
 
 from farm.engines.environment import child_environment, looks_secret
 from farm.errors import BuildError
+from farm.masking import MASK, mask_mapping, mask_secrets
 from farm.settings import get_settings
 
 __all__ = [
@@ -53,16 +54,10 @@ __all__ = [
     "stream_step",
 ]
 
-MASK = "***"
 
 _BUILD_PREFIXES = ("PIP_", "GIT_", "SETUPTOOLS_SCM_", "CMAKE_")
 _BUILD_NAMES = frozenset(
     {"MAX_JOBS", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "PKG_CONFIG_PATH"}
-)
-# A URL's user information: scheme://user:password@ (the password up to the last @
-# before the path) or scheme://token@.
-_URL_CREDENTIALS = re.compile(
-    r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/\s:@]*)(?::(?P<password>[^/\s]*))?@"
 )
 # Option names that carry a secret: --token, --hf-token, --api-key, --client-secret. Not
 # ``looks_secret``: engine options such as --tokenizer or --max-num-batched-tokens are
@@ -266,24 +261,15 @@ def run_logged(
 
 
 def mask_text(text: str) -> str:
-    """``text`` with the credentials of every URL in it masked:
-    ``scheme://user:***@host``, and ``https://***@host`` for a bare token."""
-
-    def repl(m: re.Match[str]) -> str:
-        if m["password"] is not None:
-            return f"{m['scheme']}{m['user']}:{MASK}@"
-        # A bare user is a token on HTTP (https://x-access-token@...), a login elsewhere
-        # (ssh://git@...).
-        http = m["scheme"].lower() in ("http://", "https://")
-        return f"{m['scheme']}{MASK}@" if m["user"] and http else m[0]
-
-    return _URL_CREDENTIALS.sub(repl, text)
+    """``text`` with the credentials of every URL in it masked (user information and
+    secret-looking query parameters): :func:`farm.masking.mask_secrets`."""
+    return mask_secrets(text)
 
 
 def mask_env(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` to show or store: a secret-looking name's value (``*TOKEN*``,
     ``*SECRET*``, ``*PASSWORD*``, ``*_KEY``, ...) is ``***``; URLs lose their credentials."""
-    return {k: MASK if looks_secret(k) else mask_text(v) for k, v in env.items()}
+    return mask_mapping(env, looks_secret)
 
 
 def mask_argv(argv: Sequence[str]) -> list[str]:

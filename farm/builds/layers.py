@@ -36,7 +36,13 @@ from filelock import FileLock
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict
 
-from farm.builds.cache import MARKER, SOURCE_FILE, touch_build, write_marker
+from farm.builds.cache import (
+    MARKER,
+    SOURCE_FILE,
+    removed_on_failure,
+    touch_build,
+    write_marker,
+)
 from farm.builds.environment import mask_text, run_logged
 from farm.builds.patches import PatchError, apply_patch_series
 from farm.builds.series import Patch, Target, unknown_root
@@ -222,21 +228,12 @@ def ensure_derived(
             say(f"cached build {env_dir.name} is damaged ({damage}): rebuilding it")
         shutil.rmtree(env_dir, ignore_errors=True)
         say(f"deriving {engine.name} from base build {base.build_id} (hard links)")
-        with _removed_on_failure(env_dir):
+        with removed_on_failure(env_dir):
             _link_copy(Path(base.env_dir), env_dir)
             _fill(spec, base, recipe, info, cache_dir, say)
             write_marker(env_dir, info)
             touch_build(env_dir)
     return info
-
-
-@contextmanager
-def _removed_on_failure(env_dir: Path) -> Iterator[None]:
-    try:
-        yield
-    except BaseException:
-        shutil.rmtree(env_dir, ignore_errors=True)
-        raise
 
 
 def _link_copy(base_dir: Path, env_dir: Path) -> None:
@@ -351,7 +348,7 @@ def _apply_patches(
     """Apply the engine's patches (against the engine's release and commit), then each
     overlay's (against the overlay's); return the files they changed (site-relative)."""
     engine, source = spec.engine, spec.source
-    canaries = [p.id for p in spec.patches if p.purpose == "canary"]
+    canaries = [p.id for p in spec.patches if p.purpose in ("canary", "noise")]
     layers: list[tuple[tuple[Patch, ...], Target, str]] = []
     engine_patches = tuple(p for p in spec.patches if p.overlay is None)
     if engine_patches:

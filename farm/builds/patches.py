@@ -240,15 +240,17 @@ def apply_patch_series(
     """Apply ``patches`` in order to ``target_dir``, all or nothing.
 
     Patches already upstream or outside their ``applies_to`` are skipped (and say so).
-    A canary is refused unless its id is in ``canaries`` (the job must name it). On a
+    A canary or noise patch is refused unless its id is in ``canaries`` (the job must
+    name it). On a
     conflict, raises PatchError with the failing hunks; the tree is then untouched,
     including files that earlier patches of the series would have changed.
     """
     tree = Path(target_dir)
     for patch in patches:
-        if patch.purpose == "canary" and patch.id not in canaries:
+        if patch.purpose in ("canary", "noise") and patch.id not in canaries:
             raise PatchError(
-                f"patch {patch.id} is a canary; it is applied only when a job names it"
+                f"patch {patch.id} is a {patch.purpose} patch; it is applied only when a "
+                "job names it"
             )
     label = target.label if target else str(tree)
     outcomes: list[PatchOutcome] = []

@@ -1,7 +1,8 @@
 """Bundled patch series: ``patches/<engine>/series.yaml`` and the unified diffs next to it.
 
-A series is data: which diff, why (a ``fix`` not yet upstream, or a ``canary`` that
-re-creates a known bug on purpose), which engine releases or commits it is written for,
+A series is data: which diff, why (a ``fix`` not yet upstream, a ``canary`` that
+re-creates a known bug on purpose, or ``noise`` that re-creates a real engine's
+run-to-run variation for tests and benches), which engine releases or commits it is written for,
 and which concrete targets it claims to apply to. Everything here is pure: reading YAML
 and parsing diffs; running GNU ``patch`` lives in :mod:`farm.builds.patches`.
 """
@@ -60,14 +61,14 @@ ENGINE_IMPORT_NAMES: dict[str, str] = {
     "vllm": "vllm",
 }
 
-PatchPurpose = Literal["fix", "canary"]
+PatchPurpose = Literal["fix", "canary", "noise"]
 # What a patch's paths are relative to: the engine as installed (`package`), the
 # engine's source checkout (`source`), or the name of one of the engine's overlays
 # (the overlay as installed, after it is installed on top of the base).
 PatchRoot = str
 ENGINE_ROOTS = ("package", "source")
 TreeKind = Literal["package", "source"]
-_COMMIT = re.compile(r"^[0-9a-fA-F]{7,40}$")
+_COMMIT = re.compile(r"^[0-9a-fA-F]{7,40}\Z")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 # A series file is a page of YAML; a diff a few hundred lines.
 _MAX_SERIES_BYTES = 1 << 20
@@ -216,8 +217,10 @@ class PatchEntry(_Frozen):
     def _purpose_fields(self) -> PatchEntry:
         if self.purpose == "fix" and (not self.fixes or self.recreates):
             raise ValueError("a fix names `fixes` (the upstream issue or PR), not `recreates`")
-        if self.purpose == "canary" and (not self.recreates or self.fixes):
-            raise ValueError("a canary names `recreates` (the upstream bug), not `fixes`")
+        if self.purpose in ("canary", "noise") and (not self.recreates or self.fixes):
+            raise ValueError(
+                f"a {self.purpose} patch names `recreates` (what it re-creates), not `fixes`"
+            )
         for version in self.targets:
             if not self.applies_to.covers(Target(version=version)):
                 raise ValueError(f"target {version} is outside applies_to")

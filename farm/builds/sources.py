@@ -68,8 +68,8 @@ LineSink = Callable[[str], None]
 
 # `pip index versions` (pip >= 21.2; no --json before pip 25): "Available versions: a, b"
 _AVAILABLE = re.compile(r"^Available versions:(.*)$", re.MULTILINE)
-_FULL_COMMIT = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
-_SHORT_COMMIT = re.compile(r"^[0-9a-fA-F]{4,39}$")
+_FULL_COMMIT = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")
+_SHORT_COMMIT = re.compile(r"^[0-9a-fA-F]{4,39}\Z")
 # Never part of a tree's identity: VCS data, caches, and what building it writes
 # into it (setuptools' build/ and *.egg-info), so installing a tree does not change
 # its id.

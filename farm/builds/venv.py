@@ -27,7 +27,14 @@ from pathlib import Path
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 
-from farm.builds.cache import MARKER, SOURCE_FILE, read_marker, touch_build, write_marker
+from farm.builds.cache import (
+    MARKER,
+    SOURCE_FILE,
+    read_marker,
+    removed_on_failure,
+    touch_build,
+    write_marker,
+)
 from farm.builds.environment import build_environment, mask_text, run_logged, run_step
 from farm.builds.layers import (
     UNKNOWN_VERSION,
@@ -190,24 +197,31 @@ def _ensure_base(
                 touch_build(env_dir)
                 return cached
         shutil.rmtree(env_dir, ignore_errors=True)
-        say(f"building {engine.name} ({source.label}) into {env_dir}")
-        run_logged(
-            [sys.executable, "-m", "venv", str(env_dir)], "create the virtual environment", say
-        )
-        pip = [info.python, "-m", "pip", "--disable-pip-version-check"]
-        with installable(engine, source, cache_dir, say) as requirement:
-            argv = [*pip, "install", *_sourced(recipe, engine, source, requirement).requirements]
-            run_logged(argv, "install the engine", say, retry=True)
-        if recipe.remove:
-            run_logged([*pip, "uninstall", "-y", *recipe.remove], "remove unusable packages", say)
-        run_logged([info.python, "-c", recipe.import_check], "import the engine", say)
-        if source.kind != "pypi":
-            info = info.model_copy(update={"version": _installed_version(info, say)})
-        location = mask_text(source.location) if source.location else None
-        recorded = source.model_copy(update={"location": location})
-        (env_dir / SOURCE_FILE).write_text(recorded.model_dump_json(indent=2))
-        write_marker(env_dir, info)
-        touch_build(env_dir)
+        with removed_on_failure(env_dir):
+            say(f"building {engine.name} ({source.label}) into {env_dir}")
+            run_logged(
+                [sys.executable, "-m", "venv", str(env_dir)], "create the virtual environment", say
+            )
+            pip = [info.python, "-m", "pip", "--disable-pip-version-check"]
+            with installable(engine, source, cache_dir, say) as requirement:
+                argv = [
+                    *pip,
+                    "install",
+                    *_sourced(recipe, engine, source, requirement).requirements,
+                ]
+                run_logged(argv, "install the engine", say, retry=True)
+            if recipe.remove:
+                run_logged(
+                    [*pip, "uninstall", "-y", *recipe.remove], "remove unusable packages", say
+                )
+            run_logged([info.python, "-c", recipe.import_check], "import the engine", say)
+            if source.kind != "pypi":
+                info = info.model_copy(update={"version": _installed_version(info, say)})
+            location = mask_text(source.location) if source.location else None
+            recorded = source.model_copy(update={"location": location})
+            (env_dir / SOURCE_FILE).write_text(recorded.model_dump_json(indent=2))
+            write_marker(env_dir, info)
+            touch_build(env_dir)
         return info
 
 

@@ -1,14 +1,15 @@
-"""`farm alerts list|ack|resolve|check`: regression alerts in the store.
+"""`farm alerts list|triage|ack|resolve|check`: regression alerts in the store.
 
-`check` calls the check-alert-notify stage (:func:`farm.notify.pipeline.check_and_notify`)
-and prints what it did.
+`check` judges a stored sweep as `farm nightly` does (:func:`farm.workflows.nightly_pipeline.
+check_alerts`: within the sweep, against the job's last good night, over its history),
+raises the alerts of its findings, notifies, and prints what it did.
 """
 
 from __future__ import annotations
 
 import getpass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.table import Table
@@ -24,40 +25,62 @@ from farm.cli.common import (
     parse_pairs,
     resolve_sweep,
 )
+from farm.cli.inputs import LIMIT, STORE_ID, plain_text
 from farm.errors import FarmError
+from farm.inert import terminal
+from farm.masking import mask_secrets
+from farm.results.alerts import ALERT_STATES, OPEN_STATES, TRIAGE_STATES
 
 if TYPE_CHECKING:
-    from farm.notify.pipeline import AlertCheck
+    from farm.workflows.nightly_pipeline import AlertCheck
 
 __all__ = ["alerts_app"]
 
 alerts_app = typer.Typer(
     rich_markup_mode="markdown",
-    help="Regression alerts: raise them from a sweep, list, acknowledge, resolve.",
+    help="Regression alerts: raise them from a sweep, list, triage.",
     no_args_is_help=True,
 )
 
 
 class StateChoice(StrEnum):
-    """The states `farm alerts list --state` accepts."""
+    """What `farm alerts list --state` accepts: a state, or ``open`` (any open one)."""
 
     open = "open"
+    untriaged = "untriaged"
     acknowledged = "acknowledged"
-    resolved = "resolved"
+    downstream = "downstream"
+    invalid = "invalid"
+    fixed = "fixed"
+    recovered = "recovered"
+
+
+class TriageChoice(StrEnum):
+    """The states a person sets (``recovered`` is the farm's)."""
+
+    acknowledged = "acknowledged"
+    downstream = "downstream"
+    invalid = "invalid"
+    fixed = "fixed"
+
+
+assert {c.value for c in StateChoice} == {"open", *ALERT_STATES}
+assert tuple(c.value for c in TriageChoice) == TRIAGE_STATES
 
 
 @alerts_app.command("list")
 def list_command(
     state: Annotated[StateChoice | None, typer.Option(help="only alerts in this state")] = None,
-    limit: Annotated[int, typer.Option(help="at most this many, newest first")] = 50,
+    limit: Annotated[int, typer.Option(help="at most this many, newest first", parser=LIMIT)] = 50,
     db: DbOption = None,
 ) -> None:
-    """List alerts, most recently updated first."""
+    """List alerts, most recently updated first, with their triage (who, when, why, link)."""
     from farm.store.alerts import list_alerts
 
+    states = None if state is None else OPEN_STATES if state == "open" else (state.value,)
     try:
         with open_session(db) as session:
-            alerts = list_alerts(session, state.value if state else None, limit)
+            alerts = list_alerts(session, states, limit)  # type: ignore[arg-type]
     except FarmError as exc:
         raise fail(exc) from None
     if not alerts:
@@ -68,29 +91,73 @@ def list_command(
         table.add_column(col, overflow="fold")
     for a in alerts:
         sweeps = f"{a.first_sweep_id}..{a.last_sweep_id} ({a.occurrences}x)"
-        who = f"\n{a.state} by {a.acknowledged_by}" if a.acknowledged_by else ""
-        note = f"\nnote: {a.note}" if a.note else ""
-        style = "red" if a.severity == "critical" and a.state == "open" else ""
+        who = f"\nby {a.triaged_by}" if a.triaged_by else ""
+        note = f"\nwhy: {a.note}" if a.note else ""
+        note += f"\nlink: {a.link}" if a.link else ""
+        note += f"\nnews: {a.news}" if a.news else ""
+        style = "red" if a.severity == "critical" and a.state == "untriaged" else ""
+        # Stored text may predate the input checks: shown inert (farm.inert.terminal).
         table.add_row(
             Text(str(a.id)),
-            Text(a.state + who, style=style),
+            Text(terminal(a.state + who, newlines=True), style=style),
             Text(a.severity, style=style),
-            Text(f"{a.kind} {a.metric or ''}".strip()),
-            Text(str(a.details.cell)),
+            Text(terminal(f"{a.kind} {a.metric or ''}".strip())),
+            Text(terminal(str(a.details.cell))),
             Text(sweeps),
-            Text(a.summary + note),
+            Text(terminal(a.summary + note, newlines=True)),
         )
     console.print(table)
 
 
-@alerts_app.command("ack")
-def ack_command(
-    alert_id: Annotated[int, typer.Argument(help="alert id (`farm alerts list`)")],
-    note: Annotated[str | None, typer.Option(help="why, or who is on it")] = None,
-    by: Annotated[str | None, typer.Option(help="who acknowledges; default: $USER")] = None,
+@alerts_app.command("triage")
+def triage_command(
+    alert_id: Annotated[int, typer.Argument(help="alert id (`farm alerts list`)", parser=STORE_ID)],
+    state: Annotated[TriageChoice, typer.Argument(help="the alert's new state")],
+    reason: Annotated[str | None, typer.Option(help="why", callback=plain_text)] = None,
+    link: Annotated[
+        str | None,
+        typer.Option(help="the bug, PR or bisection (an http(s) URL)", callback=_http_link),
+    ] = None,
+    by: Annotated[
+        str | None, typer.Option(help="who triages; default: $USER", callback=plain_text)
+    ] = None,
     db: DbOption = None,
 ) -> None:
-    """Acknowledge an alert: it stays listed but is not notified again."""
+    """Triage an alert: acknowledged (someone is on it), downstream (caused elsewhere),
+    invalid (a false alarm) or fixed. Open ones are not notified again unless their
+    cause changes; a newer sweep that shows a closed one again re-opens it."""
+    from farm.store.alerts import triage
+
+    try:
+        with open_session(db) as session:
+            who = by or getpass.getuser()
+            record = triage(session, alert_id, state.value, who, reason, link)
+    except FarmError as exc:
+        raise fail(exc) from None
+    console.print(Text(terminal(f"alert {record.id} {record.state} by {record.triaged_by}")))
+
+
+def _http_link(value: str | None) -> str | None:
+    value = plain_text(value)
+    if value is not None and not value.startswith(("http://", "https://")):
+        raise typer.BadParameter(f"{value!r}: expected an http(s) URL")
+    return mask_secrets(value) if value is not None else None
+
+
+@alerts_app.command("ack")
+def ack_command(
+    alert_id: Annotated[int, typer.Argument(help="alert id (`farm alerts list`)", parser=STORE_ID)],
+    note: Annotated[
+        str | None, typer.Option(help="why, or who is on it", callback=plain_text)
+    ] = None,
+    by: Annotated[
+        str | None,
+        typer.Option(help="who acknowledges; default: $USER", callback=plain_text),
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Acknowledge an alert (`triage ID acknowledged`): it stays listed but is not
+    notified again unless its cause changes."""
     from farm.store.alerts import acknowledge
 
     try:
@@ -98,24 +165,27 @@ def ack_command(
             record = acknowledge(session, alert_id, by or getpass.getuser(), note)
     except FarmError as exc:
         raise fail(exc) from None
-    console.print(Text(f"alert {record.id} acknowledged by {record.acknowledged_by}"))
+    console.print(Text(terminal(f"alert {record.id} acknowledged by {record.triaged_by}")))
 
 
 @alerts_app.command("resolve")
 def resolve_command(
-    alert_id: Annotated[int, typer.Argument(help="alert id (`farm alerts list`)")],
-    note: Annotated[str | None, typer.Option(help="what fixed it (PR, build)")] = None,
+    alert_id: Annotated[int, typer.Argument(help="alert id (`farm alerts list`)", parser=STORE_ID)],
+    note: Annotated[
+        str | None, typer.Option(help="what fixed it (PR, build)", callback=plain_text)
+    ] = None,
     db: DbOption = None,
 ) -> None:
-    """Resolve an alert; a newer sweep that shows the same regression re-opens it."""
+    """Resolve an alert as fixed (`triage ID fixed`); a newer sweep that shows the same
+    regression re-opens it."""
     from farm.store.alerts import resolve
 
     try:
         with open_session(db) as session:
-            record = resolve(session, alert_id, note)
+            record = resolve(session, alert_id, note, getpass.getuser())
     except FarmError as exc:
         raise fail(exc) from None
-    console.print(Text(f"alert {record.id} resolved"))
+    console.print(Text(f"alert {record.id} fixed"))
 
 
 @alerts_app.command("check")
@@ -126,25 +196,39 @@ def check_command(
         typer.Option(help="PATCHED=BASE engine pair; default: inferred from the builds"),
     ] = None,
     history: Annotated[
-        int, typer.Option(help="also look for change points over this many sweeps of the job")
+        int,
+        typer.Option(
+            help="also look for change points over this many sweeps of the job", parser=LIMIT
+        ),
     ] = 0,
+    baseline: Annotated[
+        str,
+        typer.Option(
+            help="compare with this sweep id, 'last-good' (the job's last good night, as "
+            "farm nightly does) or 'none'"
+        ),
+    ] = "last-good",
     notify: Annotated[
         bool, typer.Option(help="send new alerts to the channels set in FARM_NOTIFY_*")
     ] = True,
     db: DbOption = None,
 ) -> None:
-    """Run the checks on a stored sweep, record alerts (deduplicated), notify new ones.
+    """Judge a stored sweep as `farm nightly` does, record the alerts of its findings
+    (deduplicated), notify new ones. No verdict is stored.
 
-    Exit status 1 when a notification channel failed (the alerts stay pending).
+    Exit status 4 when a notification channel failed (the alerts stay pending), as
+    `farm nightly` gives for the same failure.
     """
-    from farm.notify.pipeline import check_and_notify
+    from farm.workflows.nightly_pipeline import check_alerts
 
     pairs = parse_pairs(base_of, "--base-of")
+    against = _baseline(baseline)
     try:
         with open_session(db) as session:
-            outcome = check_and_notify(
+            outcome = check_alerts(
                 session,
                 resolve_sweep(session, sweep),
+                baseline=against,
                 base_of=pairs or None,
                 history=history,
                 notifiers=None if notify else (),
@@ -153,7 +237,22 @@ def check_command(
         raise fail(exc) from None
     _print_check(outcome)
     if not outcome.delivered:
-        raise typer.Exit(1)
+        from farm.notify.delivery import EXIT_UNDELIVERED
+
+        raise typer.Exit(EXIT_UNDELIVERED)
+
+
+def _baseline(value: str) -> int | Literal["last-good"] | None:
+    if value == "none":
+        return None
+    if value == "last-good":
+        return "last-good"
+    from farm.bounds import parse_stored_int
+
+    try:
+        return parse_stored_int(value, what="a sweep id")
+    except ValueError as exc:
+        raise typer.BadParameter(f"{exc}, 'last-good' or 'none'", param_hint="--baseline") from None
 
 
 def _print_check(outcome: AlertCheck) -> None:
@@ -166,10 +265,10 @@ def _print_check(outcome: AlertCheck) -> None:
     )
     for a in outcome.fresh:
         console.print(Text(f"  #{a.id} {a.severity} {a.summary}"))
-    if outcome.sent:
-        names = ", ".join(outcome.channels)
-        console.print(Text(f"sent {len(outcome.sent)} alert(s) to {names}"))
-    for err in outcome.errors:
-        err_console.print(Text(f"notification failed: {err}", style="red"))
-    if outcome.errors:
-        err_console.print(Text("alerts are stored; the next `farm alerts check` sends them again"))
+    from farm.notify.delivery import delivery_lines
+
+    for line, good in delivery_lines(len(outcome.sent), outcome.delivered_to, outcome.errors):
+        if good:
+            console.print(Text(line))
+        else:
+            err_console.print(Text(line, style="red"))

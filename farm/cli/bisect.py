@@ -1,7 +1,8 @@
 """`farm bisect`: find the commit that dropped acceptance between a good and a bad build.
 
 Exit status: 0 the first bad commit was found, 3 inconclusive (the reason is printed),
-1 a notification channel failed (``--notify``; the bisection is stored), 2 bad input
+4 a notification channel failed (``--notify``; the bisection is stored; as `farm
+nightly` and `farm alerts check`), 2 bad input
 (or the store unreachable). The stages are imported inside the command: this module
 loads only typer, rich and the CLI's common parts.
 """
@@ -9,20 +10,20 @@ loads only typer, rich and the CLI's common parts.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NamedTuple
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from farm.cli.common import DbOption, db_url, fail, home, open_session, parse_pairs, say
+from farm.cli.inputs import STORE_ID
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from farm.notify.registry import Notifier
-    from farm.records import BuildInfo
+    from farm.results.bisection import Bisection
     from farm.spec import JobSpec
-    from farm.workflows.bisect import Bisection
     from farm.workflows.bisect_pipeline import BisectRun, SweepRunner
 
 __all__ = ["bisect_app"]
@@ -33,7 +34,7 @@ bisect_app = typer.Typer(rich_markup_mode="markdown")
 def _runner(url: str, only: dict[str, str], ray: str | None) -> SweepRunner:
     """Runs one step's sweep with the console's progress; its sweep id."""
     from farm.cli.run import run_stored
-    from farm.sweep import SweepOptions
+    from farm.orchestrate.driver import SweepOptions
 
     def run(job: JobSpec, text: str) -> int:
         # The step job already excludes every cell but the step's: --only is not needed.
@@ -48,48 +49,6 @@ def _runner(url: str, only: dict[str, str], ray: str | None) -> SweepRunner:
 
     del only  # the planned cells already carry the --only slice
     return run
-
-
-class _AlertEnds(NamedTuple):
-    engine: str
-    only: dict[str, str]  # the alert's cell as --only pairs
-    good: tuple[BuildInfo, ...]  # the builds of the alert's baseline sweep
-    bad: tuple[BuildInfo, ...]  # the builds of the alert's own sweep
-
-
-def _from_alert(url: str, alert_id: int) -> _AlertEnds:
-    """The engine, the cell and both ends' builds of stored alert ``alert_id``: the
-    good end is the baseline sweep its figures name (``... in sweep N``), the bad
-    end the sweep that raised it."""
-    from farm.store.alerts import get_alert
-    from farm.store.repository import load_sweep
-    from farm.workflows.bisect import baseline_sweep_of
-
-    with open_session(url) as session:
-        alert = get_alert(session, alert_id)  # StoreError: no such alert
-        key = alert.details.cell
-        only = {name: str(value) for name, value in key.axes}
-        only["model"] = key.model
-        bad_sweep = load_sweep(session, alert.details.sweep_id)
-        baselines = [baseline_sweep_of(f.reference) for f in alert.details.figures]
-        good_id = next((b for b in baselines if b is not None), None)
-        good_sweep = load_sweep(session, good_id) if good_id is not None else None
-    good = good_sweep.builds if good_sweep is not None else ()
-    return _AlertEnds(key.engine, only, tuple(good), tuple(bad_sweep.builds))
-
-
-def _alert_refs(job: JobSpec, ends: _AlertEnds) -> tuple[str | None, str | None]:
-    """(good, bad): the commit or release of the bisected part each end's build of the
-    alert's engine recorded (None where it records none)."""
-    from farm.workflows.bisect_setup import bisected_part
-    from farm.workflows.pr import job_engine
-
-    part = bisected_part(job_engine(job, ends.engine))
-
-    def ref(builds: Sequence[BuildInfo]) -> str | None:
-        return next((r for b in builds if b.engine == ends.engine and (r := part.ref_of(b))), None)
-
-    return ref(ends.good), ref(ends.bad)
 
 
 def _print_result(run: BisectRun) -> None:
@@ -152,11 +111,23 @@ def _notify(b: Bisection, channels: Sequence[Notifier]) -> bool:
     return not errors
 
 
-def _stored(url: str, bisection_id: int) -> Bisection:
-    from farm.store.bisections import get_bisection
+def _check_pr_ref(post_github: str | None) -> None:
+    """``--post-github``: refused before anything runs when it names no PR."""
+    if post_github is None:
+        return
+    from farm.notify.github import parse_pr_ref
 
-    with open_session(url) as session:
-        return get_bisection(session, bisection_id)
+    try:
+        parse_pr_ref(post_github)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--post-github") from None
+
+
+def _post(post_github: str, b: Bisection) -> None:
+    from farm.cli.reports import post_to_github
+    from farm.report.markdown import render_bisection
+
+    post_to_github(post_github, render_bisection(b))
 
 
 @bisect_app.command()
@@ -168,10 +139,14 @@ def bisect(
     only: Annotated[list[str] | None, typer.Option("--only", help="AXIS=VALUE; repeatable")] = None,
     from_alert: Annotated[
         int | None,
-        typer.Option(help="take the engine, the cell and the two builds from this alert"),
+        typer.Option(
+            help="take the engine, the cell and the two builds from this alert",
+            parser=STORE_ID,
+        ),
     ] = None,
     resume: Annotated[
-        int | None, typer.Option(help="continue this stored bisection from its steps")
+        int | None,
+        typer.Option(help="continue this stored bisection from its steps", parser=STORE_ID),
     ] = None,
     db: DbOption = None,
     ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster")] = None,
@@ -197,47 +172,25 @@ def bisect(
     --notify sends the answer (found or inconclusive) to every channel set in
     FARM_NOTIFY_* (Slack, Feishu, WeCom, webhook); one failing does not stop the others.
 
-    Exit status: 0 found, 3 inconclusive, 1 a channel failed (--notify; the bisection
+    Exit status: 0 found, 3 inconclusive, 4 a channel failed (--notify; the bisection
     is stored), 2 bad input.
     """
     from farm.cli.preflight import check_job
+    from farm.workflows.bisect_ends import BisectEnds, complete_ends, stored_ends
     from farm.workflows.bisect_pipeline import run_bisection
     from farm.workflows.bisect_setup import prepare_bisect
 
     pairs = parse_pairs(only, "--only", "AXIS=VALUE")
-    if post_github is not None:
-        from farm.notify.github import parse_pr_ref
-
-        try:
-            parse_pr_ref(post_github)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--post-github") from None
+    _check_pr_ref(post_github)
     try:
         url = db_url(db)
         channels = _channels(notify)
-        if resume is not None:
-            stored = _stored(url, resume)
-            engine = engine or stored.engine
-            good = good or stored.good.commit
-            bad = bad or stored.bad.commit
-        alert = _from_alert(url, from_alert) if from_alert is not None else None
-        if alert is not None:
-            engine = engine or alert.engine
-            pairs = alert.only | pairs
-        if not engine:
-            raise FarmError("--engine missing: give it (or --from-alert, --resume)")
-        checked, _ = check_job(job_file, pairs, on_this_machine=ray_address is None)
-        if alert is not None:
-            a_good, a_bad = _alert_refs(checked.spec, alert._replace(engine=engine))
-            good, bad = good or a_good, bad or a_bad
-        missing = [n for n, v in (("--good", good), ("--bad", bad)) if not v]
-        if missing:
-            why = f" (alert {from_alert}'s builds record no commit or release)" if alert else ""
-            raise FarmError(
-                f"{', '.join(missing)} missing{why}: give them (or --from-alert, --resume)"
-            )
-        assert good and bad
-        setup = prepare_bisect(checked.spec, engine, good, bad, pairs, home() / "cache")
+        asked = BisectEnds(engine, good, bad, pairs, resume=resume, from_alert=from_alert)
+        ends, alert = stored_ends(asked, lambda: open_session(url))
+        pairs = ends.only
+        spec = check_job(job_file, pairs, on_this_machine=ray_address is None)[0].spec
+        engine, good, bad = complete_ends(spec, ends, alert)
+        setup = prepare_bisect(spec, engine, good, bad, pairs, home() / "cache")
         result = run_bisection(
             setup,
             db_url=url,
@@ -249,12 +202,11 @@ def bisect(
         _print_result(result)
         delivered = _notify(result.bisection, channels) if notify else True
         if post_github is not None:
-            from farm.cli.reports import post_to_github
-            from farm.report.markdown import render_bisection
-
-            post_to_github(post_github, render_bisection(result.bisection))
+            _post(post_github, result.bisection)
     except FarmError as exc:
         raise fail(exc) from None
     if not delivered:
-        raise typer.Exit(1)
+        from farm.notify.delivery import EXIT_UNDELIVERED
+
+        raise typer.Exit(EXIT_UNDELIVERED)
     raise typer.Exit(0 if result.bisection.status == "found" else 3)

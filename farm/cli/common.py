@@ -90,8 +90,16 @@ def say(*parts: str | tuple[str, str], err: bool = False) -> None:
 
     At a terminal the line wraps between words (a figure is never split by the
     terminal's own wrap); elsewhere it stays one line."""
+    from farm.inert import terminal
+    from farm.masking import mask_secrets
+
+    def inert(text: str) -> str:
+        return terminal(mask_secrets(text), newlines=True)
+
     target = err_console if err else console
-    target.print(Text.assemble(*parts), soft_wrap=not target.is_terminal)
+    # A safety net under every caller's own care: no URL credential, no escape sequence.
+    shown = [(inert(p[0]), p[1]) if isinstance(p, tuple) else inert(p) for p in parts]
+    target.print(Text.assemble(*shown), soft_wrap=not target.is_terminal)
 
 
 # FARM_DB_URL is read by farm.settings (through store.default_db_url), not by typer.
@@ -101,13 +109,22 @@ DbOption = Annotated[
 ]
 
 
-_SWEEP_FORM = "sweep {value!r}: expected a sweep id or 'latest' (`farm sweeps` lists them)"
+_SWEEP_FORM = (
+    "sweep {value!r}: expected a sweep id or 'latest' (ids run from 1 to 2**63 - 1; "
+    "`farm sweeps` lists them)"
+)
 
 
 def _sweep_argument(value: str) -> str:
-    # Checked when the command line is parsed: a bad id fails before the store opens.
-    if value != "latest" and not value.isdigit():
-        raise typer.BadParameter(_SWEEP_FORM.format(value=value))
+    # Checked when the command line is parsed: a bad id (not ASCII digits, past what a
+    # store column holds) fails before the store opens.
+    from farm.bounds import parse_stored_int
+
+    if value != "latest":
+        try:
+            parse_stored_int(value)
+        except ValueError:
+            raise typer.BadParameter(_SWEEP_FORM.format(value=value)) from None
     return value
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from farm.cli.common import FarmConsole, fail
+from farm.cli.inputs import SECONDS
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
@@ -49,10 +50,18 @@ def alert_rules() -> tuple[AlertRule, ...]:
 @dashboards_app.command("build")
 def build(out: OutOption = None) -> None:
     """Write the dashboards' JSON and Grafana's provisioning files (other files stay)."""
+    from farm.cli.outputs import check_publish_folder
     from farm.dashboards.files import write_files
 
     folder = _out(out)
-    for path in write_files(folder):
+    try:
+        check_publish_folder(folder, "--out")  # a file in the way, /proc, a full disk
+        paths = write_files(folder)
+    except FarmError as exc:
+        raise fail(exc) from None
+    except OSError as exc:
+        raise fail(f"--out {folder}: cannot write the files ({exc.strerror or exc})") from None
+    for path in paths:
         console.print(f"wrote {path}", soft_wrap=True)
 
 
@@ -62,6 +71,9 @@ def check(out: OutOption = None) -> None:
     from farm.dashboards.files import stale_files
 
     folder = _out(out)
+    if not folder.is_dir():
+        # Not "N files out of date": there is nothing there to compare with.
+        raise fail(f"--out {folder}: no such folder (`farm dashboards build --out` writes one)")
     stale = stale_files(folder)
     if stale:
         for rel, problem in stale.items():
@@ -104,7 +116,7 @@ def push(
             "used only to create the data source when Grafana lacks it",
         ),
     ] = None,
-    timeout: Annotated[float, typer.Option(help="seconds per HTTP request")] = 10.0,
+    timeout: Annotated[float, typer.Option(help="seconds per HTTP request", parser=SECONDS)] = 10.0,
     alerts: Annotated[
         bool,
         typer.Option(

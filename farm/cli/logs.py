@@ -9,6 +9,7 @@ import typer
 from rich.text import Text
 
 from farm.cli.common import DbOption, console, fail, open_session
+from farm.cli.inputs import DAYS
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def _describe(folder: LogFolder, now: float) -> str:
 @logs_app.command("gc")
 def gc(
     older_than_days: Annotated[
-        float, typer.Option(min=0, help="remove log folders not written this long")
+        float, typer.Option(help="remove log folders not written this long", parser=DAYS)
     ] = 14,
     dry_run: Annotated[bool, typer.Option(help="only say what would go")] = False,
     db: DbOption = None,

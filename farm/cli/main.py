@@ -13,8 +13,10 @@ from farm.cli.alerts import alerts_app
 from farm.cli.bisect import bisect_app
 from farm.cli.builds import builds_app
 from farm.cli.dashboards import dashboards_app
+from farm.cli.goldens import goldens_app
 from farm.cli.logs import logs_app
 from farm.cli.nightly import nightly_app
+from farm.cli.noise import noise_app
 from farm.cli.patches import patches_app
 from farm.cli.pr import pr_app
 from farm.cli.reports import reports_app
@@ -39,6 +41,7 @@ app.add_typer(bisect_app)  # bisect
 app.add_typer(submit_app)  # submit
 app.add_typer(reports_app)  # report, compare
 app.add_typer(store_app)  # sweeps, export
+app.add_typer(noise_app)  # noise
 app.add_typer(db_app, name="db")
 app.add_typer(builds_app, name="builds")
 app.add_typer(patches_app, name="patches")
@@ -46,7 +49,11 @@ app.add_typer(alerts_app, name="alerts")
 app.add_typer(spool_app, name="spool")
 app.add_typer(dashboards_app, name="dashboards")
 app.add_typer(logs_app, name="logs")
+app.add_typer(goldens_app, name="goldens")
 
 
-def main() -> None:  # pragma: no cover
-    app(sys.argv[1:])
+def main() -> None:
+    """The `farm` script: the app with the process edge's net (farm.cli.entry)."""
+    from farm.cli.entry import run_cli
+
+    run_cli(app, sys.argv[1:])

@@ -1,7 +1,8 @@
 """`farm nightly`: run a job's sweep, judge it once, alert, notify, publish.
 
 Exit status: 0 clean, 1 regression (alerts raised), 2 bad input or store
-unreachable, 3 cells failed but no regression, 130 / 143 stopped by SIGINT / SIGTERM
+unreachable, 3 cells failed but no regression, 4 a channel did not take the alerts
+(as `farm alerts check`), 130 / 143 stopped by SIGINT / SIGTERM
 before the night was judged (the sweep is stored interrupted; ``--resume latest``
 finishes and judges it). The stages are imported inside the
 command: this module loads only typer, rich and the CLI's common parts.
@@ -10,52 +11,35 @@ command: this module loads only typer, rich and the CLI's common parts.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
 from farm.cli.common import DbOption, db_url, fail, home, open_session, parse_pairs, say
+from farm.cli.inputs import LIMIT
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
     from farm.spec import JobFile
-    from farm.workflows.pipeline import NightlyCheck
+    from farm.workflows.nightly_pipeline import NightlyCheck
 
 __all__ = ["nightly_app"]
 
 nightly_app = typer.Typer(rich_markup_mode="markdown")
 
-# Statuses of a sweep whose every cell ran: nothing left for --resume to run.
-_FINISHED = ("ok", "failed")
 
-
-def _resume_id(value: str | None, job: str, url: str) -> int | None:
+def _resume(value: str | None) -> int | Literal["latest"] | None:
     """``--resume``: a sweep id, or ``latest`` for the job's newest sweep."""
     if value is None:
         return None
-    if value.isdigit():
-        return int(value)
-    if value != "latest":
-        raise typer.BadParameter(
-            f"{value!r}: expected a sweep id or 'latest'", param_hint="--resume"
-        )
-    from farm import store
+    if value == "latest":
+        return "latest"
+    from farm.bounds import parse_stored_int
 
-    with open_session(url) as session:
-        ids = [s.id for s in store.list_sweeps(session, limit=500) if s.job == job]
-    if not ids:
-        raise FarmError(f"--resume latest: the store holds no sweep of job {job!r}")
-    return ids[0]
-
-
-def _stored_state(url: str, sweep_id: int) -> tuple[str, bool]:
-    """(status of sweep ``sweep_id``, whether its nightly verdict is stored)."""
-    from farm import store
-    from farm.store.verdicts import get_verdict
-
-    with open_session(url) as session:
-        status = store.load_sweep(session, sweep_id).status
-        return status, get_verdict(session, sweep_id, "nightly") is not None
+    try:
+        return parse_stored_int(value, what="a sweep id")
+    except ValueError as exc:
+        raise typer.BadParameter(f"{exc}, or 'latest'", param_hint="--resume") from None
 
 
 def _run(
@@ -68,7 +52,7 @@ def _run(
 ) -> int:
     """Run (or finish) the sweep; its id. FarmError when some result was not stored."""
     from farm.cli.run import run_stored
-    from farm.sweep import SweepOptions
+    from farm.orchestrate.driver import SweepOptions
 
     options = SweepOptions(db_url=url, ray_address=ray, only=only, home=home(), resume=resume)
     return run_stored(
@@ -85,17 +69,22 @@ def _print_check(check: NightlyCheck) -> None:
     style = "green" if v.outcome == "clean" else "red"
     say((v.headline(), style))
     for f in v.findings:
-        say(("  " + f.source, "bold"), f" {f.check}: {f.summary}")
+        say(("  " + f.source, "bold"), f" {f.shown_check}: {f.summary}")
+    if check.cost is not None:
+        say(check.cost.describe())
     if not check.judged:
         say("this night was judged before: no alert raised or sent again")
         return
     if check.raised:
         fresh = sum(a.opened_by(v.sweep_id) for a in check.raised)
         say(f"{len(check.raised)} alert(s) raised ({fresh} opened by this night)")
-    if check.sent:
-        say(f"sent {len(check.sent)} alert(s) to {', '.join(check.channels)}")
-    for err in check.errors:
-        say(("notification failed:", "red"), f" {err}", err=True)
+    from farm.notify.delivery import delivery_lines
+
+    for line, good in delivery_lines(len(check.sent), check.delivered_to, check.errors):
+        if good:
+            say(line)
+        else:
+            say((line, "red"), err=True)
 
 
 @nightly_app.command()
@@ -109,7 +98,8 @@ def nightly(
         typer.Option(help="finish sweep N (or 'latest' of this job), then check it if not yet"),
     ] = None,
     history: Annotated[
-        int | None, typer.Option(help="sweeps for the history checks; default: nightly.history")
+        int | None,
+        typer.Option(help="sweeps for the history checks; default: nightly.history", parser=LIMIT),
     ] = None,
     publish: Annotated[
         Path | None, typer.Option(help="report folder; default: nightly.publish of the job")
@@ -123,32 +113,57 @@ def nightly(
 
     Raises deduplicated alerts, notifies, writes the report folder and prints one line
     per finding. Exit status: 0 clean, 1 regression, 2 bad input or store unreachable,
-    3 cells failed but no regression, 130 / 143 interrupted by SIGINT / SIGTERM (not
+    3 cells failed but no regression, 4 a notification channel failed (the alerts stay
+    pending), 130 / 143 interrupted by SIGINT / SIGTERM (not
     judged: --resume latest finishes it). A night already judged is not judged again.
     """
+    from farm.cli.outputs import check_publish_folder
     from farm.cli.preflight import check_job, check_resume
+    from farm.goldens import job_goldens
+    from farm.workflows.nightly_pipeline import NightlyDeps, NightlyRequest, run_nightly
 
     pairs = parse_pairs(only, "--only", "AXIS=VALUE")
     try:
         url = db_url(db)
         checked, planned = check_job(job_file, pairs, on_this_machine=ray_address is None)
         spec = checked.spec
-        n_history = spec.nightly.history if history is None else history
-        folder = (
-            publish
-            if publish is not None
-            else (Path(spec.nightly.publish) if spec.nightly.publish else None)
+        asked = _resume(resume)
+        request = NightlyRequest(
+            job=spec.name,
+            url=url,
+            history=spec.nightly.history if history is None else history,
+            resume=asked,
+            notify=notify,
+            folder=publish or (Path(spec.nightly.publish) if spec.nightly.publish else None),
+            goldens=job_goldens(checked),
         )
-        sweep_id = _resume_id(resume, spec.name, url)
-        if sweep_id is not None:
-            status, judged = _stored_state(url, sweep_id)
-            if not judged:
-                check_resume(checked, planned, pairs, url, sweep_id)
-            if status not in _FINISHED and not judged:
-                sweep_id = _run(checked, job_file, url, pairs, ray_address, sweep_id)
-        else:
-            sweep_id = _run(checked, job_file, url, pairs, ray_address, None)
-        check = _judge(url, sweep_id, n_history, notify, folder)
+        # Everything the night needs after the sweep is checked before it.
+        if request.folder is not None:
+            check_publish_folder(
+                request.folder, "--publish" if publish is not None else "nightly.publish"
+            )
+        if notify:
+            from farm.notify.registry import configured_notifiers
+
+            configured_notifiers()  # a bad FARM_NOTIFY_* fails here, not after judging
+        deps = NightlyDeps(
+            open_session=open_session,
+            run_sweep=lambda sweep: _run(checked, job_file, url, pairs, ray_address, sweep),
+            check_resume=lambda sweep: check_resume(checked, planned, pairs, url, sweep),
+            judged=_print_check,
+        )
+        outcome = run_nightly(request, deps)
+        if outcome.pages and request.folder is not None:
+            say(f"report: {outcome.pages[0]} (index: {request.folder / 'index.html'})")
+        if outcome.page_error is not None:
+            # The verdict is stored: its status is what the scheduler acts on.
+            say(
+                ("error:", "red"),
+                f" {outcome.page_error}; the verdict is stored "
+                f"({outcome.check.verdict.outcome}); the next `farm nightly --resume "
+                f"{outcome.check.verdict.sweep_id}` writes the page",
+                err=True,
+            )
     except FarmError as exc:
         raise fail(exc) from None
     except KeyboardInterrupt as exc:
@@ -160,18 +175,4 @@ def nightly(
             err=True,
         )
         raise typer.Exit(143 if "SIGTERM" in str(exc) else 130) from None
-    raise typer.Exit(check.verdict.exit_status)
-
-
-def _judge(
-    url: str, sweep_id: int, history: int, notify: bool, folder: Path | None
-) -> NightlyCheck:
-    from farm.workflows.pipeline import check_night, publish_night
-
-    with open_session(url) as session:
-        check = check_night(session, sweep_id, history=history, notifiers=None if notify else ())
-        _print_check(check)
-        if folder is not None and check.judged:
-            written = publish_night(session, check.verdict, folder, history=history)
-            say(f"report: {written[0]} (index: {folder / 'index.html'})")
-    return check
+    raise typer.Exit(outcome.exit_status)

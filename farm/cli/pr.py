@@ -7,6 +7,7 @@ module loads only typer, rich and the CLI's common parts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -14,12 +15,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from farm.cli.common import DbOption, db_url, fail, home, open_session, parse_pairs, say
+from farm.cli.inputs import STORE_ID
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
     from farm.notify.github import GitHubClient, PullRequestRef
     from farm.spec import JobSpec
     from farm.workflows.pr_pipeline import PrCheck, PrSetup
+    from farm.workflows.pr_run import PrDeps, PrOutcome
 
 __all__ = ["pr_app"]
 
@@ -76,20 +79,29 @@ def _github(
             "and set its status (or run with --no-post)"
         )
     client = GitHubClient(
-        token=github.token.get_secret_value(), api_url=github.api_url or DEFAULT_API_URL
+        token=github.token.get_secret_value(),
+        api_url=github.api_url or DEFAULT_API_URL,
+        login=github.login,
     )
     return client, PullRequestRef(owner=owner, repo=name, number=number)
 
 
-def _no_store_yet(url: str) -> bool:
-    """True for a SQLite store whose file does not exist (it has no baseline yet)."""
-    import sqlalchemy as sa
+def _check_posting(repo: str | None) -> None:
+    """FarmError when posting is asked for and cannot be done whatever the PR: no
+    GITHUB_TOKEN, or a --repo / GITHUB_REPOSITORY that is no OWNER/REPO."""
+    from farm.notify.github import parse_repo
+    from farm.settings import get_settings
 
-    from farm.store import normalize_url
-
-    parsed = sa.make_url(normalize_url(url))
-    database = parsed.database or ""
-    return parsed.get_backend_name() == "sqlite" and bool(database) and not Path(database).exists()
+    if get_settings().github.token is None:
+        raise FarmError(
+            "GITHUB_TOKEN is not set: it is needed to comment on the PR and set its status "
+            "(or run with --no-post)"
+        )
+    if repo is not None:
+        try:
+            parse_repo(repo)
+        except ValueError as exc:
+            raise FarmError(f"--repo: {exc}") from None
 
 
 def _job_text(job: JobSpec, source: Path) -> str:
@@ -102,7 +114,7 @@ def _job_text(job: JobSpec, source: Path) -> str:
 def _run(job: JobSpec, job_file: Path, url: str, only: dict[str, str], ray: str | None) -> int:
     """Run the PR sweep; its id. FarmError when some result was not stored."""
     from farm.cli.run import run_stored
-    from farm.sweep import SweepOptions
+    from farm.orchestrate.driver import SweepOptions
 
     options = SweepOptions(db_url=url, ray_address=ray, only=only, home=home())
     return run_stored(
@@ -113,6 +125,26 @@ def _run(job: JobSpec, job_file: Path, url: str, only: dict[str, str], ray: str 
     )
 
 
+def _runner(
+    job_file: Path, url: str, only: dict[str, str], ray: str | None
+) -> Callable[[JobSpec], int]:
+    return lambda job: _run(job, job_file, url, only, ray)
+
+
+def _deps(run: Callable[[JobSpec], int], repo: str | None, number: int, post: bool) -> PrDeps:
+    """What the PR workflow is handed: the console, the sweep runner with its progress
+    display, the store session, the GitHub client (None when nothing is posted)."""
+    from farm.workflows.pr_run import PrDeps
+
+    return PrDeps(
+        say=say,
+        run_sweep=run,
+        open_session=open_session,
+        github=lambda setup: _github(repo, setup, number, post),
+        judged=_print_check,
+    )
+
+
 def _print_check(check: PrCheck, setup: PrSetup) -> None:
     v = check.judgement.verdict
     say((v.headline(), "green" if v.outcome == "clean" else "red"))
@@ -120,13 +152,15 @@ def _print_check(check: PrCheck, setup: PrSetup) -> None:
         say(("  " + f.source, "bold"), f" {f.check}: {f.summary}")
     for d in setup.dropped:
         say(("  patch dropped", "yellow"), f" {d.describe()}")
+    if check.cost is not None:
+        say(check.cost.describe())
 
 
 @pr_app.command()
 def pr(
     job_file: Annotated[Path, typer.Argument(help="job spec (YAML)")],
     engine: Annotated[str, typer.Option(help="the job's engine the PR is for")],
-    pr_number: Annotated[int, typer.Option("--pr", min=1, help="pull request number")],
+    pr_number: Annotated[int, typer.Option("--pr", help="pull request number", parser=STORE_ID)],
     source: Annotated[
         str | None,
         typer.Option(help="build the candidate from this ref, tree or wheel, not the PR head"),
@@ -172,90 +206,52 @@ def pr(
     ``mtp-farm/JOB`` on the PR head. Exit status: 0 clean, 1 regression, 2 bad input
     or GitHub unreachable, 3 cells failed but no regression.
     """
+    from farm.cli.outputs import check_publish_folder
     from farm.cli.preflight import check_job
+    from farm.goldens import job_goldens
     from farm.settings import get_settings
-    from farm.sweep import plan_job
-    from farm.workflows.pr import parse_age, pr_job
-    from farm.workflows.pr_pipeline import (
-        check_pr,
-        plan_baseline,
-        prepare_pr,
-        publish_pr,
-        report_name,
-        write_pr_report,
-    )
+    from farm.workflows.pr import parse_age
+    from farm.workflows.pr_run import PrRequest, run_pr
 
     pairs = parse_pairs(only, "--only", "AXIS=VALUE")
     try:
         if "engine" in pairs:
             raise FarmError("--only engine=...: farm pr runs the engine --engine names")
-        max_age = parse_age(baseline_max_age)
-        url = db_url(db)
+        max_age, url = parse_age(baseline_max_age), db_url(db)
         repo = repo or get_settings().github.repository
-        publish_url = publish_url or get_settings().github.publish_url
-        checked, _ = check_job(job_file, pairs, on_this_machine=ray_address is None)
+        checked = check_job(job_file, pairs, on_this_machine=ray_address is None)[0]
         spec = checked.spec
-        setup = prepare_pr(
-            spec,
-            engine,
-            pr_number,
-            source=source,
-            cache_dir=home() / "cache",
-            say=say,
-            base_at="merge-base" if base is _BaseAt.merge_base else "branch",
-        )
-        github = _github(repo, setup, pr_number, post)
-        sha = setup.head_sha
-        if github is not None:
-            info = github[0].get_pull(github[1])  # a refused token stops here
-            if sha is not None and info.head_sha != sha:
-                say(
-                    ("note:", "yellow"),
-                    f" GitHub's head of PR #{pr_number} is {info.head_sha[:12]}, the farm "
-                    f"built {sha[:12]} (a stale mirror?): the status goes on the commit built",
-                    err=True,
-                )
-            sha = sha or info.head_sha
-        planned = plan_job(pr_job(spec, setup.base, setup.candidate, pr_number), pairs)
-        base_cells = [c for c in planned.cells if c.engine == setup.base.name]
-        if _no_store_yet(url):  # the first run creates it, as `farm run` does
-            baseline = plan_baseline(None, setup, base_cells, max_age=max_age)
-        else:
-            with open_session(url) as session:
-                baseline = plan_baseline(session, setup, base_cells, max_age=max_age)
-        reused_ids = {c.cell_id for c in baseline.selection.reused}
-        job = pr_job(
-            spec,
-            setup.base,
-            setup.candidate,
-            pr_number,
-            [c for c in base_cells if c.cell_id in reused_ids],
-        )
-        say(
-            f"PR #{pr_number}: candidate {setup.candidate.name} ({setup.candidate_label}); "
-            f"base {setup.base.name} ({setup.base_label}): {len(reused_ids)} cell(s) reused "
-            f"from sweep(s) {', '.join(map(str, baseline.selection.sweep_ids)) or '-'}, "
-            f"{len(baseline.selection.missing)} to run"
-        )
-        sweep_id = _run(job, job_file, url, pairs, ray_address)
         folder = publish or (Path(spec.nightly.publish) if spec.nightly.publish else None)
-        report_url = (
-            f"{publish_url.rstrip('/')}/{report_name(pr_number, sweep_id)}"
-            if publish_url and folder
-            else None
+        # What can refuse the run after the sweep is checked before the PR is fetched.
+        if folder is not None:
+            check_publish_folder(folder, "--publish" if publish else "nightly.publish")
+        if post:
+            _check_posting(repo)
+        request = PrRequest(
+            spec=spec,
+            engine=engine,
+            number=pr_number,
+            url=url,
+            only=pairs,
+            max_age=max_age,
+            cache_dir=home() / "cache",
+            source=source,
+            base_at="merge-base" if base is _BaseAt.merge_base else "branch",
+            folder=folder,
+            publish_url=publish_url or get_settings().github.publish_url,
+            goldens=job_goldens(checked),
         )
-        with open_session(url) as session:
-            check = check_pr(session, sweep_id, setup, baseline, report_url=report_url)
-            _print_check(check, setup)
-            if folder is not None:
-                say(f"report: {write_pr_report(session, check, folder)}")
-        if github is not None:
-            link, created, state = publish_pr(
-                github[0], github[1], check, setup, sha=sha, report_url=report_url
-            )
-            say(f"{'commented' if created else 'updated the comment'}: {link}")
-            if state:
-                say(f"status mtp-farm/{setup.job} on {sha}: {state}")
+        run = _runner(job_file, url, pairs, ray_address)
+        outcome = run_pr(request, _deps(run, repo, pr_number, post))
     except FarmError as exc:
         raise fail(exc) from None
-    raise typer.Exit(check.judgement.verdict.exit_status)
+    _print_outcome(outcome)
+    raise typer.Exit(outcome.exit_status)
+
+
+def _print_outcome(outcome: PrOutcome) -> None:
+    if outcome.posted is not None:
+        link, created, state = outcome.posted
+        say(f"{'commented' if created else 'updated the comment'}: {link}")
+        if state:
+            say(f"status mtp-farm/{outcome.setup.job} on {outcome.sha}: {state}")

@@ -1,7 +1,8 @@
 """What `farm plan`, `farm run` (and `--dry-run`) check before an engine starts.
 
 Each check lives with its stage (job paths in :mod:`farm.spec`, prompt files in
-:mod:`farm.workload.prompts`, patch names in :mod:`farm.builds.series`); this module
+:mod:`farm.workload.prompts`, patch names in :mod:`farm.builds.series`, golden case
+files in :mod:`farm.goldens`); this module
 only runs them all and says every problem at once, with file, line and key.
 """
 
@@ -37,8 +38,10 @@ def check_job(
     """
     # Imported here: planning asks the engines for their capabilities.
     from farm.builds.series import check_patch_names
+    from farm.goldens import golden_problems
+    from farm.job_text import process_text_problems
+    from farm.orchestrate.driver import plan_job
     from farm.spec import check_job_paths, read_job
-    from farm.sweep import plan_job
     from farm.workload.prompts import check_prompts
 
     job = read_job(job_file)
@@ -46,6 +49,8 @@ def check_job(
     problems, notes = check_job_paths(job, on_this_machine)
     problems += check_prompts(job)
     problems += check_patch_names(job)
+    problems += golden_problems(job)
+    problems += process_text_problems(job.spec.model_dump(mode="json", exclude={"base_dir"}))
     if not plan.cells:
         problems.append(_empty_plan(job, plan, only))
     for note in notes:
@@ -58,7 +63,7 @@ def check_job(
 def _empty_plan(job: JobFile, plan: Plan, only: Mapping[str, str]) -> str:
     """Why ``plan`` has no cell: the ``--only`` slice, or what excluded every cell."""
     if only:
-        from farm.sweep import plan_job
+        from farm.orchestrate.driver import plan_job
 
         full = plan_job(job.spec)
         if full.cells:

@@ -28,6 +28,7 @@ from farm.cli.common import (
     say,
     write_output,
 )
+from farm.cli.inputs import STORE_ID
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def show_sweep(record: SweepRecord, title: str) -> None:
 
     console.print(render_matrix(title, summarize_sweep(record)))
     checks = check_sweep(record, patched_bases(record.builds))
-    if checks.findings:
+    if checks.regressions:
         console.print(render_findings(checks))
     else:
         console.print(f"within-sweep checks: no finding in {len(checks.verdicts)} comparisons")
@@ -69,14 +70,16 @@ def render_report(
 
     Runs the within-sweep checks (patched engines against their base builds, see
     :func:`farm.analysis.summary.patched_bases`) and, with ``history`` > 1, draws AL
-    trends over the last ``history`` sweeps of the same job. Returns (sweep id, text).
-    Raises FarmError.
+    trends over the last ``history`` sweeps of the same job. The HTML page opens with
+    the sweep's stored verdict (a nightly's, else a PR run's) when it has one, as the
+    published page does. Returns (sweep id, text). Raises FarmError.
     """
     from farm.analysis.checks import check_sweep
     from farm.analysis.summary import patched_bases, summarize_sweep
     from farm.report.html import render_html
     from farm.report.markdown import render_markdown
     from farm.store.repository import history_series, load_sweep
+    from farm.store.verdicts import list_verdicts
 
     with open_session(db) as session:
         sweep_id = resolve_sweep(session, sweep)
@@ -84,10 +87,12 @@ def render_report(
         check_sweep_statuses(record.status)
         # From the per-variant summaries: trends read no request of earlier sweeps.
         trends = history_series(session, record, history) if history > 1 else None
+        stored = list_verdicts(session, [sweep_id]).get(sweep_id, [])
     report = check_sweep(record, patched_bases(record.builds))
     summaries = summarize_sweep(record)
     if fmt == "html":
-        return sweep_id, render_html(record, summaries, report, trends)
+        verdict = stored[0] if stored else None
+        return sweep_id, render_html(record, summaries, report, trends, verdict=verdict)
     return sweep_id, render_markdown(record, summaries, report, trends)
 
 
@@ -121,7 +126,8 @@ def report(
         Path | None, typer.Option("--out", help="default: `sweep-<id>.<format>`")
     ] = None,
     bisection: Annotated[
-        int | None, typer.Option(help="show this stored `farm bisect` search instead")
+        int | None,
+        typer.Option(help="show this stored `farm bisect` search instead", parser=STORE_ID),
     ] = None,
 ) -> None:
     """Show a stored sweep as a matrix: acceptance, AL, per position, greedy agreement.
@@ -163,6 +169,7 @@ def report(
 
 def _report_bisection(bisection_id: int, db: str | None, fmt: str | None, out: Path | None) -> None:
     """`farm report --bisection ID`: the steps as a table, or a Markdown/HTML file."""
+    from farm.inert import terminal
     from farm.report.markdown import BISECTION_HEAD, bisection_rows, render_bisection
     from farm.store.bisections import get_bisection
 
@@ -178,8 +185,8 @@ def _report_bisection(bisection_id: int, db: str | None, fmt: str | None, out: P
 
             say(f"bisection {b.id} ({b.job}, {b.engine}, {b.status}): {b.headline()}")
             table = Table(*BISECTION_HEAD)
-            for row in bisection_rows(b):
-                table.add_row(*row)
+            for row in bisection_rows(b):  # subjects come from the repository: inert
+                table.add_row(*(terminal(c) for c in row))
             console.print(table)
             say(
                 f"{len(b.steps)} step(s), {b.builds_run} build(s), {b.cells_run} cell(s), "
@@ -200,15 +207,15 @@ def _report_bisection(bisection_id: int, db: str | None, fmt: str | None, out: P
 
 
 def post_to_github(ref_text: str, text: str) -> None:
-    """Post ``text`` as a comment on pull request ``ref_text``; only warn without a token."""
+    """Post ``text`` as a comment on pull request ``ref_text``. FarmError without a
+    token (checked by `farm compare` before it compares) or when GitHub refuses."""
     from farm.notify.github import DEFAULT_API_URL, GitHubClient, parse_pr_ref
     from farm.settings import get_settings
 
     ref = parse_pr_ref(ref_text)
     github = get_settings().github
     if github.token is None:
-        err_console.print(Text(f"GITHUB_TOKEN is not set; not posting to {ref}", style="yellow"))
-        return
+        raise FarmError(f"GITHUB_TOKEN is not set: cannot post to {ref}")
     client = GitHubClient(
         token=github.token.get_secret_value(), api_url=github.api_url or DEFAULT_API_URL
     )
@@ -218,8 +225,8 @@ def post_to_github(ref_text: str, text: str) -> None:
 
 @reports_app.command()
 def compare(
-    baseline: Annotated[int, typer.Argument(help="baseline sweep id")],
-    candidate: Annotated[int, typer.Argument(help="candidate sweep id")],
+    baseline: Annotated[int, typer.Argument(help="baseline sweep id", parser=STORE_ID)],
+    candidate: Annotated[int, typer.Argument(help="candidate sweep id", parser=STORE_ID)],
     map_engine: Annotated[
         list[str] | None,
         typer.Option(help="CANDIDATE_ENGINE=BASELINE_ENGINE when the names differ; repeatable"),
@@ -236,11 +243,15 @@ def compare(
 ) -> None:
     """Compare two sweeps cell by cell: pass / regress / improve, AL difference with its
     interval, as Markdown ready for a pull request."""
-    from farm.analysis.compare import compare_sweeps
+    from farm.analysis.gate import engine_map_problems, same_sweep
+    from farm.analysis.judgement import NOTHING_COMPARED, JudgeRules, judge
     from farm.notify.github import parse_pr_ref
     from farm.report.markdown import render_comparison
+    from farm.settings import get_settings
     from farm.store.repository import load_sweep
 
+    if problem := same_sweep(baseline, candidate):
+        raise typer.BadParameter(problem, param_hint="CANDIDATE")
     if post_github is not None:
         try:
             parse_pr_ref(post_github)
@@ -248,18 +259,29 @@ def compare(
             raise typer.BadParameter(str(exc), param_hint="--post-github") from None
     engine_map = parse_pairs(map_engine, "--map-engine")
     try:
+        if post_github is not None and get_settings().github.token is None:
+            raise FarmError(f"--post-github {post_github}: GITHUB_TOKEN is not set")
         if out is not None:
             check_output(out, db)
         with open_session(db) as session:
             base = load_sweep(session, baseline)
             cand = load_sweep(session, candidate)
-        comparison = compare_sweeps(base, cand, engine_map=engine_map)
+        engines = ({c.cell.engine for c in base.cells}, {c.cell.engine for c in cand.cells})
+        if problems := engine_map_problems(engine_map, *engines):
+            raise FarmError("--map-engine " + "; ".join(problems))
+        rules = JudgeRules(within=False, engine_map=engine_map, require_comparison=True)
+        judgement = judge(cand, base, None, rules)
+        assert judgement.comparison is not None
+        comparison = judgement.comparison
         text = render_comparison(comparison)
         typer.echo(text)
         if out is not None:
             write_output(out, text)
         if post_github is not None:
             post_to_github(post_github, text)
+        for nothing in (f for f in judgement.findings if f.check == NOTHING_COMPARED):
+            # A gate never passes by accident.
+            raise FarmError(f"{nothing.summary}; not a pass")
     except FarmError as exc:
         raise fail(exc) from None
     if fail_on_regression and comparison.count("regress"):

@@ -18,13 +18,14 @@ from farm.cli.common import (
     parse_pairs,
     say,
 )
+from farm.cli.inputs import STORE_ID
 from farm.cli.preflight import check_job, check_resume
 from farm.cli.reports import show_sweep
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
+    from farm.orchestrate.driver import SweepOptions, SweepOutcome
     from farm.spec import JobSpec
-    from farm.sweep import SweepOptions, SweepOutcome
 
 __all__ = ["run_app"]
 
@@ -41,7 +42,7 @@ def _run_with_progress(job: JobSpec, job_text: str, options: SweepOptions) -> Sw
     # Imported here, as in every command below: the sweep, the engines, Ray, the store
     # and the analysis load when a command needs them, not when `farm --help` starts.
     from farm.cli.run_events import ConsoleEvents
-    from farm.sweep import run_sweep
+    from farm.orchestrate.driver import run_sweep
 
     events = ConsoleEvents()
     try:
@@ -102,7 +103,8 @@ def run(
     ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster")] = None,
     dry_run: Annotated[bool, typer.Option(help="plan and stop")] = False,
     resume: Annotated[
-        int | None, typer.Option(help="finish sweep N: run only its cells not yet stored")
+        int | None,
+        typer.Option(help="finish sweep N: run only its cells not yet stored", parser=STORE_ID),
     ] = None,
 ) -> None:
     """Run a sweep: build engines, run every cell on Ray, store every result.
@@ -110,7 +112,7 @@ def run(
     Everything a run reads is checked first (as `farm plan` does); nothing is written
     when a check fails.
     """
-    from farm.sweep import SweepOptions
+    from farm.orchestrate.driver import SweepOptions
 
     try:
         # Without --ray-address the cells run in a local cluster: on this machine.
@@ -149,11 +151,12 @@ def selftest(
     Exits 1 when a canary is not caught or the clean repeat is flagged.
     """
     from farm.analysis import summarize_sweep
+    from farm.orchestrate.driver import SweepOptions
+    from farm.report.figures import fmt
     from farm.report.findings import render_findings
     from farm.report.table import render_matrix
     from farm.selftest import analyze_selftest
     from farm.store.repository import load_sweep
-    from farm.sweep import SweepOptions
 
     try:
         job = check_job(job_file, _only(only), on_this_machine=True)[0].spec
@@ -163,23 +166,30 @@ def selftest(
             record = load_sweep(session, outcome.sweep_id)
     except FarmError as exc:
         raise fail(exc) from None
-    console.print(render_matrix(f"self-test sweep {record.sweep_id}", summarize_sweep(record)))
+    rows = summarize_sweep(record)
+    console.print(render_matrix(f"self-test sweep {record.sweep_id}", rows))
     report = analyze_selftest(record, job)
-    if report.checks.findings:
+    if report.checks.regressions:
         console.print(render_findings(report.checks))
     healthy = True
     for effect in report.effects:
-        kind = "canary " + ",".join(effect.patches) if effect.patches else "clean repeat"
+        kind = "canary " + ",".join(effect.added_patches) if effect.expects_drop else "clean repeat"
         where = str(effect.attribution) if effect.attribution else "nowhere"
         say(
             (effect.engine, "bold"),
             f" ({kind}) vs {report.reference}: "
             f"{len(effect.regressed)}/{len(effect.cells)} variants dropped; {where}",
         )
-        caught = bool(effect.regressed)
-        if caught != bool(effect.patches):
+        if not effect.as_expected:
             healthy = False
-            say(("  expected " + ("a drop" if effect.patches else "no drop"), "red"))
+            say(("  expected " + ("a drop" if effect.expects_drop else "no drop"), "red"))
+            # What its variants ran under: a batch-dependent bug needs shared batches.
+            for r in rows:
+                if r.engine == effect.engine and r.label:
+                    say(
+                        f"    {r.label}: AL {fmt(r.mean_acceptance_length, 2)}, "
+                        f"{fmt(r.verifies_per_step, 1)} requests verifying per engine step"
+                    )
     if outcome.failed or not healthy:
         raise typer.Exit(1)
 
@@ -209,7 +219,7 @@ def _print_launches(job: JobSpec, only: list[str] | None) -> None:
     """Each cell's exact server command and environment (python, port, NPU ids as placeholders)."""
     from farm.builds.environment import mask_argv, mask_env
     from farm.engines import plan_launches
-    from farm.sweep import plan_job
+    from farm.orchestrate.driver import plan_job
 
     launches = plan_launches(job, plan_job(job, _only(only)), python="<build>/bin/python")
     console.print("server argv and env per cell (port and NPU ids are assigned at run time):")
@@ -227,8 +237,8 @@ def _print_launches(job: JobSpec, only: list[str] | None) -> None:
 def _print_plan(job: JobSpec, only: list[str] | None) -> None:
     """The plan's tables, then each planned engine's build id and source."""
     from farm.builds.venv import plan_builds
+    from farm.orchestrate.driver import plan_job
     from farm.report.table import render_plan
-    from farm.sweep import plan_job
 
     plan = plan_job(job, _only(only))
     planned = {c.engine for c in plan.cells}

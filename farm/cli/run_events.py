@@ -2,7 +2,7 @@
 the live view of :mod:`farm.cli.progress` beneath.
 
 Imported by those commands when they run, not by `farm --help`: the events are the
-sweep's (:class:`farm.sweep.SweepEvents`), and the sweep imports Ray.
+sweep's (:class:`farm.orchestrate.driver.SweepEvents`), and the sweep imports Ray.
 
 When standard output is not a terminal (cron, CI, ``> log``) rich shows no live view:
 the bar is not drawn and only the plain lines are printed.
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from farm.cli.common import console, say
 from farm.cli.progress import SweepProgress, SweepTally
+from farm.orchestrate.driver import SweepEvents
 from farm.plan import Plan, ServerCell
 from farm.records import BuildInfo, CellResult
-from farm.sweep import SweepEvents
 
 __all__ = ["ConsoleEvents"]
 

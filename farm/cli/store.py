@@ -21,6 +21,7 @@ from farm.cli.common import (
     resolve_sweep,
     write_output,
 )
+from farm.cli.inputs import LIMIT
 from farm.errors import FarmError
 
 __all__ = ["db_app", "store_app"]
@@ -30,8 +31,12 @@ db_app = typer.Typer(rich_markup_mode="markdown", help="The SQL store.", no_args
 
 
 @store_app.command()
-def sweeps(db: DbOption = None, limit: int = 20) -> None:
-    """List recent sweeps."""
+def sweeps(
+    db: DbOption = None,
+    limit: Annotated[int, typer.Option(help="at most this many, newest first", parser=LIMIT)] = 20,
+) -> None:
+    """List recent sweeps: cells by outcome, server time (engine start-up plus
+    generation, summed over the cells: what the sweep cost), and verdicts."""
     from farm.store.repository import list_sweeps
     from farm.store.verdicts import list_verdicts
 
@@ -52,6 +57,9 @@ def sweeps(db: DbOption = None, limit: int = 20) -> None:
         console.print(
             f"{s.id:>5}  {s.job:<20} {s.status:<12} {s.started_at:%Y-%m-%d %H:%M}  "
             f"ok={s.cells_ok} failed={s.cells_failed} planned={s.cells_planned}"
+            f"  server {s.server_s / 60:.1f} min"
+            # Servers that held several NPUs cost more device time than server time.
+            + (f" ({s.device_s / 3600:.2f} device-h)" if s.device_s > s.server_s + 1 else "")
             + (f"  {judged}" if judged else "")
         )
 

@@ -22,6 +22,8 @@ import typer
 from rich.text import Text
 
 from farm.cli.common import console, fail
+from farm.cli.inputs import STORE_ID
+from farm.errors import FarmError
 
 if TYPE_CHECKING:
     from farm.orchestrate.jobs import SubmitError
@@ -96,6 +98,17 @@ def make_submission(
     )
 
 
+def _check_locally(job_file: Path, only: list[str] | None) -> None:
+    """The job file is a job and ``--only`` slices it (as `farm plan` checks them;
+    node-side paths are the cluster's business). FarmError otherwise."""
+    from farm.cli.common import parse_pairs
+    from farm.cli.preflight import check_job
+
+    if not job_file.is_file():
+        raise FarmError(f"{job_file}: no such job file")
+    check_job(job_file, parse_pairs(only, "--only", "AXIS=VALUE"), on_this_machine=False)
+
+
 def _public_store_url(url: str) -> str:
     """``url`` if it may be shown to every reader of the job API; SubmitError if it
     holds a password (or a secret-looking query parameter)."""
@@ -140,7 +153,7 @@ def submit(
         ),
     ] = None,
     only: Annotated[list[str] | None, typer.Option("--only", help="AXIS=VALUE")] = None,
-    resume: Annotated[int | None, typer.Option(help="finish sweep N")] = None,
+    resume: Annotated[int | None, typer.Option(help="finish sweep N", parser=STORE_ID)] = None,
     dry_run: Annotated[bool, typer.Option(help="the job only plans")] = False,
     wait: Annotated[
         bool, typer.Option(help="wait for the job to end; exit 1 unless it succeeded")
@@ -154,10 +167,18 @@ def submit(
     stop: Annotated[str | None, typer.Option("--stop", metavar="ID", help="stop a job")] = None,
 ) -> None:
     """Submit `farm run JOB` to a Ray cluster as a Ray Job, or show or stop a submitted one."""
+    from farm.masking import mask_secrets
     from farm.orchestrate.jobs import JobServer, SubmitError
     from farm.settings import get_settings
 
+    if address is not None and not address.strip():
+        raise typer.BadParameter("is empty: give the head's dashboard URL", param_hint="--address")
     address = address or get_settings().ray.api_server_address
+    given = [name for name, v in (("--status", status), ("--logs", logs), ("--stop", stop)) if v]
+    if len(given) > 1:
+        raise typer.BadParameter(f"{' and '.join(given)}: give one of them")
+    if given and job_file is not None:
+        raise typer.BadParameter(f"{given[0]} takes no JOB file; give one or the other")
     try:
         if status or logs or stop:
             server = JobServer(address)
@@ -171,15 +192,18 @@ def submit(
             return
         if job_file is None:
             raise typer.BadParameter("give a JOB file, or --status/--logs/--stop ID")
-        # Checked before the cluster is contacted: a refused --db needs no network.
+        # Checked before the cluster is contacted: a missing job file, a bad --only or
+        # a refused --db needs no network and is not "cannot reach the server".
+        _check_locally(job_file, only)
         spec = make_submission(job_file, working_dir, only, db, resume, dry_run)
         server = JobServer(address)
         job_id = server.submit(spec.entrypoint, spec.runtime_env, spec.metadata)
-    except SubmitError as exc:
+    except FarmError as exc:
         raise fail(exc) from None
     # Text, not markup: the entrypoint holds the user's paths and --only values.
     console.print(Text.assemble("submitted ", (job_id, "bold"), f": {spec.entrypoint}"))
-    console.print(Text(f"`farm submit --status {job_id}` / `--logs {job_id}` (address {address})"))
+    shown = mask_secrets(address)
+    console.print(Text(f"`farm submit --status {job_id}` / `--logs {job_id}` (address {shown})"))
     if not wait:
         return
     try:

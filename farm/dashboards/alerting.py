@@ -123,8 +123,8 @@ def alert_rules() -> tuple[AlertRule, ...]:
             severity="warning",
             summary='{{ index .Values "B" }} open {{ .Labels.farm_severity }} farm alert(s)',
             description=(
-                "The farm raised regression alerts that nobody acknowledged yet. "
-                "`farm alerts list` shows them; `farm alerts ack ID` acknowledges."
+                "The farm raised regression alerts that nobody triaged yet. "
+                "`farm alerts list` shows them; `farm alerts triage ID STATE` triages."
             ),
         ),
         AlertRule(

@@ -131,9 +131,9 @@ def farm_health() -> Dashboard:
         rows=(
             (
                 _trouble_count(
-                    "Open alerts",
+                    "Untriaged alerts",
                     q.OPEN_ALERT_COUNT,
-                    "Alerts in state open (not acknowledged) of the selected jobs.",
+                    "Alerts nobody has triaged yet (`farm alerts triage`), of the selected jobs.",
                 ),
                 _trouble_count(
                     "Failed cells in the latest sweep",
@@ -214,12 +214,79 @@ def farm_health() -> Dashboard:
             ),
             (
                 Panel(
-                    title="Open and acknowledged alerts",
+                    title="Open alerts by state",
+                    kind="barchart",
+                    sql=q.OPEN_ALERTS_BY_STATE,
+                    description=(
+                        "Untriaged, acknowledged (someone is on it) and downstream (caused "
+                        "elsewhere) alerts of the selected jobs."
+                    ),
+                    width=8,
+                    height=8,
+                ),
+                Panel(
+                    title="Alert triage",
+                    kind="stat",
+                    sql=q.ALERT_TRIAGE,
+                    description=(
+                        "Of the alerts opened in the time range and triaged: the share "
+                        "called invalid (false alarms) and the median time from opening "
+                        "to triage."
+                    ),
+                    width=16,
+                    height=8,
+                    options=_STAT_OPTIONS,
+                ),
+            ),
+            (
+                Panel(
+                    title="Device hours per sweep",
+                    kind="timeseries",
+                    format="time_series",
+                    sql=q.DEVICE_HOURS_BY_SWEEP,
+                    description=(
+                        "What each sweep cost: every server's start-up and generation time "
+                        "on each NPU it held (a CPU host counts as one device)."
+                    ),
+                    width=12,
+                    height=8,
+                    unit="h",
+                    defaults={"custom": {"drawStyle": "bars", "fillOpacity": 60}},
+                ),
+                Panel(
+                    title="Device hours per verdict",
+                    kind="table",
+                    sql=q.DEVICE_HOURS_BY_VERDICT,
+                    description=(
+                        "Nightly and PR verdicts in the time range: their device hours in "
+                        "all, per verdict, and per regression they found."
+                    ),
+                    width=12,
+                    height=8,
+                ),
+            ),
+            (
+                Panel(
+                    title="Run-to-run AL spread by key",
+                    kind="table",
+                    sql=q.AL_SPREAD,
+                    description=(
+                        "Each key's AL over the sweeps in the time range and its standard "
+                        "deviation relative to AL (regressions included; `farm noise JOB` "
+                        "gives the robust night-to-night figure the thresholds use)."
+                    ),
+                    width=24,
+                    height=8,
+                ),
+            ),
+            (
+                Panel(
+                    title="Open alerts",
                     kind="table",
                     sql=q.OPEN_ALERTS,
                     description=(
-                        "From the store's alert table (`farm alerts check`); acknowledge or "
-                        "resolve with `farm alerts ack|resolve`."
+                        "From the store's alert table (`farm alerts check`, `farm nightly`); "
+                        "triage with `farm alerts triage ID STATE --reason ... --link ...`."
                     ),
                     width=24,
                     height=9,

@@ -36,7 +36,9 @@ from __future__ import annotations
 __all__ = [
     "ALERT_FAILED_CELLS",
     "ALERT_OPEN_ALERTS",
+    "ALERT_TRIAGE",
     "ALERT_WINDOW_DAYS",
+    "AL_SPREAD",
     "CELL_DURATIONS_BY_NODE",
     "FAILED_CELLS",
     "LATEST_FAILED_CELLS",
@@ -44,6 +46,7 @@ __all__ = [
     "LATEST_SWEEP_CELLS",
     "LATEST_SWEEP_PER_POSITION",
     "OPEN_ALERTS",
+    "OPEN_ALERTS_BY_STATE",
     "OPEN_ALERT_COUNT",
     "PREVIOUS_WITHIN",
     "RECENT_SWEEPS",
@@ -287,6 +290,37 @@ WHERE {_IN_RANGE}
 GROUP BY 1
 ORDER BY 1"""
 
+# What a cell cost: its server's start-up and generation time on each device it held
+# (farm.records.CellResult.device_s: a CPU host, and a cell stored before NPU counts,
+# as one device).
+_DEVICE_S = """(coalesce(c.startup_s, 0) + coalesce(c.generation_s, 0))
+    * CASE WHEN coalesce(c.npus, 0) > 1 THEN c.npus ELSE 1 END"""
+
+DEVICE_HOURS_BY_SWEEP = f"""SELECT s.started_at AS "time", s.job AS metric,
+  (sum({_DEVICE_S}) / 3600.0)::float8 AS "device hours"
+FROM cell c
+JOIN sweep s ON s.id = c.sweep_id
+WHERE {_IN_RANGE}
+GROUP BY s.id, s.started_at, s.job
+ORDER BY 1, 2"""
+
+DEVICE_HOURS_BY_VERDICT = f"""WITH cost AS (
+  SELECT c.sweep_id, sum({_DEVICE_S}) / 3600.0 AS hours
+  FROM cell c
+  JOIN sweep s ON s.id = c.sweep_id
+  WHERE {_IN_RANGE}
+  GROUP BY c.sweep_id
+)
+SELECT v.kind AS verdicts, count(*) AS "count",
+  sum(cost.hours)::float8 AS "device hours",
+  avg(cost.hours)::float8 AS "per verdict",
+  (sum(cost.hours) / nullif(sum(CASE WHEN v.outcome = 'regression' THEN 1 ELSE 0 END), 0))::float8
+    AS "per regression found"
+FROM verdict v
+JOIN cost ON cost.sweep_id = v.sweep_id
+GROUP BY v.kind
+ORDER BY 1"""
+
 STARTUP_BY_NODE = f"""SELECT c.started_at AS "time", coalesce(c.node, 'unknown') AS metric,
   c.startup_s::float8 AS "startup"
 FROM cell c
@@ -296,21 +330,61 @@ WHERE {_IN_RANGE}
 ORDER BY 1, 2"""
 
 # Alerts name no job; one belongs to the job of the last sweep that showed it.
+# Each key's AL over the sweeps in range: how much a night moves on its own (plain sd,
+# regressions included: `farm noise` gives the robust figure the thresholds use).
+AL_SPREAD = f"""SELECT v.key_label AS key, count(*) AS nights,
+  avg(1.0 + m.accepted::float8 / m.drafts) AS "AL",
+  stddev_samp(1.0 + m.accepted::float8 / m.drafts)
+    / avg(1.0 + m.accepted::float8 / m.drafts) AS "AL sd, relative"
+FROM variant_summary m
+JOIN variant_run v ON v.id = m.variant_run_id
+JOIN cell c ON c.id = v.cell_row_id
+JOIN sweep s ON s.id = c.sweep_id
+WHERE {_IN_RANGE}
+  AND m.drafts > 0
+GROUP BY v.key_label
+HAVING count(*) >= 2
+ORDER BY 4 DESC, 1"""
+
+_OPEN_STATES = "('untriaged', 'acknowledged', 'downstream')"
+
 OPEN_ALERTS = f"""SELECT a.id, a.state, a.severity, a.kind, a.metric, a.summary, a.occurrences,
   a.first_sweep_id AS "first sweep", a.last_sweep_id AS "last sweep",
   a.opened_sweep_id AS "opened by sweep", a.updated_at AS updated,
-  a.acknowledged_by AS "acknowledged by", s.job
+  a.triaged_by AS "triaged by", a.link, s.job
 FROM alert a
 JOIN sweep s ON s.id = a.last_sweep_id
-WHERE a.state IN ('open', 'acknowledged')
+WHERE a.state IN {_OPEN_STATES}
   AND {_JOB}
-ORDER BY CASE a.severity WHEN 'critical' THEN 0 ELSE 1 END, a.updated_at DESC, a.id DESC"""
+ORDER BY CASE a.state WHEN 'untriaged' THEN 0 ELSE 1 END,
+  CASE a.severity WHEN 'critical' THEN 0 ELSE 1 END, a.updated_at DESC, a.id DESC"""
 
-OPEN_ALERT_COUNT = f"""SELECT count(*) AS "open alerts"
+OPEN_ALERT_COUNT = f"""SELECT count(*) AS "untriaged alerts"
 FROM alert a
 JOIN sweep s ON s.id = a.last_sweep_id
-WHERE a.state = 'open'
+WHERE a.state = 'untriaged'
   AND {_JOB}"""
+
+# Open alerts by triage state, whatever their age (they stay until triaged or recovered).
+OPEN_ALERTS_BY_STATE = f"""SELECT a.state AS metric, count(*) AS "alerts"
+FROM alert a
+JOIN sweep s ON s.id = a.last_sweep_id
+WHERE a.state IN {_OPEN_STATES}
+  AND {_JOB}
+GROUP BY a.state
+ORDER BY a.state"""
+
+# Triage of the alerts opened in the time range: the share a person called invalid
+# (false alarms: Perfherder's invalid-alert rate) and the median time to triage.
+ALERT_TRIAGE = f"""SELECT count(*) FILTER (WHERE a.state = 'invalid')::float8
+    / nullif(count(*) FILTER (WHERE a.triaged_at IS NOT NULL), 0) AS "invalid-alert rate",
+  percentile_cont(0.5) WITHIN GROUP (
+    ORDER BY extract(epoch FROM a.triaged_at - a.created_at)
+  ) FILTER (WHERE a.triaged_at IS NOT NULL) / 3600.0 AS "median hours to triage",
+  count(*) FILTER (WHERE a.triaged_at IS NOT NULL) AS "triaged"
+FROM alert a
+JOIN sweep s ON s.id = a.opened_sweep_id
+WHERE {_IN_RANGE}"""
 
 LATEST_FAILED_CELLS = f"""WITH {_LATEST}
 SELECT count(c.id) AS "failed cells in latest sweep"
@@ -360,11 +434,11 @@ ORDER BY 1"""
 
 # --- alert rules (no variables, no macros) ---------------------------------------------
 
-# One row (an alert instance) per severity with open alerts; the column is not called
+# One row (an alert instance) per severity with untriaged alerts; the column is not called
 # "severity", which is the rule's own label.
 ALERT_OPEN_ALERTS = """SELECT severity AS farm_severity, count(*)::float8 AS open_alerts
 FROM alert
-WHERE state = 'open'
+WHERE state = 'untriaged'
 GROUP BY severity
 ORDER BY severity"""
 

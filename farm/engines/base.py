@@ -52,6 +52,7 @@ __all__ = [
     "EngineOutputError",
     "EngineProcess",
     "ServerLaunch",
+    "chat_messages",
     "count_value",
     "keeper_command",
     "last_exception_line",
@@ -138,9 +139,15 @@ class EngineAdapter(ABC):
 
     @abstractmethod
     def chat_request(
-        self, served_name: str, prompt: str, variant: Variant, workload: WorkloadSpec
+        self,
+        served_name: str,
+        prompt: str,
+        variant: Variant,
+        workload: WorkloadSpec,
+        history: Sequence[tuple[str, str]] = (),
     ) -> dict[str, Any]:
-        """The JSON body of one chat request for ``variant``."""
+        """The JSON body of one chat request for ``variant``; ``history`` holds the
+        conversation's earlier (user, assistant) turns (:func:`chat_messages`)."""
 
     @abstractmethod
     def parse_completion(self, body: dict[str, Any]) -> Completion:
@@ -223,6 +230,18 @@ def read_completion(parse: Callable[[dict[str, Any]], Completion], raw: bytes | 
     return done
 
 
+def chat_messages(
+    prompt: str, history: Sequence[tuple[str, str]] = (), system: str | None = None
+) -> list[dict[str, str]]:
+    """OpenAI chat messages: the system message, the earlier turns, then ``prompt``.
+    An earlier answer goes back as the engine gave it, thinking included: whether the
+    chat template keeps it in the context is the model's own rule."""
+    messages = [{"role": "system", "content": system}] if system else []
+    for user, assistant in history:
+        messages += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+    return [*messages, {"role": "user", "content": prompt}]
+
+
 def count_value(name: str, labels: dict[str, str], value: float) -> int:
     """A Prometheus sample's value as a count; EngineOutputError naming the sample
     when it is NaN, infinite or negative (counters only ever grow from 0)."""
@@ -233,13 +252,7 @@ def count_value(name: str, labels: dict[str, str], value: float) -> int:
 
 
 def _check_counts(counters: SpecCounters, what: str) -> None:
-    values = {
-        "drafts": counters.drafts,
-        "draft_tokens": counters.draft_tokens,
-        "accepted": counters.accepted,
-        **{f"accepted_per_pos[{i}]": v for i, v in enumerate(counters.accepted_per_pos)},
-    }
-    negative = {k: v for k, v in values.items() if v < 0}
+    negative = {k: v for k, v in counters.counts().items() if v < 0}
     if negative:
         raise EngineOutputError(f"{what} are negative: {negative}")
 
@@ -262,8 +275,12 @@ COMMON_FATAL_PATTERNS: tuple[re.Pattern[str], ...] = (
     # Port taken between choosing it and binding it (uvicorn, zmq).
     _PORT_TAKEN,
 )
-# A worker's prefix, e.g. "(EngineCore_DP0 pid=123) " (vLLM) or "[2025-01-01 ...] " (sglang).
-_PREFIX = re.compile(r"^(?:\([\w.-]+ pid=\d+\)\s*)?(?:\[[^\]]*\]\s*)?")
+# A worker's prefix, e.g. "(EngineCore_DP0 pid=123) " (vLLM) or "[2025-01-01 ...] " (sglang),
+# and vLLM's logger prefix "ERROR 12-02 02:02:41 [core.py:1512] " after it.
+_PREFIX = re.compile(
+    r"^(?:\([\w.-]+ pid=\d+\)\s*)?"
+    r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d [\d:.]+\s+)?(?:\[[^\]]*\]\s*)?"
+)
 _EXCEPTION = re.compile(r"^(?:[\w.]+\.)?(?:[A-Z]\w*(?:Error|Exception|Exit)): \S.*")
 _MAX_LINE = 500
 # pydantic prints the reason on the line after "N validation error(s) for X".
@@ -283,12 +300,13 @@ def _clean(line: str) -> str:
     return _PREFIX.sub("", line.rstrip(), count=1).strip()
 
 
-def last_exception_line(log_text: str) -> str | None:
-    """The last ``SomeError: message`` line (a traceback's conclusion), or None."""
+def last_exception_line(log_text: str, skip: Sequence[re.Pattern[str]] = ()) -> str | None:
+    """The last ``SomeError: message`` line (a traceback's conclusion) that matches
+    none of ``skip``, or None."""
     found = None
     for line in log_text.splitlines():
         cleaned = _clean(line)
-        if _EXCEPTION.match(cleaned):
+        if _EXCEPTION.match(cleaned) and not any(p.search(cleaned) for p in skip):
             found = cleaned
     return found
 
@@ -304,6 +322,9 @@ class EngineProcess:
 
     fatal_patterns: ClassVar[tuple[re.Pattern[str], ...]] = COMMON_FATAL_PATTERNS
     wrapper_patterns: ClassVar[tuple[re.Pattern[str], ...]] = ()
+    # (a log pattern, what is known of its cause): engine errors whose own words do not
+    # say what the user can do about them.
+    known_causes: ClassVar[tuple[tuple[re.Pattern[str], str], ...]] = ()
 
     def __init__(
         self, launch: ServerLaunch, port: int, log_path: Path, npu_ids: tuple[int, ...] = ()
@@ -468,6 +489,23 @@ class EngineProcess:
                         found = f"{found}: {_clean(lines[i + 1])}"
                     return found[:_MAX_LINE]
         return None
+
+    def failure_reason(self) -> tuple[str | None, str | None]:
+        """Why the engine failed, in its own words: the log's first fatal line, else
+        its last exception that only wraps none (a worker's error, not the engine
+        core's "see the stack trace above"), else a wrapper; and what is known of that
+        error's cause (``known_causes``)."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return None, None
+        lines = text.splitlines()
+        root = next(
+            (_clean(x) for x in lines if any(p.search(x) for p in self.fatal_patterns)), None
+        )
+        line = root or last_exception_line(text, self.wrapper_patterns) or self.fatal_line(text)
+        known = next((why for pattern, why in self.known_causes if pattern.search(text)), None)
+        return (line[:_MAX_LINE] if line else None), known
 
     @classmethod
     def port_taken(cls, error: str) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from packaging.utils import canonicalize_name
@@ -23,6 +23,7 @@ from farm.engines.base import (
     EngineAdapter,
     EngineProcess,
     ServerLaunch,
+    chat_messages,
     count_value,
 )
 from farm.engines.dialects import (
@@ -165,7 +166,7 @@ class SglangAdapter(EngineAdapter):
         ]
         graph = self._graph(engine)
         argv += graph.eager if cell.planned_graph_mode == "eager" else graph.decode_only
-        if cell.mtp_depth > 0:
+        if cell.speculative:
             argv += self._speculative_args(cell.mtp_depth, model)
             fields = pick(SGLANG_REQUEST, engine.version, f"sglang engine {engine.name}").value
             if fields.json_request_log and not fields.meta_info_in_chat:
@@ -185,6 +186,8 @@ class SglangAdapter(EngineAdapter):
                 "--json-model-override-args",
                 json.dumps({"use_sliding_window": False, "sliding_window": None}),
             ]
+        if cell.prefix_caching == "off":
+            argv.append("--disable-radix-cache")  # the radix cache is on by default
         if len(npu_ids) > 1:
             argv += ["--tp-size", str(len(npu_ids))]
         env = {}
@@ -225,14 +228,19 @@ class SglangAdapter(EngineAdapter):
         return args
 
     def chat_request(
-        self, served_name: str, prompt: str, variant: Variant, workload: WorkloadSpec
+        self,
+        served_name: str,
+        prompt: str,
+        variant: Variant,
+        workload: WorkloadSpec,
+        history: Sequence[tuple[str, str]] = (),
     ) -> dict[str, Any]:
         # Both return_* fields are read by the releases that know them (dialects.
         # SGLANG_REQUEST); older ChatCompletionRequest models ignore unknown fields
         # (pydantic's default extra="ignore" in entrypoints/openai/protocol.py).
         return {
             "model": served_name,
-            "messages": [{"role": "user", "content": prompt}],
+            "messages": chat_messages(prompt, history, workload.system_prompt),
             "max_tokens": workload.max_tokens,
             "temperature": workload.temperature,
             "seed": workload.seed,
@@ -487,7 +495,7 @@ def _effective(
         notes.append(f"engine runs graph mode {graph_mode}, planned {cell.planned_graph_mode}")
     algorithm = settings.get("speculative_algorithm")
     method = _METHOD.get(str(algorithm).upper()) if algorithm else None
-    if method == "eagle" and cell.mtp_depth > 0:
+    if method == "eagle" and cell.speculative:
         # Some releases rewrite NEXTN to EAGLE in ServerArgs.__post_init__ (0.5.9):
         # the same MTP drafter run through the EAGLE worker.
         notes.append("speculative algorithm reported as EAGLE (sglang's NEXTN alias)")
@@ -497,6 +505,13 @@ def _effective(
     if window and cell.sliding_window == "off":
         notes.append(f"sliding window {window} turned off by --json-model-override-args")
         window = None
+    disabled = settings.get("disable_radix_cache")
+    prefix_caching = not disabled if isinstance(disabled, bool) else None
+    if prefix_caching is not None and prefix_caching != (cell.prefix_caching == "on"):
+        notes.append(
+            f"engine runs the radix cache {'on' if prefix_caching else 'off'}, "
+            f"planned {cell.prefix_caching}"
+        )
     served = (models.get("data") or [{}])[0]
     max_len = served.get("max_model_len") or settings.get("context_length")
     return EffectiveConfig(
@@ -506,5 +521,6 @@ def _effective(
         num_speculative_tokens=int(steps) if isinstance(steps, int) else 0,
         sliding_window=window,
         max_model_len=int(max_len) if isinstance(max_len, int) else None,
+        prefix_caching=prefix_caching,
         notes=tuple(notes),
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -19,6 +20,7 @@ from farm.engines.base import (
     EngineAdapter,
     EngineProcess,
     ServerLaunch,
+    chat_messages,
     count_value,
 )
 from farm.engines.dialects import VLLM_ASCEND_GRAPH, pick
@@ -40,6 +42,13 @@ _COUNTERS = {
     "vllm:spec_decode_num_accepted_tokens_total": "accepted",
 }
 _PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+# What the speculation ran under (vllm/v1/metrics/loggers.py): the histogram of tokens
+# per engine step counts the steps; the prefix cache counts prompt tokens.
+_SERVING = {
+    "vllm:iteration_tokens_total_count": "engine_steps",
+    "vllm:prefix_cache_queries_total": "prefix_queries",
+    "vllm:prefix_cache_hits_total": "prefix_hits",
+}
 # vllm-ascend's fused infer attention (FIA) takes at most 16 query tokens per request
 # in a captured decode round (DESIGN.md section 4).
 _FIA_DECODE_TOKENS = 16
@@ -85,6 +94,20 @@ class VllmProcess(EngineProcess):
         re.compile(r"Error in model execution"),
         re.compile(r"EngineCore failed to start"),
         re.compile(r"Engine core initialization failed"),
+        # A worker's error as the engine core and the API server pass it on.
+        re.compile(r"Worker failed with error"),
+        re.compile(r"EngineDeadError"),
+        re.compile(r"EngineCore encountered"),
+    )
+    known_causes: ClassVar[tuple[tuple[re.Pattern[str], str], ...]] = (
+        # vllm/v1/worker/mamba_utils.py calls a Triton kernel that the CPU build has no
+        # backend for (models/README.md, "Prefix caching and MTP").
+        (
+            re.compile(r"precopy_mamba_align_fused_kernel\[grid\]"),
+            "a hybrid model with MTP and prefix caching needs the mamba state copies "
+            "that vLLM CPU lacks: apply the bundled fix fix-cpu-mamba-align-spec, or "
+            "set prefix_caching: off",
+        ),
     )
 
 
@@ -188,7 +211,7 @@ class VllmAdapter(EngineAdapter):
             compilation: dict[str, Any] = {
                 "cudagraph_mode": _CUDAGRAPH_MODE[cell.planned_graph_mode]
             }
-            if cell.planned_graph_mode in FULL_GRAPH_MODES and cell.mtp_depth > 0:
+            if cell.planned_graph_mode in FULL_GRAPH_MODES and cell.speculative:
                 # A decode round of b requests holds b * (depth + 1) tokens, and a
                 # full graph replays only the sizes it captured: each capture size
                 # must be such a multiple (DESIGN.md section 4).
@@ -199,7 +222,7 @@ class VllmAdapter(EngineAdapter):
             argv += ["--compilation-config", json.dumps(compilation)]
         if max_num_seqs:
             argv += ["--max-num-seqs", str(max_num_seqs)]
-        if cell.mtp_depth > 0:
+        if cell.speculative:
             argv += [
                 "--speculative-config",
                 json.dumps(self._speculative_config(cell, engine, model)),
@@ -222,6 +245,9 @@ class VllmAdapter(EngineAdapter):
                 # Never vLLM's Ray executor: under it vllm-ascend drops graph mode
                 # (DESIGN.md section 4). Ray only places the server.
                 argv += ["--distributed-executor-backend", "mp"]
+        if cell.prefix_caching == "off":
+            # "on" is the engine's default (vLLM v1, hybrids too): nothing to add.
+            argv.append("--no-enable-prefix-caching")
         argv += list(engine.extra_args)
         env = dict(engine.env)
         if npu_ids:
@@ -232,6 +258,7 @@ class VllmAdapter(EngineAdapter):
         self, cell: ServerCell, engine: EngineSpec, model: ModelSpec
     ) -> dict[str, Any]:
         config: dict[str, Any] = {
+            **engine.speculative_config,
             "method": model.speculative_method,
             "num_speculative_tokens": cell.mtp_depth,
         }
@@ -247,11 +274,16 @@ class VllmAdapter(EngineAdapter):
         return config
 
     def chat_request(
-        self, served_name: str, prompt: str, variant: Variant, workload: WorkloadSpec
+        self,
+        served_name: str,
+        prompt: str,
+        variant: Variant,
+        workload: WorkloadSpec,
+        history: Sequence[tuple[str, str]] = (),
     ) -> dict[str, Any]:
         return {
             "model": served_name,
-            "messages": [{"role": "user", "content": prompt}],
+            "messages": chat_messages(prompt, history, workload.system_prompt),
             "max_tokens": workload.max_tokens,
             "temperature": workload.temperature,
             "seed": workload.seed,
@@ -272,13 +304,14 @@ class VllmAdapter(EngineAdapter):
         )
 
     def read_counters(self, metrics_text: str) -> SpecCounters:
-        totals = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
+        names = _COUNTERS | _SERVING
+        totals = dict.fromkeys(names.values(), 0)
         per_pos: dict[int, int] = {}
         for family in text_string_to_metric_families(metrics_text):
             for sample in family.samples:
-                if sample.name in _COUNTERS:
+                if sample.name in names:
                     value = count_value(sample.name, sample.labels, sample.value)
-                    totals[_COUNTERS[sample.name]] += value
+                    totals[names[sample.name]] += value
                 elif sample.name == _PER_POS:
                     pos = int(sample.labels["position"])
                     value = count_value(sample.name, sample.labels, sample.value)
@@ -312,6 +345,13 @@ class VllmAdapter(EngineAdapter):
             notes.append("vLLM's Ray executor is in use: vllm-ascend drops graph mode under it")
         if spec and spec["method"] != "mtp" and "mtp" in spec["method"]:
             notes.append(f"speculative method reported as {spec['method']}")
+        caching = re.search(r"enable_prefix_caching=(True|False)", cfg)
+        prefix_caching = caching[1] == "True" if caching else None
+        if prefix_caching is not None and prefix_caching != (cell.prefix_caching == "on"):
+            notes.append(
+                f"engine runs prefix caching {'on' if prefix_caching else 'off'}, "
+                f"planned {cell.prefix_caching}"
+            )
         window = hf_config.get("sliding_window")
         if window and cell.sliding_window == "off":
             # vLLM does not log the window it uses; the override is what turns it off.
@@ -327,6 +367,7 @@ class VllmAdapter(EngineAdapter):
             sliding_window=window,
             max_model_len=int(served.get("max_model_len") or (max_len[1] if max_len else 0))
             or None,
+            prefix_caching=prefix_caching,
             notes=tuple(notes),
         )
 

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import httpx
 
-from farm.notify.alert import AlertRecord
+from farm.inert import feishu_markdown, feishu_text
 from farm.notify.http import NotifyError, RetryPolicy, post_json
 from farm.notify.message import (
     MAX_ALERTS_PER_MESSAGE,
@@ -33,6 +33,7 @@ from farm.notify.message import (
     alert_title,
     headline,
 )
+from farm.results.alerts import AlertRecord
 
 __all__ = [
     "FeishuError",
@@ -60,8 +61,8 @@ def feishu_sign(timestamp: int, secret: str) -> str:
 
 
 def _escape(text: str) -> str:
-    # Card markdown reads <...> as tags (<at>, <font>); show them as text.
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    # Card markdown reads <...> as tags (<at>, <font>) and [x](y) as links: inert text.
+    return feishu_markdown(text)
 
 
 def feishu_payload(alerts: Sequence[AlertRecord], msg_type: FeishuFormat) -> dict[str, Any]:
@@ -75,7 +76,8 @@ def feishu_payload(alerts: Sequence[AlertRecord], msg_type: FeishuFormat) -> dic
         for a in shown:
             parts.append("\n".join([f"[{a.severity}] {alert_title(a)}", *alert_lines(a)]))
         parts.append(footer)
-        return {"msg_type": "text", "content": {"text": "\n\n".join(parts)[:_TEXT_MAX_CHARS]}}
+        text = feishu_text("\n\n".join(parts)[:_TEXT_MAX_CHARS])
+        return {"msg_type": "text", "content": {"text": text}}
     elements: list[dict[str, Any]] = []
     for a in shown:
         colour = "red" if a.severity == "critical" else "orange"
@@ -92,7 +94,7 @@ def feishu_payload(alerts: Sequence[AlertRecord], msg_type: FeishuFormat) -> dic
             "config": {"wide_screen_mode": True},
             "header": {
                 "template": "red" if critical else "orange",
-                "title": {"tag": "plain_text", "content": title},
+                "title": {"tag": "plain_text", "content": feishu_text(title)},
             },
             "elements": elements,
         },
@@ -103,7 +105,7 @@ def feishu_notice_payload(notice: Notice, msg_type: FeishuFormat) -> dict[str, A
     """The unsigned request body for ``notice``."""
     if msg_type == "text":
         parts = [notice.title, "\n".join(notice.lines), notice.footer, notice.link or ""]
-        text = "\n\n".join(p for p in parts if p)[:_TEXT_MAX_CHARS]
+        text = feishu_text("\n\n".join(p for p in parts if p)[:_TEXT_MAX_CHARS])
         return {"msg_type": "text", "content": {"text": text}}
     body = "\n".join(_escape(line) for line in notice.lines)
     if notice.link:
@@ -111,7 +113,10 @@ def feishu_notice_payload(notice: Notice, msg_type: FeishuFormat) -> dict[str, A
     elements: list[dict[str, Any]] = [{"tag": "markdown", "content": body[:_TEXT_MAX_CHARS]}]
     if notice.footer:
         elements.append(
-            {"tag": "note", "elements": [{"tag": "plain_text", "content": notice.footer}]}
+            {
+                "tag": "note",
+                "elements": [{"tag": "plain_text", "content": feishu_text(notice.footer)}],
+            }
         )
     return {
         "msg_type": "interactive",
@@ -119,7 +124,7 @@ def feishu_notice_payload(notice: Notice, msg_type: FeishuFormat) -> dict[str, A
             "config": {"wide_screen_mode": True},
             "header": {
                 "template": _NOTICE_TEMPLATES[notice.level],
-                "title": {"tag": "plain_text", "content": notice.title},
+                "title": {"tag": "plain_text", "content": feishu_text(notice.title)},
             },
             "elements": elements,
         },

@@ -14,7 +14,12 @@ https://docs.github.com/en/rest/issues/comments#list-issue-comments) and returns
 one with exactly its text instead of posting again.
 
 `farm pr` keeps one comment per pull request and job: :meth:`GitHubClient.upsert_comment`
-finds the farm's earlier comment by a hidden marker line in its body and updates it
+finds the farm's earlier comment by a hidden marker line in its body, among the comments
+written by the token's own user only (anyone can paste the marker into a comment of
+theirs: "Get the authenticated user", ``GET /user``,
+https://docs.github.com/en/rest/users/users#get-the-authenticated-user, or the login
+given as ``FARM_GITHUB_LOGIN`` for an app's installation token, which ``GET /user``
+refuses) and updates it
 ("Update an issue comment", ``PATCH /repos/{owner}/{repo}/issues/comments/{id}``,
 https://docs.github.com/en/rest/issues/comments#update-an-issue-comment), else creates
 one. :meth:`GitHubClient.set_status` sets the commit status of the PR head ("Create a
@@ -35,7 +40,15 @@ from typing import Any
 
 import httpx
 
-from farm.notify.http import NotifyError, RetryPolicy, log, mask_url, post_json, redact
+from farm.notify.http import (
+    NotifyError,
+    RetryPolicy,
+    check_http_url,
+    log,
+    mask_url,
+    post_json,
+    redact,
+)
 
 __all__ = [
     "DEFAULT_API_URL",
@@ -55,8 +68,8 @@ _BODY_MAX = 65536
 _LOOKUP_PAGES = 10
 # "since" is compared with GitHub's clock: leave room for ours being ahead.
 _CLOCK_MARGIN = timedelta(minutes=5)
-_REF = re.compile(r"^(?P<owner>[A-Za-z0-9][A-Za-z0-9-]*)/(?P<repo>[A-Za-z0-9._-]+)#(?P<n>\d+)$")
-_REPO = re.compile(r"^(?P<owner>[A-Za-z0-9][A-Za-z0-9-]*)/(?P<repo>[A-Za-z0-9._-]+)$")
+_REF = re.compile(r"^(?P<owner>[A-Za-z0-9][A-Za-z0-9-]*)/(?P<repo>[A-Za-z0-9._-]+)#(?P<n>\d+)\Z")
+_REPO = re.compile(r"^(?P<owner>[A-Za-z0-9][A-Za-z0-9-]*)/(?P<repo>[A-Za-z0-9._-]+)\Z")
 # https://github.com/o/r(.git), git@github.com:o/r(.git), ssh://git@github.com/o/r
 _GITHUB_URL = re.compile(
     r"github\.com[/:](?P<owner>[A-Za-z0-9][A-Za-z0-9-]*)/(?P<repo>[A-Za-z0-9._-]+?)(?:\.git)?/?$"
@@ -117,6 +130,9 @@ class GitHubClient:
     api_url: str = DEFAULT_API_URL
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     client: httpx.Client | None = field(default=None, repr=False, compare=False)
+    # The token's own login (an app's bot, "NAME[bot]"); None: asked of GET /user.
+    login: str | None = None
+    _known: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def _headers(self) -> dict[str, str]:
         return {
@@ -178,6 +194,34 @@ class GitHubClient:
                 f"github GET {mask_url(url)}: the answer has no {exc} (is FARM_GITHUB_API "
                 "a GitHub REST API?)"
             ) from None
+
+    def own_login(self) -> str:
+        """The login of the token's user (``login`` when given, else ``GET /user``,
+        asked once). Raises GitHubError when GitHub will not say (an app's
+        installation token: set FARM_GITHUB_LOGIN to its bot login).
+
+        API: https://docs.github.com/en/rest/users/users#get-the-authenticated-user
+        """
+        if self.login:
+            return self.login
+        if "login" not in self._known:
+            url = f"{self.api_url.rstrip('/')}/user"
+            try:
+                data = self._idempotent("GET", url, None, "read the token's own user")
+            except GitHubError as exc:
+                raise GitHubError(
+                    f"{exc}; the farm updates only its own comments and must know whose "
+                    "they are: with an app's installation token set FARM_GITHUB_LOGIN to "
+                    "the app's bot login (NAME[bot])"
+                ) from None
+            login = data.get("login")
+            if not isinstance(login, str) or not login:
+                raise GitHubError(
+                    f"github GET {mask_url(url)}: the answer names no login (is "
+                    "FARM_GITHUB_API a GitHub REST API?)"
+                )
+            self._known["login"] = login
+        return self._known["login"]
 
     def upsert_comment(self, ref: PullRequestRef, marker: str, body: str) -> tuple[str, bool]:
         """Update the comment of ``ref`` whose body holds ``marker`` to ``body`` (which
@@ -249,7 +293,9 @@ class GitHubClient:
         return body
 
     def _comment_with(self, ref: PullRequestRef, marker: str) -> int | None:
-        """The id of the newest comment of ``ref`` whose body holds ``marker``."""
+        """The id of the newest comment of ``ref`` written by the token's own user whose
+        body holds ``marker``. Anyone else's comment is never ours, marker or not."""
+        me = self.own_login()
         url: str | None = f"{self._repo_url(ref)}/issues/{ref.number}/comments?per_page=100"
         found: int | None = None
         for _ in range(_LOOKUP_PAGES * 10):  # 10,000 comments: far beyond a real PR
@@ -257,7 +303,12 @@ class GitHubClient:
                 break
             comments, url = self._page(url, f"list the comments of {ref}")
             for c in comments:
-                if isinstance(c, dict) and marker in str(c.get("body") or ""):
+                if (
+                    isinstance(c, dict)
+                    and _author(c) == me
+                    and marker in str(c.get("body") or "")
+                    and isinstance(c.get("id"), int)
+                ):
                     found = int(c["id"])
         return found
 
@@ -290,6 +341,7 @@ class GitHubClient:
         """An idempotent request (GET, PATCH of a whole field): retried on failures to
         connect, timeouts, 429 and 5xx; 4xx other than 429 raise at once. Neither the
         token nor the URL's credentials appear in the error."""
+        check_http_url(url, f"github {method}", GitHubError, "check FARM_GITHUB_API")
         where = f"github {method} {mask_url(url)}"
         hint = {
             401: "GitHub refused the token (GITHUB_TOKEN is wrong or expired)",
@@ -369,6 +421,12 @@ class GitHubClient:
             if self.client is None:
                 http.close()
         return None
+
+
+def _author(comment: dict[str, Any]) -> str | None:
+    user = comment.get("user")
+    login = user.get("login") if isinstance(user, dict) else None
+    return login if isinstance(login, str) else None
 
 
 def _same_text(found: object, body: str) -> bool:

@@ -37,7 +37,7 @@ import httpx
 
 from farm.errors import FarmError
 
-__all__ = ["NotifyError", "RetryPolicy", "mask_url", "post_json", "redact"]
+__all__ = ["NotifyError", "RetryPolicy", "check_http_url", "mask_url", "post_json", "redact"]
 
 # Raised before any byte of the request left: sending it again cannot post twice.
 _UNSENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
@@ -81,6 +81,18 @@ def mask_url(url: str) -> str:
     host = parts.hostname or "***"
     port = f":{parts.port}" if parts.port else ""
     return f"{parts.scheme}://{host}{port}/***"
+
+
+def check_http_url(url: str, where: str, error: type[NotifyError], hint: str | None = None) -> None:
+    """Raise ``error`` at once for a URL that is no http(s) URL with a host: retrying
+    one cannot help (it is the setting that is wrong, not the network)."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        shown = f"{parts.scheme}://..." if parts.scheme else "a URL without a scheme"
+        raise error(
+            f"{where} {shown}: not an http(s) URL with a host, so not tried"
+            + (f"; {hint}" if hint else "")
+        )
 
 
 def redact(text: str, secrets: Sequence[str]) -> str:
@@ -173,6 +185,7 @@ def post_json(
     or in the exception.
     """
     policy = policy or RetryPolicy()
+    check_http_url(url, f"{service} POST", error, hint)
     request = _Request(
         url=url,
         secrets=[url, *secrets],

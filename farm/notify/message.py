@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from farm.notify.alert import AlertFigure, AlertRecord
+from farm.results.alerts import METRIC_NAMES, AlertFigure, AlertRecord, metric_name
 
 __all__ = [
     "MAX_ALERTS_PER_MESSAGE",
@@ -32,28 +32,22 @@ __all__ = [
 # past this many alerts a message lists the first ones and says how many more.
 MAX_ALERTS_PER_MESSAGE = 10
 
-METRIC_NAMES = {
-    "mean_acceptance_length": "AL",
-    "acceptance_at_position": "acceptance at position",
-    "greedy_divergence": "greedy divergence",
-    "accuracy": "accuracy",
-}
-
-
-def metric_name(metric: str | None, position: int | None = None) -> str:
-    """Short human name of a metric: ``AL``, ``acceptance at position 1``, ..."""
-    name = METRIC_NAMES.get(metric or "", metric or "failure")
-    return f"{name} {position}" if position is not None else name
-
 
 def headline(alerts: Sequence[AlertRecord]) -> str:
-    """One line: how many alerts, how many critical, from which sweep(s)."""
+    """One line: how many alerts, how many critical, from which sweep(s); for alerts
+    that all recovered, that they did."""
+    plural = "s" if len(alerts) != 1 else ""
+    if alerts and all(a.state == "recovered" for a in alerts):
+        sweeps = sorted({a.recovered_sweep_id or a.last_sweep_id for a in alerts})
+        return f"mtp-farm: {len(alerts)} alert{plural} recovered in {_sweeps(sweeps)}"
     critical = sum(a.severity == "critical" for a in alerts)
     sweeps = sorted({a.last_sweep_id for a in alerts})
-    where = f"sweep {sweeps[0]}" if len(sweeps) == 1 else f"sweeps {sweeps[0]}-{sweeps[-1]}"
     crit = f", {critical} critical" if critical else ""
-    plural = "s" if len(alerts) != 1 else ""
-    return f"mtp-farm: {len(alerts)} alert{plural} in {where}{crit}"
+    return f"mtp-farm: {len(alerts)} alert{plural} in {_sweeps(sweeps)}{crit}"
+
+
+def _sweeps(ids: Sequence[int]) -> str:
+    return f"sweep {ids[0]}" if len(ids) == 1 else f"sweeps {ids[0]}-{ids[-1]}"
 
 
 def figure_line(f: AlertFigure) -> str:
@@ -71,8 +65,10 @@ def alert_title(a: AlertRecord) -> str:
 
 
 def alert_lines(a: AlertRecord) -> list[str]:
-    """The body lines of one alert: figures, reference, attribution, history."""
-    lines = [figure_line(f) for f in a.details.figures]
+    """The body lines of one alert: what is new (a changed cause, a recovery), figures,
+    reference, attribution, history, triage."""
+    lines = [f"news: {a.news}"] if a.news else []
+    lines += [figure_line(f) for f in a.details.figures]
     if a.details.figures:
         lines.append(f"reference: {a.details.figures[0].reference}")
     if a.details.error:
@@ -85,6 +81,9 @@ def alert_lines(a: AlertRecord) -> list[str]:
         else f"sweep {a.last_sweep_id}"
     )
     lines.append(seen)
+    if a.state != "untriaged":
+        by = f" by {a.triaged_by}" if a.triaged_by else ""
+        lines.append(f"triage: {a.state}{by}" + (f" ({a.link})" if a.link else ""))
     return lines
 
 

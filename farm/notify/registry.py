@@ -9,13 +9,13 @@ from typing import Protocol
 
 from pydantic import SecretStr
 
-from farm.notify.alert import AlertRecord
 from farm.notify.feishu import FeishuNotifier
 from farm.notify.http import NotifyError, RetryPolicy
 from farm.notify.message import Notice
 from farm.notify.slack import SlackNotifier
 from farm.notify.webhook import WebhookNotifier
 from farm.notify.wecom import WeComNotifier
+from farm.results.alerts import AlertRecord
 from farm.settings import NotifySettings, env_vars, get_settings
 
 __all__ = ["ENV_VARS", "Notifier", "configured_notifiers", "send_all", "send_notice_all"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from farm.notify.alert import AlertRecord
+from farm.inert import show_controls
 from farm.notify.http import NotifyError, RetryPolicy, post_json
 from farm.notify.message import (
     MAX_ALERTS_PER_MESSAGE,
@@ -28,6 +28,7 @@ from farm.notify.message import (
     alert_title,
     headline,
 )
+from farm.results.alerts import AlertRecord
 
 __all__ = ["SlackError", "SlackNotifier", "slack_notice_payload", "slack_payload"]
 
@@ -42,7 +43,9 @@ class SlackError(NotifyError):
 
 
 def _escape(text: str) -> str:
-    # The three characters Slack's mrkdwn requires escaped.
+    # The three characters Slack's mrkdwn requires escaped (mentions and links are
+    # <...>); control characters shown escaped.
+    text = show_controls(text, "\n")
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 

@@ -1,21 +1,25 @@
-"""Generic webhook: one POST per alert, the alert's JSON as the body; one POST per
-notice.
+"""Generic webhook: one POST per group of alerts of one cause, one POST per notice.
 
 For receivers of your own (an incident tool, a CI hook). The bodies:
 
-- an alert: the :class:`~farm.notify.alert.AlertRecord` as JSON (``id``, ``kind``,
-  ``severity``, ``summary``, ``details``, ...), without a ``type`` key (as before
-  notices existed);
+- the alerts of one cause (a night's alerts are grouped by the attribution's
+  conjunction, else by check and metric: :func:`farm.results.alerts.cause_of`):
+  ``{"type": "alerts", "cause": str, "headline": str, "alerts": [alert]}``, each alert
+  the :class:`~farm.results.alerts.AlertRecord` as JSON (``id``, ``kind``, ``state``,
+  ``severity``, ``summary``, ``details``, ``news``: what changed when an open alert is
+  sent again, or that it recovered, ...). Before alerts were grouped, each alert was
+  its own body, without a ``type`` key;
 - a notice (:class:`~farm.notify.message.Notice`, e.g. a bisection's answer):
   ``{"type": "notice", "title": str, "level": "info" | "warning", "lines": [str],
   "footer": str, "link": str | null, "topic": str}`` (``topic`` names what it is
   about, e.g. ``"bisection:7"``). **Receivers tell the two apart by** ``type``:
-  ``"notice"``, or absent for an alert.
+  ``"alerts"`` or ``"notice"``.
 
 Each request carries:
 
-- ``Idempotency-Key``: the same for every attempt of one alert in one state (and for
-  a later pass that sends the same alert again because another channel failed), or of
+- ``Idempotency-Key``: the same for every attempt of one group of alerts in one state
+  (and for a later pass that sends the same group again because another channel
+  failed), or of
   one notice (the same words: a rerun that sends the same answer again), so the POST
   is retried after a timeout or a 5xx. **Receivers dedupe by it**: keep the keys of
   the last day and answer 2xx to a key already seen without acting again.
@@ -42,11 +46,12 @@ from typing import Any
 
 import httpx
 
-from farm.notify.alert import AlertRecord
 from farm.notify.http import NotifyError, RetryPolicy, post_json
-from farm.notify.message import Notice
+from farm.notify.message import Notice, headline
+from farm.results.alerts import AlertRecord
 
 __all__ = [
+    "ALERTS_TYPE",
     "IDEMPOTENCY_HEADER",
     "NOTICE_TYPE",
     "SIGNATURE_HEADER",
@@ -70,7 +75,9 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 # a captured request is useless soon after.
 SIGNATURE_TOLERANCE_S = 300.0
 NOTICE_TYPE = "notice"
-"""The ``type`` of a notice's body; an alert's body has no ``type``."""
+"""The ``type`` of a notice's body."""
+ALERTS_TYPE = "alerts"
+"""The ``type`` of a body of alerts (one cause)."""
 
 
 class WebhookError(NotifyError):
@@ -81,15 +88,23 @@ class WebhookSignatureError(ValueError):
     """A received webhook request is not one the farm signed just now; says why."""
 
 
-def webhook_payload(alert: AlertRecord) -> dict[str, Any]:
-    """The request body: the alert record as JSON."""
-    return alert.model_dump(mode="json")
+def webhook_payload(alerts: Sequence[AlertRecord]) -> dict[str, Any]:
+    """The request body of one group of alerts of one cause (module docstring)."""
+    return {
+        "type": ALERTS_TYPE,
+        "cause": alerts[0].cause if alerts else "",
+        "headline": headline(alerts) if alerts else "",
+        "alerts": [a.model_dump(mode="json") for a in alerts],
+    }
 
 
-def idempotency_key(alert: AlertRecord) -> str:
-    """The same for one alert in one state: id, state and its last update."""
-    version = f"{alert.id}:{alert.state}:{alert.occurrences}:{alert.updated_at.isoformat()}"
-    return f"mtp-farm-alert-{alert.id}-{hashlib.sha256(version.encode()).hexdigest()[:24]}"
+def idempotency_key(alerts: Sequence[AlertRecord]) -> str:
+    """The same for one group of alerts each in one state: ids, states, last updates."""
+    version = ";".join(
+        f"{a.id}:{a.state}:{a.occurrences}:{a.updated_at.isoformat()}" for a in alerts
+    )
+    first = alerts[0].id if alerts else 0
+    return f"mtp-farm-alerts-{first}-{hashlib.sha256(version.encode()).hexdigest()[:24]}"
 
 
 def webhook_notice_payload(notice: Notice) -> dict[str, Any]:
@@ -158,9 +173,10 @@ class WebhookNotifier:
         return "webhook"
 
     def send(self, alerts: Sequence[AlertRecord]) -> None:
-        """POST every alert; raises WebhookError at the first one that fails."""
-        for alert in alerts:
-            self._post(webhook_payload(alert), idempotency_key(alert))
+        """POST ``alerts`` (one group: :func:`farm.notify.delivery.deliver` sends each
+        cause on its own) as one body; raises WebhookError."""
+        if alerts:
+            self._post(webhook_payload(alerts), idempotency_key(alerts))
 
     def send_notice(self, notice: Notice) -> None:
         """POST ``notice`` (``"type": "notice"``), signed and keyed as alerts are;

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from farm.notify.alert import AlertRecord
+from farm.inert import show_controls, wecom_markdown
 from farm.notify.http import NotifyError, RetryPolicy, post_json
 from farm.notify.message import (
     MAX_ALERTS_PER_MESSAGE,
@@ -23,6 +23,7 @@ from farm.notify.message import (
     alert_title,
     headline,
 )
+from farm.results.alerts import AlertRecord
 
 __all__ = ["WeComError", "WeComNotifier", "wecom_notice_payload", "wecom_payload"]
 
@@ -47,8 +48,9 @@ def wecom_payload(alerts: Sequence[AlertRecord]) -> dict[str, Any]:
     parts = [f"## {headline(alerts)}"]
     for a in shown:
         colour = "warning" if a.severity == "critical" else "comment"
-        lines = "\n".join(f"> {line}" for line in alert_lines(a))
-        parts.append(f'<font color="{colour}">**{alert_title(a)}**</font>\n{lines}')
+        lines = "\n".join(f"> {wecom_markdown(line)}" for line in alert_lines(a))
+        title = wecom_markdown(alert_title(a))
+        parts.append(f'<font color="{colour}">**{title}**</font>\n{lines}')
     more = len(alerts) - len(shown)
     parts.append((f"and {more} more; " if more else "") + "`farm alerts list` shows all")
     content = _truncate_utf8("\n\n".join(parts), _CONTENT_MAX_BYTES)
@@ -59,10 +61,12 @@ def wecom_notice_payload(notice: Notice) -> dict[str, Any]:
     """The request body for ``notice``: WeCom markdown within 4096 bytes, the body cut
     first so that the title, footer and link survive a long notice."""
     # The levels are names of WeCom markdown's font colours (info green, warning orange).
-    head = f'## {notice.title}\n<font color="{notice.level}">{notice.level}</font>'
+    head = f'## {wecom_markdown(notice.title)}\n<font color="{notice.level}">{notice.level}</font>'
+    # The link is checked (farm.notify.message): an http(s) URL without markup characters.
     link = f"[{notice.link}]({notice.link})" if notice.link else ""
-    tail = "\n".join(x for x in (notice.footer, link) if x)
-    body = "\n".join(f"> {line}" for line in notice.lines)
+    # The footer is the farm's own words (a command in `backticks`): controls only.
+    tail = "\n".join(x for x in (show_controls(notice.footer), link) if x)
+    body = "\n".join(f"> {wecom_markdown(line)}" for line in notice.lines)
     sep = "\n\n"
     room = _CONTENT_MAX_BYTES - len(f"{head}{sep}{sep}{tail}".encode())
     parts = [head, _truncate_utf8(body, room) if room > len(" ...") else "", tail]

@@ -21,6 +21,7 @@ import requests
 from ray.job_submission import JobSubmissionClient
 
 from farm.errors import FarmError
+from farm.masking import mask_secrets
 from farm.settings import get_settings
 
 __all__ = ["JobServer", "SubmitError"]
@@ -50,7 +51,8 @@ class _TimedClient(JobSubmissionClient):
             return super()._do_request(method, endpoint, **kwargs)
         except requests.Timeout:
             raise SubmitError(
-                f"the Ray job server at {self._address} did not answer {method} {endpoint} "
+                f"the Ray job server at {mask_secrets(self._address)} did not answer "
+                f"{method} {endpoint} "
                 f"within {self._farm_timeout_s:g} s (FARM_RAY_CLIENT_TIMEOUT_S); is the head "
                 "overloaded or the network partitioned?"
             ) from None
@@ -74,7 +76,10 @@ class JobServer:
         except SubmitError:
             raise
         except Exception as exc:  # Ray raises ConnectionError, RuntimeError, AuthenticationError
-            raise SubmitError(f"cannot reach the Ray job server at {address}: {exc}") from exc
+            raise SubmitError(
+                f"cannot reach the Ray job server at {mask_secrets(address)}: "
+                f"{mask_secrets(str(exc))}"
+            ) from exc
 
     def _call(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -82,7 +87,10 @@ class JobServer:
         except SubmitError:
             raise
         except (RuntimeError, ConnectionError, requests.RequestException) as exc:
-            raise SubmitError(f"the job server at {self.address} could not {what}: {exc}") from exc
+            raise SubmitError(
+                f"the job server at {mask_secrets(self.address)} could not {what}: "
+                f"{mask_secrets(str(exc))}"
+            ) from exc
 
     def submit(self, entrypoint: str, runtime_env: dict[str, Any], metadata: dict[str, str]) -> str:
         """Submit ``entrypoint``; return the job's submission id."""

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from html import escape
 from typing import Literal
 
+from farm.analysis.check_rules import CheckReport, Verdict
 from farm.analysis.history import HistoryPoint
 from farm.analysis.summary import VariantSummary
-from farm.analysis.verdicts import CheckReport, Verdict
 from farm.axes import REQUEST_AXES, SERVER_AXES, AxisValue, axes_text, axis, explicit
 from farm.records import CellResult, SweepRecord
 
@@ -310,8 +310,8 @@ def _al_verdicts(report: CheckReport | None) -> dict[tuple[str, str], Verdict]:
 
 def _flagged(report: CheckReport | None) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    for f in report.findings if report else ():
-        out.setdefault(f.verdict.candidate.label, []).append(f"FINDING {f.message}")
+    for f in report.regressions if report else ():
+        out.setdefault(f.candidate.label, []).append(f"FINDING {f.describe()}")
     return out
 
 

@@ -9,11 +9,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from farm.analysis import VariantSummary
-from farm.axes import AXES
+from farm.axes import AXES, Axis
 
 __all__ = ["FIGURE_HEADINGS", "fmt", "matrix_axes", "matrix_headings", "row_axes", "row_figures"]
 
-FIGURE_HEADINGS = ("rate", "AL", "per position", "greedy =", "accuracy", "tok/s")
+FIGURE_HEADINGS = (
+    "rate",
+    "AL",
+    "per position",
+    "greedy =",
+    "accuracy",
+    "tok/s",
+    "batch",
+    "cache hit",
+)
 _EFFECTIVE = "effective"
 
 
@@ -24,12 +33,16 @@ def fmt(x: float | None, digits: int = 3) -> str:
 
 def matrix_axes(rows: Sequence[VariantSummary]) -> tuple[str, ...]:
     """The axes shown as columns: every axis, except the job's engine or model list
-    when all rows share one (the title names it then)."""
-    return tuple(
-        a.name
-        for a in AXES
-        if a.source not in ("engines", "models") or len({r.axes.get(a.name) for r in rows}) > 1
-    )
+    when all rows share one (the title names it then) and an axis added later that
+    every row holds at its implicit value (the job does not vary it)."""
+
+    def shown(a: Axis) -> bool:
+        values = {r.axes.get(a.name) for r in rows}
+        if a.source in ("engines", "models"):
+            return len(values) > 1
+        return a.implicit is None or values - {a.implicit, None} != set()
+
+    return tuple(a.name for a in AXES if shown(a))
 
 
 def matrix_headings(shown: Sequence[str]) -> tuple[str, ...]:
@@ -56,7 +69,8 @@ def row_axes(r: VariantSummary, shown: Sequence[str]) -> tuple[str, ...]:
 
 
 def row_figures(r: VariantSummary) -> tuple[str, ...]:
-    """rate, AL, per position, greedy agreement, accuracy, output tokens per second."""
+    """rate, AL, per position, greedy agreement, accuracy, output tokens per second,
+    requests verifying per engine step, prefix cache hit rate."""
     return (
         fmt(r.acceptance_rate),
         fmt(r.mean_acceptance_length, 2),
@@ -64,4 +78,6 @@ def row_figures(r: VariantSummary) -> tuple[str, ...]:
         "-" if r.greedy_compared is None else f"{r.greedy_same}/{r.greedy_compared}",
         fmt(r.accuracy, 2),
         fmt(r.output_tokens_per_s, 1),
+        fmt(r.verifies_per_step, 1),
+        fmt(r.prefix_hit_rate, 2),
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from farm.analysis.verdicts import CheckReport
+from farm.analysis.check_rules import CheckReport
 
 __all__ = ["render_findings"]
 
@@ -12,13 +12,12 @@ __all__ = ["render_findings"]
 def render_findings(report: CheckReport) -> Table:
     """One row per failed verdict: check, candidate vs reference, difference with interval."""
     table = Table(
-        title=f"sweep {report.sweep_id}: {len(report.findings)} finding(s) "
+        title=f"sweep {report.sweep_id}: {len(report.regressions)} finding(s) "
         f"in {len(report.verdicts)} comparisons"
     )
     for col in ("check", "metric", "candidate", "reference", "cand.", "ref.", "difference"):
         table.add_column(col, overflow="fold")
-    for finding in report.findings:
-        v = finding.verdict
+    for v in report.regressions:
         metric = v.metric + (f"[{v.position}]" if v.position is not None else "")
         table.add_row(
             v.check,

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from farm import __version__
 from farm.analysis.attribution import attribute, labels_from_report
+from farm.analysis.check_rules import CheckReport, Verdict
 from farm.analysis.summary import VariantSummary
-from farm.analysis.verdicts import CheckReport, Verdict
 from farm.records import SweepRecord
 from farm.report.charts import (
     Grid,
@@ -40,10 +40,10 @@ from farm.report.markdown import (
     reference_label,
     verdict_status,
 )
-from farm.workflows.verdict import SweepVerdict, VerdictFinding
+from farm.results.verdict import Finding, SweepVerdict
 
 if TYPE_CHECKING:
-    from farm.workflows.bisect import Bisection
+    from farm.results.bisection import Bisection
 
 __all__ = ["render_bisection_html", "render_html", "render_verdict_index"]
 
@@ -148,13 +148,13 @@ def render_html(
     or ``base_engine``, when the sweep has several - then a graph-vs-eager heatmap
     follows); per-position acceptance bars per variant; AL trends per cell key when
     ``history`` is given; the matrix table; notes; every verdict. With ``verdict``
-    (a nightly's or PR run's, :mod:`farm.workflows.verdict`), its outcome and findings
+    (a nightly's or PR run's, :mod:`farm.results.verdict`), its outcome and findings
     come first.
     """
     engines = list(dict.fromkeys(s.cell.engine for s in sweep.cells))
     ok = sum(1 for s in sweep.cells if s.result is not None and s.result.status == "ok")
     failed = sum(1 for s in sweep.cells if s.result is not None and s.result.status != "ok")
-    findings = check_report.findings
+    findings = check_report.regressions
     title = f"mtp-farm sweep {sweep.sweep_id}: {sweep.job}"
     parts = [
         "<!DOCTYPE html>",
@@ -207,7 +207,7 @@ def render_html(
 
 
 def _cards(cells: int, ok: int, failed: int, variants: int, report: CheckReport) -> str:
-    n = len(report.findings)
+    n = len(report.regressions)
     items = [
         ("", "server cells", f"{cells}"),
         ("good" if ok == cells else "", "cells ok", f"{ok}"),
@@ -224,7 +224,7 @@ def _cards(cells: int, ok: int, failed: int, variants: int, report: CheckReport)
 
 
 def _findings(report: CheckReport) -> str:
-    if not report.findings:
+    if not report.regressions:
         return (
             f'<h2>Findings</h2><p class="ok">No regression found in {len(report.verdicts)} '
             "comparisons.</p>"
@@ -238,7 +238,7 @@ def _findings(report: CheckReport) -> str:
             f"{rule.regressed_covered}/{rule.regressed_total} regressed variants and "
             f"{rule.clean_covered}/{rule.clean_total} clean ones.</p>"
         )
-    out.append(_verdict_table([f.verdict for f in report.findings]))
+    out.append(_verdict_table([f for f in report.regressions]))
     return "".join(out)
 
 
@@ -257,9 +257,9 @@ def _heatmap_section(grid: Grid, heading: str, uid: str) -> str:
 def _positions(grid: Grid, summaries: Sequence[VariantSummary], report: CheckReport) -> str:
     by_label = {s.label: s for s in summaries if s.label}
     flagged: dict[str, set[int]] = {}
-    for f in report.findings:
-        if f.verdict.position is not None:
-            flagged.setdefault(f.verdict.candidate.label, set()).add(f.verdict.position)
+    for f in report.regressions:
+        if f.position is not None:
+            flagged.setdefault(f.candidate.label, set()).add(f.position)
     out = [
         "<h2>Acceptance per draft position</h2>",
         "<p>Bars: share of verify steps whose draft at that position was accepted; black "
@@ -294,7 +294,7 @@ def _positions(grid: Grid, summaries: Sequence[VariantSummary], report: CheckRep
 
 def _trends(sweep: SweepRecord, report: CheckReport, history: History) -> str:
     labels = history_labels(sweep)
-    bad = {f.verdict.candidate.label for f in report.findings}
+    bad = {f.candidate.label for f in report.regressions}
     keys = [k for k in history if k in labels and history[k]]
     keys.sort(key=lambda k: (labels[k] not in bad, str(k)))
     charts = [
@@ -345,16 +345,24 @@ def _notes(sweep: SweepRecord, report: CheckReport) -> str:
 _OUTCOME_CLASS = {"clean": "ok", "regression": "bad", "failed_cells": "bad"}
 
 
-def _finding_row(f: VerdictFinding) -> tuple[str, list[str]]:
+def _finding_row(f: Finding) -> tuple[str, list[str]]:
     positions = "<br>".join(
         f"{p.position}: {p.baseline:.3f} &rarr; {p.candidate:.3f} ({p.difference:+.3f})"
         + (" <b>fell</b>" if p.fell else "")
         for p in f.positions
     )
     rel = f"{f.relative:+.1%}" if f.relative is not None else ""
+    kind = "regressed" if f.is_regression else "quarantined" if f.quarantined else "failed"
     return (
-        "regressed" if f.is_regression else "failed",
-        [_e(f.source), _e(f.check), _e(", ".join(f.cells)), _e(rel), positions, _e(f.summary)],
+        kind,
+        [
+            _e(f.source),
+            _e(f.shown_check),
+            _e(", ".join(f.cells)),
+            _e(rel),
+            positions,
+            _e(f.summary),
+        ],
     )
 
 

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING
 
 from farm import __version__
 from farm.analysis.attribution import attribute, labels_from_report
+from farm.analysis.check_rules import CheckReport, Verdict
 from farm.analysis.compare import CompareOutcome, SweepComparison
 from farm.analysis.history import HistoryPoint
 from farm.analysis.stats import Interval
 from farm.analysis.summary import VariantSummary
-from farm.analysis.verdicts import CheckReport, Verdict
 from farm.comparable import ComparableKey
+from farm.inert import cut, github_cell, github_markdown
 from farm.records import SweepRecord
 from farm.report.charts import al_grid
 from farm.report.figures import (
@@ -30,7 +31,7 @@ from farm.report.figures import (
 )
 
 if TYPE_CHECKING:
-    from farm.workflows.bisect import Bisection
+    from farm.results.bisection import Bisection
 
 __all__ = [
     "BISECTION_HEAD",
@@ -96,7 +97,10 @@ def metric_label(v: Verdict) -> str:
 
 
 def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    # The farm's own cells may hold its emphasis (**!**); what is not the farm's is
+    # made inert where it enters (farm.inert.github_markdown). Here: nothing in a cell
+    # can end the row, open a tag, link or mention.
+    return github_cell(str(text))
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
@@ -142,7 +146,7 @@ def history_labels(sweep: SweepRecord) -> dict[ComparableKey, str]:
     out: dict[ComparableKey, str] = {}
     for stored in sweep.cells:
         c = stored.cell
-        if c.mtp_depth == 0:
+        if not c.speculative:
             continue
         for v in c.variants:
             key = c.variant_key(v.axes)
@@ -171,7 +175,8 @@ def render_markdown(
         "",
         f"Started {sweep.started_at:%Y-%m-%d %H:%M} UTC; {len(sweep.cells)} server cells "
         f"({ok} ok, {failed} failed), {len(summaries)} variants; "
-        f"{len(check_report.verdicts)} comparisons, **{len(check_report.findings)} finding(s)**, "
+        f"{len(check_report.verdicts)} comparisons, "
+        f"**{len(check_report.regressions)} finding(s)**, "
         f"{len(check_report.notes)} note(s).",
     ]
     if sweep.builds:
@@ -185,8 +190,8 @@ def render_markdown(
             )
         )
     lines += ["", "### Findings", ""]
-    if check_report.findings:
-        lines += _table(_VERDICT_HEAD, _verdict_rows([f.verdict for f in check_report.findings]))
+    if check_report.regressions:
+        lines += _table(_VERDICT_HEAD, _verdict_rows([f for f in check_report.regressions]))
         rule = attribute(labels_from_report(check_report))
         if rule is not None and rule.terms:
             terms = " AND ".join(str(t) for t in rule.terms)
@@ -262,14 +267,15 @@ def _matrix(rows: Sequence[VariantSummary]) -> list[str]:
     for r in rows:
         status = r.status if r.status == "ok" else f"**{r.status}**"
         if r.error:
-            status += f": {r.error.splitlines()[0][:80]}"
-        body.append([*row_axes(r, shown), status, *row_figures(r)[:5]])
+            status += f": {github_markdown(cut(r.error.splitlines()[0], 80))}"
+        axes = [github_markdown(str(a)) for a in row_axes(r, shown)]
+        body.append([*axes, status, *row_figures(r)[:5]])
     return _table(head, body)
 
 
 def _trends(sweep: SweepRecord, report: CheckReport, history: History) -> list[str]:
     labels = history_labels(sweep)
-    flagged = {f.verdict.candidate.label for f in report.findings}
+    flagged = {f.candidate.label for f in report.regressions}
     rows = []
     for key in sorted(history, key=str):
         points = list(history[key])
@@ -335,29 +341,33 @@ def render_comparison(comparison: SweepComparison) -> str:
         "min effect",
         "pairing",
     )
-    rows = sorted(c.rows, key=lambda r: (_ORDER.index(r.outcome), r.key))
+    rows = sorted(c.rows, key=lambda r: (_ORDER.index(r.outcome), r.key.label))
     body = [
         [
             _ICONS[r.outcome],
-            r.label,
+            github_markdown(r.label),
             fmt_interval(r.baseline_al),
             fmt_interval(r.candidate_al),
-            fmt_interval(r.difference, signed=True) if r.difference else (r.note or "-"),
+            fmt_interval(r.difference, signed=True)
+            if r.difference
+            else github_markdown(r.note or "-"),
             f"{r.relative:+.1%}" if r.relative is not None else "-",
             f"{r.min_effect:.3f}" if r.min_effect is not None else "-",
             (f"paired n={r.pairs}" if r.paired else "unpaired") if r.difference else "-",
         ]
         for r in rows
     ]
-    if c.count("regress"):
+    if not sum(c.count(o) for o in ("pass", "regress", "improve")):
+        verdict = ":warning: **nothing compared**"
+    elif c.count("regress"):
         verdict = ":x: **AL regressed**"
     elif c.count("failed"):
         verdict = ":warning: no AL regression, but some cells failed"
     else:
         verdict = ":white_check_mark: no AL regression"
     lines = [
-        f"### mtp-farm: sweep {c.candidate_id} ({c.candidate_job}) vs baseline "
-        f"{c.baseline_id} ({c.baseline_job})",
+        f"### mtp-farm: sweep {c.candidate_id} ({github_markdown(c.candidate_job)}) vs "
+        f"baseline {c.baseline_id} ({github_markdown(c.baseline_job)})",
         "",
         f"{verdict}: {counts or 'nothing to compare'}.",
         "",
@@ -408,16 +418,18 @@ def render_bisection(b: Bisection) -> str:
     """A bisection as Markdown: the answer, what was searched, the ends and each step
     with its figures, and what it cost."""
     lines = [
-        f"## mtp-farm bisection {b.id}: {b.job} / {b.engine}",
+        f"## mtp-farm bisection {b.id}: {github_markdown(b.job)} / {github_markdown(b.engine)}",
         "",
-        f"**{b.headline()}**",
+        f"**{github_markdown(b.headline())}**",
         "",
         f"- searched: {b.searched()} from {b.good.commit[:12]} to {b.bad.commit[:12]}",
-        f"- regressed variants: {', '.join(sorted(b.regressed)) or '-'}",
+        f"- regressed variants: {github_markdown(', '.join(sorted(b.regressed)) or '-')}",
         f"- cost: {len(b.steps)} step(s), {b.builds_run} build(s), {b.cells_run} cell(s), "
         f"{b.wall_s:.0f} s wall",
     ]
     if b.first_bad is not None and b.commits[b.first_bad].pr is not None and b.status == "found":
         lines.append(f"- pull request: #{b.commits[b.first_bad].pr}")
-    lines += ["", *_table(BISECTION_HEAD, bisection_rows(b))]
+    # Every cell of these rows is plain text: subjects come from the repository.
+    rows = [[github_markdown(c) for c in row] for row in bisection_rows(b)]
+    lines += ["", *_table(BISECTION_HEAD, rows)]
     return "\n".join(lines) + "\n"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from farm.notify.message import Notice
 
 if TYPE_CHECKING:
-    from farm.workflows.bisect import Bisection, Commit, VariantFigures
+    from farm.results.bisection import Bisection, Commit, VariantFigures
 
 __all__ = ["bisection_notice"]
 

@@ -70,7 +70,9 @@ def cell_deadline_s(task: CellTask) -> float:
         if spec.harness is not None:
             budget += _SCRAPES_S + spec.harness.timeout_s
         else:
-            rounds = math.ceil(len(workload.prompts) / max(spec.concurrency, 1))
+            # A conversation's turns go one after another: its length in rounds.
+            longest = max((1 + len(p.turns) for p in workload.prompts), default=1)
+            rounds = math.ceil(len(workload.prompts) / max(spec.concurrency, 1)) * longest
             budget += _SCRAPES_S + rounds * task.timeouts.request_s
     return budget
 
@@ -127,6 +129,7 @@ def run_cell(task: CellTask, npu_ids: tuple[int, ...] = (), node: str | None = N
         variants=tuple(done.variants),
         startup_s=startup_s,
         generation_s=generation_s,
+        npus=len(npu_ids),
         error=error,
         log_tail=_tail(log_path) if error else None,
         log_path=str(log_path),
@@ -174,8 +177,13 @@ def _run_variants(
                 f"variant {variant.key}: counters unusable: {run.counters_unusable}"
             )
         if run.all_failed is not None:
-            # The engine is not serving: further variants would only wait.
-            done.problems.append(f"variant {variant.key}: {run.all_failed}")
+            # The engine is not serving: further variants would only wait. Its log
+            # says why when the answers do not ("see the stack trace above").
+            line, known = start.process.failure_reason()
+            said = "".join(
+                (f"; the engine's log: {line}" if line else "", f" ({known})" if known else "")
+            )
+            done.problems.append(f"variant {variant.key}: {run.all_failed}{said}")
             if variant != task.cell.variants[-1]:
                 done.problems.append("the cell's remaining variants were not run")
             break
@@ -242,9 +250,14 @@ def _effective_config(
 def _failure(exc: Exception, engine: EngineProcess) -> str:
     """The cell's error for ``exc``, naming the engine's exit when it died under it."""
     error = f"{type(exc).__name__}: {exc}"
-    if not isinstance(exc, EngineError) and engine.exited():
+    if not engine.exited():
+        return error
+    if not isinstance(exc, EngineError):
         error = f"EngineError: engine exited with code {engine.returncode} ({error})"
-    return error
+    line, known = engine.failure_reason()
+    if line and line not in error:  # start-up failures name it; a death mid-run does not
+        error = f"{error}: {line}"
+    return f"{error} ({known})" if known else error
 
 
 def _where(exc: Exception) -> str:

@@ -39,7 +39,7 @@ from farm.workload.harness import (
     parse_outcome,
     run_harness,
 )
-from farm.workload.prompts import LoadedWorkload, Prompt, Scorer, scorer_for
+from farm.workload.prompts import LoadedWorkload, Prompt, Scorer, Turn, scorer_for
 from farm.workload.proxy import RecordingProxy
 
 __all__ = ["VariantRun", "counters_from_log", "run_variant", "variant_counters"]
@@ -129,7 +129,8 @@ async def run_variant(
         chat = _Chat(client, engine, adapter, launch, variant, spec, served, score, gate, silence)
         before = await _scrape(client, adapter, launch, engine, task)
         t0 = time.monotonic()
-        records = await asyncio.gather(*(chat.send(p) for p in workload.prompts))
+        conversations = await asyncio.gather(*(chat.converse(p) for p in workload.prompts))
+        records = [r for turns in conversations for r in turns]
         elapsed = time.monotonic() - t0
         after = await _scrape(client, adapter, launch, engine, task)
     if chat.logged_ids:
@@ -175,14 +176,30 @@ class _Chat:
     silence: _Silence
     logged_ids: dict[str, str] = field(default_factory=dict)
 
-    async def send(self, prompt: Prompt) -> RequestRecord:
-        """The record of one prompt: its answer, or the failure with its error; raises
-        EngineError when the engine has exited."""
-        body = self.adapter.chat_request(self.served, prompt.prompt, self.variant, self.spec)
+    async def converse(self, prompt: Prompt) -> list[RequestRecord]:
+        """The records of every turn of one prompt record, in order. A turn that fails
+        ends the conversation: the turns after it are recorded as not sent."""
+        records: list[RequestRecord] = []
+        history: list[tuple[str, str]] = []
+        for request_id, turn in prompt.conversation():
+            if records and records[-1].error is not None:
+                reason = f"not sent: turn {len(records)} of the conversation failed"
+                records.append(_failed_request(request_id, time.monotonic(), reason))
+                continue
+            records.append(await self.send(request_id, turn, history))
+            history.append((turn.prompt, records[-1].output_text or ""))
+        return records
+
+    async def send(
+        self, request_id: str, turn: Turn, history: Sequence[tuple[str, str]] = ()
+    ) -> RequestRecord:
+        """The record of one request: its answer, or the failure with its error;
+        raises EngineError when the engine has exited."""
+        body = self.adapter.chat_request(self.served, turn.prompt, self.variant, self.spec, history)
         async with self.gate:
             t0 = time.monotonic()
             if self.silence.verdict is not None:
-                return _failed_request(prompt.id, t0, f"not sent: {self.silence.verdict}")
+                return _failed_request(request_id, t0, f"not sent: {self.silence.verdict}")
             response = await _post_chat(
                 self.client, self.launch.chat_path, body, self.engine, self.variant
             )
@@ -191,23 +208,23 @@ class _Chat:
                     self.silence.timed_out()
                 else:
                     self.silence.answered()
-                return _failed_request(prompt.id, t0, response.error)
+                return _failed_request(request_id, t0, response.error)
             self.silence.answered()
             latency = time.monotonic() - t0
         try:
             done = self.adapter.completion_from_response(response.content)
         except EngineOutputError as exc:
-            return _failed_request(prompt.id, t0, f"unreadable answer: {exc}", latency)
+            return _failed_request(request_id, t0, f"unreadable answer: {exc}", latency)
         if done.counters is None and done.request_id:
-            self.logged_ids[prompt.id] = done.request_id
+            self.logged_ids[request_id] = done.request_id
         return RequestRecord(
-            prompt_id=prompt.id,
+            prompt_id=request_id,
             output_text=done.text,
             completion_tokens=done.completion_tokens,
             finish_reason=done.finish_reason,
             latency_s=latency,
-            correct=self.score(done.text, prompt.answer)
-            if self.score and prompt.answer is not None
+            correct=self.score(done.text, turn.answer)
+            if self.score and turn.answer is not None
             else None,
             counters=done.counters,
         )
@@ -295,25 +312,16 @@ def server_counters(
             "counters went backwards between the scrapes before and after the variant "
             f"({', '.join(backwards)}): the engine restarted or reset its metrics"
         )
-    drafts, draft_tokens, accepted, *per_pos = (new - old for _, old, new in fields)
-    return SpecCounters(
-        drafts=drafts, draft_tokens=draft_tokens, accepted=accepted, accepted_per_pos=tuple(per_pos)
-    ), None
+    scalars = {name: new - old for name, old, new in fields if "[" not in name}
+    per_pos = tuple(new - old for name, old, new in fields if "[" in name)
+    return SpecCounters(**scalars, accepted_per_pos=per_pos), None
 
 
 def _fields(before: SpecCounters, after: SpecCounters) -> list[tuple[str, int, int]]:
     """``(name, before, after)`` of every counter, per-position ones last."""
     width = max(len(after.accepted_per_pos), len(before.accepted_per_pos))
-
-    def at(c: SpecCounters, i: int) -> int:
-        return c.accepted_per_pos[i] if i < len(c.accepted_per_pos) else 0
-
-    return [
-        ("drafts", before.drafts, after.drafts),
-        ("draft_tokens", before.draft_tokens, after.draft_tokens),
-        ("accepted", before.accepted, after.accepted),
-        *((f"accepted_per_pos[{i}]", at(before, i), at(after, i)) for i in range(width)),
-    ]
+    old, new = before.counts(width), after.counts(width)
+    return [(name, old[name], new[name]) for name in new]
 
 
 def counters_from_log(
@@ -340,14 +348,17 @@ def variant_counters(metrics: SpecCounters, records: Sequence[RequestRecord]) ->
         return metrics
     counted = [r.counters for r in records if r.counters is not None]
     width = max(len(c.accepted_per_pos) for c in counted)
-    return SpecCounters(
-        drafts=sum(c.drafts for c in counted),
-        draft_tokens=sum(c.draft_tokens for c in counted),
-        accepted=sum(c.accepted for c in counted),
-        accepted_per_pos=tuple(
-            sum(c.accepted_per_pos[i] for c in counted if i < len(c.accepted_per_pos))
-            for i in range(width)
-        ),
+    # The engine-wide counters (steps, prefix cache) stay the metrics delta's.
+    return metrics.model_copy(
+        update={
+            "drafts": sum(c.drafts for c in counted),
+            "draft_tokens": sum(c.draft_tokens for c in counted),
+            "accepted": sum(c.accepted for c in counted),
+            "accepted_per_pos": tuple(
+                sum(c.accepted_per_pos[i] for c in counted if i < len(c.accepted_per_pos))
+                for i in range(width)
+            ),
+        }
     )
 
 

@@ -1,23 +1,25 @@
 """Alerts in SQL: one row per alert key, upserted by every sweep that shows it.
 
-Typed records in and out (:mod:`farm.notify.alert`); ``AlertRow`` never leaves this
-module. Lifecycle of an alert::
+Typed records in and out (:mod:`farm.results.alerts`); ``AlertRow`` never leaves this
+module. Lifecycle of an alert (states: :mod:`farm.results.alerts`)::
 
-    open --acknowledge--> acknowledged --resolve--> resolved
-      \\--------------------resolve-------------------^     |
-      ^------ raised again by a *newer* sweep --------------/
+    untriaged --triage--> acknowledged | downstream     (open)
+        |  \\--triage--> invalid | fixed                 (closed by a person)
+        |  \\--a newer sweep compares it clean--> recovered   (closed by the farm)
+        ^------ raised again by a *newer* sweep, from any closed state
 
-Raising a key that is open or acknowledged updates it (latest sweep, figures); an
-acknowledged alert stays acknowledged. A resolved alert re-opens only when the
+Raising a key that is open updates it (latest sweep, figures) and keeps its triage;
+when the newer evidence has a new cause (:func:`farm.results.alerts.news_of`) the
+alert is notified again with what changed. A closed alert re-opens only when the
 raising sweep is newer than the last sweep that showed it: re-analysing an old sweep
-does not undo a resolution. Delivery is recorded (``notified_at``): an alert is sent
-once per opening, and again only after it re-opens; a failed delivery stays pending.
-Every function takes an explicit ``Session`` and commits its own unit of work.
+does not undo a triage. Delivery is recorded (``notified_at``): an alert is sent once
+per opening, per new cause and on recovery; a failed delivery stays pending. Every
+function takes an explicit ``Session`` and commits its own unit of work.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,14 +28,19 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, col, select
 
 from farm.errors import StoreError
-from farm.notify.alert import (
+from farm.results.alerts import (
     ALERT_STATES,
+    CLOSED_STATES,
+    OPEN_STATES,
     SEVERITIES,
+    TRIAGE_STATES,
     AlertCandidate,
     AlertDetails,
     AlertRecord,
     AlertState,
+    news_of,
 )
+from farm.store.columns import read_column
 from farm.store.repository import _require_sweep, _unit_of_work
 from farm.store.tables import UTCDateTime, _Table
 
@@ -45,7 +52,9 @@ __all__ = [
     "mark_notified",
     "pending_notifications",
     "raise_alerts",
+    "recover_alerts",
     "resolve",
+    "triage",
 ]
 
 
@@ -82,9 +91,13 @@ class AlertRow(_Table, table=True):
     occurrences: int
     created_at: datetime = Field(sa_type=UTCDateTime)
     updated_at: datetime = Field(sa_type=UTCDateTime)
-    acknowledged_by: str | None = None
+    triaged_by: str | None = None
+    triaged_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     note: str | None = Field(default=None, sa_type=sa.Text)
+    link: str | None = Field(default=None, sa_type=sa.Text)
     notified_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    news: str | None = Field(default=None, sa_type=sa.Text)
+    recovered_sweep_id: int | None = Field(default=None, foreign_key="sweep.id")
 
 
 def raise_alerts(
@@ -139,7 +152,7 @@ def _new_row(c: AlertCandidate, sweep_id: int, now: datetime) -> AlertRow:
         key=c.key,
         kind=c.kind,
         metric=c.metric,
-        state="open",
+        state="untriaged",
         severity=c.severity,
         summary=c.summary,
         details=c.details.model_dump(mode="json"),
@@ -154,13 +167,22 @@ def _new_row(c: AlertCandidate, sweep_id: int, now: datetime) -> AlertRow:
 
 def _update_row(row: AlertRow, c: AlertCandidate, sweep_id: int, now: datetime) -> None:
     newer = sweep_id > row.last_sweep_id
-    if row.state == "resolved" and not newer:
+    closed = row.state in CLOSED_STATES
+    if closed and not newer:
         return
-    if row.state == "resolved":
-        row.state = "open"
+    if closed:
+        row.state = "untriaged"
         row.opened_sweep_id = sweep_id
-        row.acknowledged_by = None
+        row.triaged_by = row.triaged_at = row.link = row.note = None
         row.notified_at = None
+        row.news = None
+        row.recovered_sweep_id = None
+    elif newer:
+        before = AlertDetails.model_validate(row.details)
+        change = news_of(before, c.details)
+        if change is not None:
+            row.news = change
+            row.notified_at = None
     if newer or sweep_id < row.first_sweep_id:
         row.occurrences += 1
     if sweep_id >= row.last_sweep_id:
@@ -180,25 +202,35 @@ def get_alert(session: Session, alert_id: int) -> AlertRecord:
 
 
 def list_alerts(
-    session: Session, state: AlertState | None = None, limit: int | None = None
+    session: Session,
+    states: Collection[AlertState] | None = None,
+    limit: int | None = None,
 ) -> list[AlertRecord]:
-    """Alerts, most recently updated first; only those in ``state`` when given."""
+    """Alerts, most recently updated first; only those in ``states`` when given."""
     query = select(AlertRow).order_by(col(AlertRow.updated_at).desc(), col(AlertRow.id).desc())
-    if state is not None:
-        if state not in ALERT_STATES:
-            raise ValueError(f"state must be one of {ALERT_STATES}, not {state!r}")
-        query = query.where(AlertRow.state == state)
+    if states is not None:
+        unknown = set(states) - set(ALERT_STATES)
+        if unknown:
+            raise ValueError(f"states must be among {ALERT_STATES}, not {sorted(unknown)}")
+        query = query.where(col(AlertRow.state).in_(list(states)))
     if limit is not None:
         query = query.limit(limit)
     return [_record(r) for r in session.exec(query)]
 
 
 def pending_notifications(session: Session) -> list[AlertRecord]:
-    """Open alerts not delivered since they were (re-)opened, oldest first: new ones,
-    re-opened ones, and ones whose delivery failed before."""
+    """Alerts not delivered since they last had news, oldest first: new and re-opened
+    ones, open ones with a new cause, recovered ones, and ones whose delivery failed
+    before (:attr:`AlertRecord.needs_notification`)."""
     query = (
         select(AlertRow)
-        .where(AlertRow.state == "open", col(AlertRow.notified_at).is_(None))
+        .where(
+            col(AlertRow.notified_at).is_(None),
+            sa.or_(
+                col(AlertRow.state).in_(("untriaged", "recovered")),
+                sa.and_(col(AlertRow.state).in_(OPEN_STATES), col(AlertRow.news).is_not(None)),
+            ),
+        )
         .order_by(col(AlertRow.id))
     )
     return [_record(r) for r in session.exec(query)]
@@ -212,48 +244,93 @@ def mark_notified(session: Session, alert_ids: Sequence[int]) -> None:
         session.exec(
             sa.update(AlertRow)
             .where(col(AlertRow.id).in_(list(alert_ids)))
-            .values(notified_at=datetime.now(UTC))
+            .values(notified_at=datetime.now(UTC), news=None)
         )
 
 
-def acknowledge(session: Session, alert_id: int, who: str, note: str | None = None) -> AlertRecord:
-    """Mark an open (or already acknowledged) alert as seen by ``who``.
+def recover_alerts(
+    session: Session, sweep_id: int, checked: Collection[tuple[str, str]], raised: Collection[str]
+) -> list[AlertRecord]:
+    """Close as ``recovered`` every open alert that sweep ``sweep_id`` (newer than the
+    alert's last) compared again, by its check and key label in ``checked``, without
+    raising it (its key not in ``raised``). Returns them; they are pending delivery
+    (a recovery is notified once)."""
+    if not checked:
+        return []
+    now = datetime.now(UTC)
+    recovered = []
+    with _unit_of_work(session):
+        query = select(AlertRow).where(
+            col(AlertRow.state).in_(OPEN_STATES), col(AlertRow.last_sweep_id) < sweep_id
+        )
+        for row in session.exec(query):
+            label = AlertDetails.model_validate(row.details).cell.label
+            if (row.kind, label) not in checked or row.key in raised:
+                continue
+            row.state = "recovered"
+            row.recovered_sweep_id = sweep_id
+            row.news = f"recovered: sweep {sweep_id} compared it again and found no drop"
+            row.notified_at = None
+            row.updated_at = now
+            session.add(row)
+            recovered.append(row)
+        session.flush()
+        records = [_record(r) for r in recovered]
+    return records
 
-    An acknowledged alert that later sweeps raise again stays acknowledged and is not
-    notified again. Raises StoreError for an unknown or resolved alert.
-    """
+
+def triage(
+    session: Session,
+    alert_id: int,
+    state: AlertState,
+    who: str,
+    reason: str | None = None,
+    link: str | None = None,
+    *,
+    reclose: bool = True,
+) -> AlertRecord:
+    """Set alert ``alert_id``'s triage state (one of ``TRIAGE_STATES``) with who, why
+    and a link (the bug, PR or bisection), and when. A closed alert may be re-triaged
+    to another closed state, not re-opened by hand: a newer sweep that shows it again
+    re-opens it; with ``reclose`` False, not re-triaged at all once closed. Raises
+    StoreError for an unknown alert or a triage refused so."""
+    if state not in TRIAGE_STATES:
+        raise ValueError(f"state must be one of {TRIAGE_STATES}, not {state!r}")
     with _unit_of_work(session):
         row = _require_alert(session, alert_id)
-        if row.state == "resolved":
+        if row.state in CLOSED_STATES and state in OPEN_STATES:
             raise StoreError(
-                f"alert {alert_id} is resolved; a newer sweep that shows it again re-opens it"
+                f"alert {alert_id} is {row.state}; a newer sweep that shows it again re-opens it"
             )
-        row.state = "acknowledged"
-        row.acknowledged_by = who
-        if note is not None:
-            row.note = note
-        row.updated_at = datetime.now(UTC)
+        if row.state in CLOSED_STATES and not reclose:
+            raise StoreError(f"alert {alert_id} is already {row.state}")
+        now = datetime.now(UTC)
+        row.state = state
+        row.triaged_by = who
+        row.triaged_at = now
+        if reason is not None:
+            row.note = reason
+        if link is not None:
+            row.link = link
+        row.news = None  # triaged: whatever was news has been seen
+        row.updated_at = now
         session.add(row)
         session.flush()
         record = _record(row)
     return record
 
 
-def resolve(session: Session, alert_id: int, note: str | None = None) -> AlertRecord:
-    """Close an open or acknowledged alert. Raises StoreError for an unknown or
-    already resolved alert."""
-    with _unit_of_work(session):
-        row = _require_alert(session, alert_id)
-        if row.state == "resolved":
-            raise StoreError(f"alert {alert_id} is already resolved")
-        row.state = "resolved"
-        if note is not None:
-            row.note = note
-        row.updated_at = datetime.now(UTC)
-        session.add(row)
-        session.flush()
-        record = _record(row)
-    return record
+def acknowledge(session: Session, alert_id: int, who: str, note: str | None = None) -> AlertRecord:
+    """``triage(..., "acknowledged")``: someone is on it; it is not notified again
+    unless its cause changes."""
+    return triage(session, alert_id, "acknowledged", who, note)
+
+
+def resolve(
+    session: Session, alert_id: int, note: str | None = None, who: str | None = None
+) -> AlertRecord:
+    """``triage(..., "fixed")``. Raises StoreError for an unknown or closed alert."""
+    return triage(session, alert_id, "fixed", who or "-", note, reclose=False)
 
 
 def _require_alert(session: Session, alert_id: int) -> AlertRow:
@@ -269,6 +346,8 @@ def _record(row: AlertRow) -> AlertRecord:
         {
             **row.model_dump(exclude={"details"}),
             "id": row.id,
-            "details": AlertDetails.model_validate(row.details),
+            "details": read_column(
+                AlertDetails, row.details, table="alert", row=row.id, column="details"
+            ),
         }
     )

@@ -10,9 +10,9 @@ from datetime import datetime
 
 from sqlmodel import Session, col, select
 
+from farm.results.baseline import StoredBaselineCell
 from farm.store.repository import load_sweep
 from farm.store.tables import CellRow, SweepBuildRow
-from farm.workflows.pr import StoredBaselineCell
 
 __all__ = ["cells_of_build"]
 

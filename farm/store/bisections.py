@@ -10,14 +10,14 @@ Every function takes an explicit ``Session`` and commits its own unit of work.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from farm.errors import FarmError, StoreError
-from farm.store.repository import _unit_of_work
-from farm.store.tables import BisectionRow, BisectStepRow
-from farm.workflows.bisect import (
+from farm.results.bisection import (
     Bisection,
     BisectionStatus,
     BisectStep,
@@ -27,6 +27,9 @@ from farm.workflows.bisect import (
     StepVerdict,
     VariantJudgement,
 )
+from farm.store.columns import damaged, read_column, read_position
+from farm.store.repository import _unit_of_work
+from farm.store.tables import BisectionRow, BisectStepRow
 
 __all__ = [
     "add_counts",
@@ -83,11 +86,12 @@ def find_bisection(session: Session, key: str) -> Bisection | None:
     return None if row is None else _record(session, row)
 
 
-def get_bisection(session: Session, bisection_id: int) -> Bisection:
-    """Bisection ``bisection_id`` with its steps. FarmError when there is none."""
+def get_bisection(session: Session, bisection_id: int, option: str = "--bisection") -> Bisection:
+    """Bisection ``bisection_id`` with its steps. FarmError naming ``option`` (the
+    command's own: ``--bisection``, ``--resume``) when there is none."""
     row = session.get(BisectionRow, bisection_id)
     if row is None:
-        raise FarmError(f"--bisection {bisection_id}: no such bisection in this store")
+        raise FarmError(f"{option} {bisection_id}: no such bisection in this store")
     return _record(session, row)
 
 
@@ -176,18 +180,33 @@ def _verdict(value: str) -> StepVerdict:
     raise ValueError(f"a bisection step row holds an unknown verdict {value!r}")
 
 
-def _step(row: BisectStepRow) -> BisectStep:
+def _step(row: BisectStepRow, count: int | None = None) -> BisectStep:
+    """The step of ``row``; with ``count`` (the bisection's commits) its position is
+    checked to be one of them."""
+    at: dict[str, Any] = {"table": "bisect_step", "row": row.id}
+    position = row.position
+    if count is not None:
+        position = read_position(row.position, count, **at, column="position") or 0
     return BisectStep(
-        position=row.position,
+        position=position,
         commit=row.commit,
         build_id=row.build_id,
         sweep_id=row.sweep_id,
         verdict=_verdict(row.verdict),
-        judgements=tuple(VariantJudgement.model_validate(j) for j in row.figures),
+        judgements=read_column(tuple[VariantJudgement, ...], row.figures, **at, column="figures"),
         reason=row.reason,
         engine_s=row.engine_s,
         created_at=row.created_at,
     )
+
+
+class _Endpoints(BaseModel):
+    """The shape of ``bisection.endpoints``."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    good: Endpoint
+    bad: Endpoint
 
 
 def _record(session: Session, row: BisectionRow) -> Bisection:
@@ -196,6 +215,16 @@ def _record(session: Session, row: BisectionRow) -> Bisection:
         .where(BisectStepRow.bisection_id == row.id)
         .order_by(col(BisectStepRow.id))
     ).all()
+    at: dict[str, Any] = {"table": "bisection", "row": row.id}
+    commits = read_column(tuple[Commit, ...], row.commits, **at, column="commits")
+    if len(commits) < 2:
+        raise damaged("bisection", row.id, "commits", f"{len(commits)} commit(s), not a range")
+    ends = read_column(_Endpoints, row.endpoints, **at, column="endpoints")
+    shas = {c.sha for c in commits}
+    for name, end in (("good", ends.good), ("bad", ends.bad)):
+        if end.commit not in shas:
+            raise damaged("bisection", row.id, "endpoints", f"{name} {end.commit!r} is no commit")
+    count = len(commits)
     return Bisection(
         id=row.id,
         key=row.key,
@@ -203,19 +232,19 @@ def _record(session: Session, row: BisectionRow) -> Bisection:
         engine=row.engine,
         overlay=row.overlay,
         repo=row.repo,
-        commits=tuple(Commit.model_validate(c) for c in row.commits),
-        planned_cells=tuple(row.planned_cells),
-        regressed=dict(row.regressed),
-        good=Endpoint.model_validate(row.endpoints["good"]),
-        bad=Endpoint.model_validate(row.endpoints["bad"]),
+        commits=commits,
+        planned_cells=read_column(tuple[str, ...], row.planned_cells, **at, column="planned_cells"),
+        regressed=read_column(dict[str, str], row.regressed, **at, column="regressed"),
+        good=ends.good,
+        bad=ends.bad,
         status=_status(row.status),
-        first_bad=row.first_bad,
-        last_good=row.last_good,
+        first_bad=read_position(row.first_bad, count, **at, column="first_bad"),
+        last_good=read_position(row.last_good, count, **at, column="last_good"),
         reason=row.reason,
         builds_run=row.builds_run,
         cells_run=row.cells_run,
         wall_s=row.wall_s,
-        steps=tuple(_step(s) for s in steps),
+        steps=tuple(_step(s, count) for s in steps),
         created_at=row.created_at,
         finished_at=row.finished_at,
     )

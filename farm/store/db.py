@@ -27,8 +27,10 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from farm.errors import StoreDamagedError, StoreError
+from farm.masking import mask_secrets, secret_values
 from farm.paths import farm_home
 from farm.settings import get_settings
+from farm.store.text import install as install_stored_text
 
 if TYPE_CHECKING:
     # Imported where used: opening a store that is at head needs neither Alembic nor
@@ -123,9 +125,11 @@ def normalize_url(url: str) -> str:
 
 
 def mask_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``, safe to print or log."""
+    """``url`` with its password and secret-looking query parameters (``?password=``,
+    ``sslpassword``, ...) replaced by ``***`` (:func:`farm.masking.mask_secrets`), safe
+    to print, log or write to a spool file."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        return mask_secrets(make_url(url).render_as_string(hide_password=True))
     except (ArgumentError, ValueError):
         # Unparseable: do not echo anything that may hold a secret after the scheme.
         return url.partition("://")[0] + "://***"
@@ -145,6 +149,7 @@ def connect(url: str) -> Engine:
         kwargs["connect_args"] = {"timeout": _SQLITE_BUSY_TIMEOUT_S}
         engine = sa.create_engine(parsed, **kwargs)
         sa.event.listen(engine, "connect", _sqlite_pragmas)
+        install_stored_text(engine)
         return engine
     engine = sa.create_engine(parsed, pool_pre_ping=True, connect_args=_pg_connect_args(parsed))
     opened: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
@@ -154,6 +159,7 @@ def connect(url: str) -> Engine:
         opened.add(dbapi_connection)  # type: ignore[arg-type]
 
     sa.event.listen(engine, "connect", track)
+    install_stored_text(engine)
     return engine
 
 
@@ -355,7 +361,7 @@ def _migration_error(url: str, exc: Exception) -> StoreError:
         "cannot migrate the farm store",
         exc,
         hint="if the database was migrated by a newer mtp-farm, upgrade mtp-farm; "
-        "otherwise the error above names the failing statement",
+        "otherwise the reason given is the failing statement's (restore a backup)",
     )
 
 
@@ -482,6 +488,12 @@ def _judge_identity(tables: set[str], revision: str | None, url: str, create: bo
             "empty database (nothing was changed)"
         )
     ours = set(revisions())
+    if revision is None:
+        raise StoreDamagedError(
+            f"{mask_url(url)}: its {_VERSION_TABLE} table holds no revision (a migration "
+            "stopped part-way, or the row was deleted), so its schema is unknown; restore a "
+            "backup (nothing was changed)"
+        )
     if revision not in ours:
         raise StoreDamagedError(
             f"{mask_url(url)} is not an mtp-farm store this version can use: its schema "
@@ -657,8 +669,9 @@ def _store_error(url: str, what: str, exc: BaseException, hint: str | None = Non
     # The driver's own message, not SQLAlchemy's wrapper with SQL text and a doc link.
     reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
     detail = reason[0] if reason else type(exc).__name__
-    if parsed.password:
-        detail = detail.replace(str(parsed.password), "***")
+    secrets = [str(parsed.password)] if parsed.password else []
+    for secret in [*secrets, *secret_values(url)]:
+        detail = detail.replace(secret, "***")
     if hint is None and parsed.get_backend_name() == "postgresql":
         hint = (
             "is PostgreSQL running at that host and port, does the database exist and "

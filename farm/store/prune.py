@@ -13,13 +13,13 @@ what that window holds, not what the store holds.
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session
 
+from farm.bounds import parse_age as bounded_age
 from farm.store.repository import _unit_of_work
 from farm.store.requests import _batches, _table
 from farm.store.tables import (
@@ -31,9 +31,6 @@ from farm.store.tables import (
 )
 
 __all__ = ["PruneReport", "parse_age", "prune_text"]
-
-_AGE = re.compile(r"^\s*(\d+)\s*([dhw])\s*$")
-_UNITS = {"h": timedelta(hours=1), "d": timedelta(days=1), "w": timedelta(weeks=1)}
 
 
 class PruneReport(BaseModel):
@@ -58,11 +55,9 @@ class PruneReport(BaseModel):
 
 
 def parse_age(text: str) -> timedelta:
-    """``30d``, ``12h`` or ``2w`` as a timedelta. Raises ValueError saying what is expected."""
-    match = _AGE.match(text)
-    if match is None or int(match.group(1)) == 0:
-        raise ValueError(f"{text!r} is not an age; expected a positive whole number and d, h or w")
-    return int(match.group(1)) * _UNITS[match.group(2)]
+    """``30d``, ``12h`` or ``2w`` as a timedelta (farm.bounds.parse_age: at most a
+    century). Raises ValueError saying what is expected."""
+    return bounded_age(text, units="hdw")
 
 
 def prune_text(

@@ -9,7 +9,7 @@ else pending in it) and write nothing.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -29,12 +29,14 @@ from farm.records import (
     BuildInfo,
     CellResult,
     EffectiveConfig,
+    RequestRecord,
     SpecCounters,
     StoredCell,
     SweepRecord,
     SweepStatus,
     VariantResult,
 )
+from farm.store.columns import read_column, reading_row
 from farm.store.requests import delete_requests, insert_requests, read_requests, server_cell
 from farm.store.requests import history_series as requests_history_series
 
@@ -55,6 +57,8 @@ from farm.store.tables import (
 
 __all__ = [
     "BuildLocation",
+    "CellAlreadyStoredError",
+    "SweepCost",
     "SweepInUseError",
     "SweepLease",
     "SweepStatus",
@@ -67,6 +71,7 @@ __all__ = [
     "heartbeat",
     "history_series",
     "history_sweeps",
+    "job_sweeps",
     "latest_sweep_id",
     "list_sweeps",
     "load_sweep",
@@ -74,6 +79,7 @@ __all__ = [
     "record_build",
     "record_build_location",
     "save_cell_result",
+    "sweep_cost",
 ]
 
 
@@ -90,11 +96,64 @@ class SweepSummary(BaseModel):
     cells_ok: int = 0
     cells_failed: int = 0
     cells_build_failed: int = 0
+    server_s: float = 0.0  # engine start-up plus generation, summed over the cells
+    # The same on each device a server held (farm.records.CellResult.device_s).
+    device_s: float = 0.0
     cells_planned: int = 0
 
     @property
     def cells_total(self) -> int:
         return self.cells_ok + self.cells_failed + self.cells_build_failed + self.cells_planned
+
+
+class SweepCost(BaseModel):
+    """What a sweep's servers cost (farm.records.CellResult.device_s), summed over its
+    cells: start-up and generation time, and device time (each NPU a server held)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cells: int = 0
+    startup_s: float = 0.0
+    generation_s: float = 0.0
+    device_s: float = 0.0
+
+    def describe(self) -> str:
+        """``cost: 0.42 device-h (12 cells; start-up 6.1 min, generation 19.0 min)``."""
+        return (
+            f"cost: {self.device_s / 3600:.2f} device-h ({self.cells} cells; start-up "
+            f"{self.startup_s / 60:.1f} min, generation {self.generation_s / 60:.1f} min)"
+        )
+
+
+def _busy_seconds() -> Any:
+    """SQL of one cell's server time: start-up plus generation."""
+    return sa.func.coalesce(col(CellRow.startup_s), 0.0) + sa.func.coalesce(
+        col(CellRow.generation_s), 0.0
+    )
+
+
+def _device_seconds() -> Any:
+    """SQL of one cell's device seconds; a CPU host, and NPU counts not stored, as one."""
+    devices = sa.case((sa.func.coalesce(col(CellRow.npus), 0) > 1, col(CellRow.npus)), else_=1)
+    return _busy_seconds() * devices
+
+
+def sweep_cost(session: Session, sweep_id: int) -> SweepCost:
+    """The cost of the cells of sweep ``sweep_id`` that ran (one aggregate query)."""
+    cells, startup, generation, device = session.exec(
+        select(
+            sa.func.count(),
+            sa.func.sum(sa.func.coalesce(col(CellRow.startup_s), 0.0)),
+            sa.func.sum(sa.func.coalesce(col(CellRow.generation_s), 0.0)),
+            sa.func.sum(_device_seconds()),
+        ).where(col(CellRow.sweep_id) == sweep_id, col(CellRow.startup_s).is_not(None))
+    ).one()
+    return SweepCost(
+        cells=cells,
+        startup_s=float(startup or 0.0),
+        generation_s=float(generation or 0.0),
+        device_s=float(device or 0.0),
+    )
 
 
 def create_sweep(
@@ -189,11 +248,25 @@ def record_build(session: Session, sweep_id: int, build: BuildInfo) -> None:
         session.exec(link.on_conflict_do_nothing())
 
 
-def save_cell_result(session: Session, sweep_id: int, result: CellResult) -> None:
-    """Store the outcome of a planned cell, replacing any earlier outcome of it.
+class CellAlreadyStoredError(StoreError):
+    """``save_cell_result(..., replace=False)`` met a cell that already has a result:
+    the first writer's result stays (``status`` names it)."""
+
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def save_cell_result(
+    session: Session, sweep_id: int, result: CellResult, *, replace: bool = True
+) -> None:
+    """Store the outcome of a planned cell, replacing any earlier outcome of it; with
+    ``replace=False`` only a cell that has no outcome yet is written (first writer
+    wins: a spool flush never replaces what another driver stored).
 
     Raises StoreError when the sweep has no planned cell ``result.cell_id`` or a
-    timestamp has no time zone; nothing is written then.
+    timestamp has no time zone, CellAlreadyStoredError when ``replace`` is False and
+    the cell has a result; nothing is written then.
     """
     started_at = _utc(result.started_at, "started_at", result.cell_id)
     finished_at = _utc(result.finished_at, "finished_at", result.cell_id)
@@ -212,6 +285,14 @@ def save_cell_result(session: Session, sweep_id: int, result: CellResult) -> Non
                 f"sweep {sweep_id} has no planned cell {result.cell_id!r}; results are saved "
                 "only for cells created by create_sweep"
             )
+        if not replace and row.status != "planned":
+            # Under the row lock: a concurrent writer's result is seen here once it
+            # committed (PostgreSQL re-reads a row locked FOR UPDATE after the wait).
+            raise CellAlreadyStoredError(
+                f"sweep {sweep_id} cell {result.cell_id} already has a result "
+                f"({row.status}); it is kept",
+                row.status,
+            )
         cell_row_id = _id(row.id)
         _delete_variant_runs(session, cell_row_id)
 
@@ -225,6 +306,7 @@ def save_cell_result(session: Session, sweep_id: int, result: CellResult) -> Non
         row.finished_at = finished_at
         row.startup_s = result.startup_s
         row.generation_s = result.generation_s
+        row.npus = result.npus
         row.error = result.error
         row.log_tail = result.log_tail
         row.log_path = result.log_path
@@ -278,12 +360,17 @@ def _delete_variant_runs(session: Session, cell_row_id: int) -> None:
     session.exec(sa.delete(VariantRunRow).where(col(VariantRunRow.cell_row_id) == cell_row_id))
 
 
+# Counters an engine may not export (0 then): stored only when there is a count, so a
+# store of years of sweeps holds no rows of zeros for them (read back as 0).
+_SPARSE_COUNTERS = frozenset({"engine_steps", "prefix_queries", "prefix_hits"})
+
+
 def _counter_rows(counters: SpecCounters) -> Iterable[tuple[str, int | None, int]]:
     """Long format: ``(name, None, value)`` per scalar counter, one row per position."""
     for name, value in counters:
         if isinstance(value, tuple):
             yield from ((name, pos, v) for pos, v in enumerate(value))
-        else:
+        elif value or name not in _SPARSE_COUNTERS:
             yield name, None, value
 
 
@@ -443,16 +530,44 @@ def latest_sweep_id(session: Session) -> int | None:
 def list_sweeps(session: Session, limit: int = 20) -> list[SweepSummary]:
     """The ``limit`` most recent sweeps, newest first, with cell counts by status."""
     sweeps = session.exec(select(SweepRow).order_by(col(SweepRow.id).desc()).limit(limit)).all()
+    return _summaries(session, sweeps)
+
+
+def job_sweeps(session: Session, job: str, *, before: int | None = None) -> list[SweepSummary]:
+    """Every sweep of ``job`` (those with an id below ``before``, when given), newest
+    first, with cell counts by status. The job filter runs in SQL: no sweep is missed
+    however many other jobs' sweeps the store holds."""
+    query = select(SweepRow).where(col(SweepRow.job) == job)
+    if before is not None:
+        query = query.where(col(SweepRow.id) < before)
+    return _summaries(session, session.exec(query.order_by(col(SweepRow.id).desc())).all())
+
+
+def _summaries(session: Session, sweeps: Sequence[SweepRow]) -> list[SweepSummary]:
     ids = [_id(s.id) for s in sweeps]
     counts: dict[int, dict[str, int]] = defaultdict(dict)
+    server: dict[int, float] = defaultdict(float)
+    device: dict[int, float] = defaultdict(float)
     if ids:
-        rows = session.exec(
-            select(CellRow.sweep_id, CellRow.status, sa.func.count())
-            .where(col(CellRow.sweep_id).in_(ids))
-            .group_by(col(CellRow.sweep_id), col(CellRow.status))
-        ).all()
-        for sweep_id, status, n in rows:
+        rows = (
+            session.connection()
+            .execute(
+                sa.select(  # five columns: more than sqlmodel's select is typed for
+                    col(CellRow.sweep_id),
+                    col(CellRow.status),
+                    sa.func.count(),
+                    sa.func.sum(_busy_seconds()),
+                    sa.func.sum(_device_seconds()),
+                )
+                .where(col(CellRow.sweep_id).in_(ids))
+                .group_by(col(CellRow.sweep_id), col(CellRow.status))
+            )
+            .all()
+        )
+        for sweep_id, status, n, seconds, device_seconds in rows:
             counts[sweep_id][status] = n
+            server[sweep_id] += float(seconds or 0.0)
+            device[sweep_id] += float(device_seconds or 0.0)
     return [
         SweepSummary(
             id=_id(s.id),
@@ -464,6 +579,8 @@ def list_sweeps(session: Session, limit: int = 20) -> list[SweepSummary]:
             cells_failed=counts[_id(s.id)].get("failed", 0),
             cells_build_failed=counts[_id(s.id)].get("build_failed", 0),
             cells_planned=counts[_id(s.id)].get("planned", 0),
+            server_s=server[_id(s.id)],
+            device_s=device[_id(s.id)],
         )
         for s in sweeps
     ]
@@ -538,15 +655,7 @@ def load_sweep(session: Session, sweep_id: int) -> SweepRecord:
     stored: list[StoredCell] = []
     for row in cells:
         variants = tuple(
-            VariantResult.model_validate(
-                {
-                    "axes": run.axes,
-                    "counters": _counters(metrics_by_run[_id(run.id)]),
-                    "requests": tuple(requests_by_run[_id(run.id)]),
-                    "elapsed_s": run.elapsed_s,
-                    "concurrency": run.concurrency,
-                }
-            )
+            _variant_result(run, metrics_by_run[_id(run.id)], requests_by_run[_id(run.id)])
             for run in runs_by_cell[_id(row.id)]
         )
         stored.append(StoredCell(cell=_server_cell(row), result=_cell_result(row, variants)))
@@ -569,18 +678,58 @@ def load_sweep(session: Session, sweep_id: int) -> SweepRecord:
         finished_at=sweep.finished_at,
         status=sweep.status,
         cells=tuple(stored),
-        excluded=tuple(ExcludedCell(axes=e.axes, reason=e.reason) for e in excluded),
-        builds=tuple(BuildInfo.model_validate(b.model_dump()) for b in builds),
+        excluded=tuple(_excluded(e) for e in excluded),
+        builds=tuple(_build(b) for b in builds),
     )
 
 
+# Each stored row read through the shapes its columns must have: a value that does not
+# fit names its table, row and column (farm.store.columns), never a traceback.
+
+
+def _variant_result(
+    run: VariantRunRow, metrics: list[MetricRow], requests: list[RequestRecord]
+) -> VariantResult:
+    axes = read_column(dict[str, Any], run.axes, table="variant_run", row=run.id, column="axes")
+    with reading_row("variant_run", run.id, fields={"axes": "axes"}, default=""):
+        return VariantResult.model_validate(
+            {
+                "axes": axes,
+                "counters": _counters(metrics),
+                "requests": tuple(requests),
+                "elapsed_s": run.elapsed_s,
+                "concurrency": run.concurrency,
+            }
+        )
+
+
+def _excluded(row: ExcludedCellRow) -> ExcludedCell:
+    with reading_row("excluded_cell", row.id, fields={"axes": "axes"}, default=""):
+        return ExcludedCell(axes=row.axes, reason=row.reason)
+
+
+def _build(row: BuildRow) -> BuildInfo:
+    at: dict[str, Any] = {"table": "build", "row": row.build_id}
+    values = {
+        **row.model_dump(),
+        "pins": read_column(tuple[str, ...], row.pins, column="pins", **at),
+        "patches": read_column(tuple[str, ...], row.patches, column="patches", **at),
+    }
+    return BuildInfo.model_validate(values)
+
+
 def _server_cell(row: CellRow) -> ServerCell:
-    return server_cell(row.family, row.axes, row.planned_graph_mode, row.remaps, row.variants)
+    return server_cell(
+        row.family, row.axes, row.planned_graph_mode, row.remaps, row.variants, row=row.id
+    )
 
 
 def _cell_result(row: CellRow, variants: tuple[VariantResult, ...]) -> CellResult | None:
     if row.status == "planned":
         return None
+    at: dict[str, Any] = {"table": "cell", "row": row.id}
+    # argv and effective are the JSON columns, read through their shapes; the plain
+    # columns' errors are named by the store's row scan (farm.store.db.damaged_rows).
     return CellResult.model_validate(
         {
             "cell_id": row.cell_id,
@@ -588,11 +737,14 @@ def _cell_result(row: CellRow, variants: tuple[VariantResult, ...]) -> CellResul
             "started_at": row.started_at,
             "finished_at": row.finished_at,
             "node": row.node,
-            "argv": tuple(row.argv),
-            "effective": EffectiveConfig.model_validate(row.effective) if row.effective else None,
+            "argv": read_column(tuple[str, ...], row.argv, column="argv", **at),
+            "effective": None
+            if row.effective is None
+            else read_column(EffectiveConfig, row.effective, column="effective", **at),
             "variants": variants,
             "startup_s": row.startup_s,
             "generation_s": row.generation_s,
+            "npus": row.npus,
             "error": row.error,
             "log_tail": row.log_tail,
             "log_path": row.log_path,
@@ -614,7 +766,7 @@ def _unit_of_work(session: Session) -> Iterator[None]:
 def _require_sweep(session: Session, sweep_id: int, lock: bool = False) -> SweepRow:
     sweep = session.get(SweepRow, sweep_id, with_for_update=lock or None)
     if sweep is None:
-        raise StoreError(f"no sweep {sweep_id}; `farm report` lists sweeps")
+        raise StoreError(f"no sweep {sweep_id}; `farm sweeps` lists them")
     return sweep
 
 

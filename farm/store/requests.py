@@ -26,6 +26,7 @@ from farm.comparable import ComparableKey
 from farm.errors import StoreDamagedError
 from farm.plan import ServerCell
 from farm.records import RequestRecord, SpecCounters, VariantResult
+from farm.store.columns import read_column, reading_row
 
 if TYPE_CHECKING:
     from farm.analysis.history import HistoryPoint
@@ -94,23 +95,33 @@ def text_digest(text: str) -> bytes:
 
 def server_cell(
     family: str,
-    axes: dict[str, Any] | None,
+    axes: object,
     planned_graph_mode: str,
-    remaps: list[str],
-    variants: list[dict[str, Any]],
+    remaps: object,
+    variants: object,
+    *,
+    row: object,
 ) -> ServerCell:
-    """The planned cell of a ``cell`` row's columns (variants without their stored keys)."""
-    return ServerCell.model_validate(
-        {
-            "family": family,
-            "axes": axes,
-            "planned_graph_mode": planned_graph_mode,
-            "remaps": tuple(remaps),
-            "variants": tuple(
-                {k: v for k, v in variant.items() if k != "comparable_key"} for variant in variants
-            ),
-        }
-    )
+    """The planned cell of ``cell`` row ``row``'s columns (variants without their
+    stored keys). Raises StoreDamagedError naming the column that does not fit."""
+    at: dict[str, Any] = {"table": "cell", "row": row}
+    axis_values = None if axes is None else read_column(dict[str, Any], axes, column="axes", **at)
+    planned = read_column(tuple[dict[str, Any], ...], variants, column="variants", **at)
+    with reading_row(
+        "cell", row, fields={"remaps": "remaps", "variants": "variants"}, default="axes"
+    ):
+        return ServerCell.model_validate(
+            {
+                "family": family,
+                "axes": axis_values,
+                "planned_graph_mode": planned_graph_mode,
+                "remaps": read_column(tuple[str, ...], remaps, column="remaps", **at),
+                "variants": tuple(
+                    {k: v for k, v in variant.items() if k != "comparable_key"}
+                    for variant in planned
+                ),
+            }
+        )
 
 
 def _insert(session: Session) -> Any:
@@ -427,7 +438,7 @@ def history_series(
         (sweep_id, started, cell_row_id, status, *cell_columns) = row[:9]
         run_axes, drafts, accepted, low, high = row[9:]
         if cell_row_id not in cells:
-            cells[cell_row_id] = server_cell(*cell_columns)
+            cells[cell_row_id] = server_cell(*cell_columns, row=cell_row_id)
         cell = cells[cell_row_id]
         figures.append(
             history.VariantFigures(

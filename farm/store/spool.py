@@ -31,11 +31,12 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlmodel import Session
 
+from farm.bounds import StoredId
 from farm.errors import StoreError
 from farm.fileformat import UnreadableFileError, dump_versioned, read_versioned
 from farm.records import CellResult
 from farm.store.db import answer_within, mask_url, normalize_url
-from farm.store.repository import save_cell_result
+from farm.store.repository import CellAlreadyStoredError, save_cell_result
 
 __all__ = [
     "SPOOL_FORMAT",
@@ -63,7 +64,7 @@ class SpooledResult(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     store: str
-    sweep_id: int
+    sweep_id: StoredId  # past 2**63 - 1 the file is unreadable, not a crash of the flush
     result: CellResult
 
 
@@ -107,7 +108,7 @@ def spool_result(home: Path, url: str, sweep_id: int, result: CellResult) -> Pat
     record = SpooledResult(store=_identity(url), sweep_id=sweep_id, result=result)
     data = (dump_versioned(record, SPOOL_FORMAT) + "\n").encode("utf-8")
     for attempt in range(2):
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
             _write_durably(path, data)
             return path
@@ -122,7 +123,8 @@ def _write_durably(path: Path, data: bytes) -> None:
     folder: a driver killed (or a machine losing power) mid-write leaves no half file."""
     partial = path.with_name(path.name + ".partial")
     try:
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        # 0600: the file holds the store's name and the cell's outputs, the user's alone.
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             view = memoryview(data)
             while view:
@@ -191,10 +193,12 @@ def flush_spool(engine: Engine, home: Path, url: str, sweep_id: int | None = Non
     """Store every result spooled for ``url`` (only sweep ``sweep_id`` when given).
 
     Each stored file is removed; a file the store still refuses is kept and named
-    with the reason; an unreadable file is left in place and reported. Once the store
-    cannot be reached (or does not answer within the store timeouts), the remaining
-    files are kept without trying each. A file another flush is storing right now is
-    left to it (``busy``). Files for other stores are not touched.
+    with the reason, and so is a file for a cell that already has a result (first
+    writer wins: a flush never replaces a stored result); an unreadable file is left
+    in place and reported. Once the store cannot be reached (or does not answer within
+    the store timeouts), the remaining files are kept without trying each. A file
+    another flush is storing right now is left to it (``busy``). Files for other
+    stores are not touched.
     """
     stored: list[str] = []
     kept: list[str] = []
@@ -217,7 +221,17 @@ def flush_spool(engine: Engine, home: Path, url: str, sweep_id: int | None = Non
                 continue  # the next scan reports it
             try:
                 with answer_within(engine), Session(engine) as session:
-                    save_cell_result(session, record.sweep_id, record.result)
+                    save_cell_result(session, record.sweep_id, record.result, replace=False)
+            except CellAlreadyStoredError as exc:
+                # First writer wins: another driver (a resume on another host) stored
+                # this cell. Kept, for a person to look at; never replaces it.
+                kept.append(
+                    f"{path}: the store already holds a result ({exc.status}) of sweep "
+                    f"{record.sweep_id} cell {record.result.cell_id}, stored first by "
+                    f"another driver; this {record.result.status} result is not stored "
+                    "(delete the file once it is known to be stale)"
+                )
+                continue
             except (StoreError, SQLAlchemyError) as exc:
                 reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
                 first = reason[0] if reason else type(exc).__name__

@@ -181,6 +181,8 @@ class CellRow(_Table, table=True):
     finished_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     startup_s: float | None = None
     generation_s: float | None = None
+    # NPUs the server held (0 on a CPU host; NULL before revision 0012).
+    npus: int | None = None
     error: str | None = Field(default=None, sa_type=sa.Text)
     log_tail: str | None = Field(default=None, sa_type=sa.Text)
     log_path: str | None = None
@@ -313,7 +315,7 @@ class VariantSummaryRow(_Table, table=True):
 
 
 class VerdictRow(_Table, table=True):
-    """The verdict of a nightly or PR run on a sweep (``farm.workflows.verdict``); one
+    """The verdict of a nightly or PR run on a sweep (``farm.results.verdict``); one
     per sweep and kind, so a rerun of the same night cannot store a second one."""
 
     __tablename__ = "verdict"

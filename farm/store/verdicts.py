@@ -1,6 +1,6 @@
 """Verdicts in SQL: one row per sweep and kind (nightly, pr).
 
-Typed records in and out (:class:`farm.workflows.verdict.SweepVerdict`);
+Typed records in and out (:class:`farm.results.verdict.SweepVerdict`);
 ``VerdictRow`` never leaves the store. A verdict is written once: the unique
 (sweep, kind) constraint makes a second writer of the same night find the first's
 verdict instead of storing another (:func:`record_verdict` returns it).
@@ -11,21 +11,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
+from farm.bounds import StoredId
 from farm.errors import StoreError
-from farm.store.repository import _require_sweep, _unit_of_work
-from farm.store.tables import SweepRow, VerdictRow
-from farm.workflows.verdict import (
+from farm.results.verdict import (
     VERDICT_KINDS,
+    Finding,
     ReusedCell,
     SweepVerdict,
-    VerdictFinding,
     VerdictKind,
     VerdictOutcome,
 )
+from farm.store.columns import read_column
+from farm.store.repository import _require_sweep, _unit_of_work
+from farm.store.tables import SweepRow, VerdictRow
 
 __all__ = [
     "get_verdict",
@@ -146,16 +149,23 @@ def _outcome(value: str) -> VerdictOutcome:
 
 
 def _record(row: VerdictRow, job: str) -> SweepVerdict:
+    def at(column: str) -> dict[str, Any]:
+        return {"table": "verdict", "row": row.id, "column": column}
+
     return SweepVerdict(
         sweep_id=row.sweep_id,
         job=job,
         kind="pr" if row.kind == "pr" else "nightly",
         outcome=_outcome(row.outcome),
-        findings=tuple(VerdictFinding.model_validate(f) for f in row.findings),
-        notes=tuple(row.notes or ()),
+        findings=read_column(tuple[Finding, ...], row.findings, **at("findings")),
+        notes=read_column(tuple[str, ...], row.notes or (), **at("notes")),
         comparisons=row.comparisons,
-        baseline_sweep_ids=tuple(row.baseline_sweep_ids or ()),
-        reused_cells=tuple(ReusedCell.model_validate(c) for c in row.reused_cells or ()),
+        baseline_sweep_ids=read_column(
+            tuple[StoredId, ...], row.baseline_sweep_ids or (), **at("baseline_sweep_ids")
+        ),
+        reused_cells=read_column(
+            tuple[ReusedCell, ...], row.reused_cells or (), **at("reused_cells")
+        ),
         history=row.history,
         engine=row.engine,
         pr_number=row.pr_number,

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session
 
 from farm import store
-from farm.analysis.verdicts import CheckConfig
+from farm.analysis.check_rules import CheckConfig
 from farm.builds.cache import MARKER
 from farm.builds.venv import plan_builds
 from farm.errors import FarmError
@@ -45,6 +45,7 @@ from farm.workflows.bisect import (
     BisectStep,
     Commit,
     Endpoint,
+    SearchOutcome,
     check_endpoints,
     judge_step,
     max_steps,
@@ -242,16 +243,8 @@ def run_bisection(
     started = time.monotonic()
     cfg = config or CheckConfig()
     work = _Bisector(setup, db_url, runner, cache_dir, say, cfg)
-    with work.session() as s:
-        stored = get_bisection(s, resume) if resume is not None else find_bisection(s, setup.key)
-    if resume is not None and stored is not None and stored.key != setup.key:
-        raise FarmError(
-            f"--resume {resume}: bisection {resume} searched {stored.engine} from "
-            f"{stored.good.commit[:12]} to {stored.bad.commit[:12]} over other cells; "
-            "give the same job, engine and ends (or none: they are taken from it)"
-        )
+    stored = _stored(work, resume)
     commits = setup.commits
-    noun = "release" if commits[0].release else "commit"
     if stored is not None:
         bisection = stored
         say(
@@ -262,66 +255,9 @@ def run_bisection(
         good_rec = work.end_record(bisection.good, "good", regressed_cells)
         bad_rec = work.end_record(bisection.bad, "bad", regressed_cells)
     else:
-        say(f"{len(commits) - 1} {noun}(s) after the good end; measuring the ends first")
-        all_cells = [c.cell_id for c in setup.cells]
-        good_m = work.measure(commits[0].sha, all_cells)
-        bad_m = work.measure(commits[-1].sha, all_cells)
-        for m, name in ((good_m, "good"), (bad_m, "bad")):
-            if m.record is None:
-                raise FarmError(f"the {name} end: {m.error}")
-            say(
-                f"{name} end {commits[0 if name == 'good' else -1].describe()}: "
-                + (f"cells from sweep(s) {', '.join(map(str, m.sweep_ids))}" if m.sweep_ids else "")
-                + (" (stored)" if m.ran_sweep is None else "")
-            )
-        assert good_m.record is not None and bad_m.record is not None
-        assert good_m.build_id is not None and bad_m.build_id is not None
-        good_rec, bad_rec = good_m.record, bad_m.record
-        check = check_endpoints(
-            good_rec,
-            bad_rec,
-            good_ref=commits[0].sha[:12],
-            bad_ref=commits[-1].sha[:12],
-            config=cfg,
-        )
-        # Only the regressed cells matter from here on.
-        keep = set(check.cells)
-        good_rec = good_rec.model_copy(
-            update={"cells": tuple(c for c in good_rec.cells if c.cell.cell_id in keep)}
-        )
-        bad_rec = bad_rec.model_copy(
-            update={"cells": tuple(c for c in bad_rec.cells if c.cell.cell_id in keep)}
-        )
-        draft = Bisection(
-            key=setup.key,
-            job=setup.job.name,
-            engine=setup.engine.name,
-            overlay=setup.overlay,
-            repo=setup.repo,
-            commits=commits,
-            planned_cells=tuple(c.cell_id for c in setup.cells),
-            regressed=check.regressed,
-            good=Endpoint(
-                commit=commits[0].sha,
-                build_id=good_m.build_id,
-                sweep_ids=good_m.sweep_ids,
-                figures=check.good,
-                engine_s=_engine_s(good_rec.cells),
-            ),
-            bad=Endpoint(
-                commit=commits[-1].sha,
-                build_id=bad_m.build_id,
-                sweep_ids=bad_m.sweep_ids,
-                figures=check.bad,
-                engine_s=_engine_s(bad_rec.cells),
-            ),
-        )
-        with work.session() as s:
-            bisection, _ = create_bisection(s, draft)
-        for row in check.rows:
-            say(f"regressed: {row.label}: AL {row.baseline_al} -> {row.candidate_al}")
-    bisection_id = bisection.id
-    assert bisection_id is not None
+        bisection, good_rec, bad_rec = _start(work)
+    assert bisection.id is not None
+    noun = "release" if commits[0].release else "commit"
     say(
         f"bisection {bisection.id}: {len(commits) - 1} candidate {noun}(s), "
         f"{len(bisection.regressed)} regressed variant(s) in "
@@ -332,41 +268,148 @@ def run_bisection(
         _say_step(say, number, commits, step, reused=True)
     while (outcome := bisection.outcome()).status == "running":
         assert outcome.next is not None
-        commit = commits[outcome.next]
-        measured = work.measure(commit.sha, sorted(set(bisection.regressed.values())))
-        if measured.record is None:
-            step = BisectStep(
-                position=outcome.next, commit=commit.sha, verdict="skip", reason=measured.error
-            )
-        else:
-            verdict, judged, reason = judge_step(
-                measured.record, good_rec, bad_rec, bisection.regressed, cfg
-            )
-            step = BisectStep(
-                position=outcome.next,
-                commit=commit.sha,
-                build_id=measured.build_id,
-                sweep_id=measured.ran_sweep
-                or (measured.sweep_ids[0] if measured.sweep_ids else None),
-                verdict=verdict,
-                judgements=judged,
-                reason=reason,
-                engine_s=_engine_s(measured.record.cells),
-            )
+        step = _step(work, bisection, outcome.next, good_rec, bad_rec)
         with work.session() as s:
-            step, _ = record_step(s, bisection_id, step)
+            step, _ = record_step(s, bisection.id, step)
         bisection = bisection.model_copy(update={"steps": (*bisection.steps, step)})
         _say_step(say, len(bisection.steps), commits, step, reused=False)
+    return _finish(work, bisection, outcome, started, reused=stored is not None)
+
+
+def _stored(work: _Bisector, resume: int | None) -> Bisection | None:
+    """The stored bisection to continue: ``resume``'s, else the one of the same key."""
+    key = work.setup.key
+    with work.session() as s:
+        stored = (
+            get_bisection(s, resume, "--resume") if resume is not None else find_bisection(s, key)
+        )
+    if resume is not None and stored is not None and stored.key != key:
+        raise FarmError(
+            f"--resume {resume}: bisection {resume} searched {stored.engine} from "
+            f"{stored.good.commit[:12]} to {stored.bad.commit[:12]} over other cells; "
+            "give the same job, engine and ends (or none: they are taken from it)"
+        )
+    return stored
+
+
+def _measure_ends(work: _Bisector) -> tuple[_Measured, _Measured]:
+    """Every planned cell at both ends (stored cells of their builds reused)."""
+    commits = work.setup.commits
+    noun = "release" if commits[0].release else "commit"
+    work.say(f"{len(commits) - 1} {noun}(s) after the good end; measuring the ends first")
+    all_cells = [c.cell_id for c in work.setup.cells]
+    ends = work.measure(commits[0].sha, all_cells), work.measure(commits[-1].sha, all_cells)
+    for m, name, commit in zip(ends, ("good", "bad"), (commits[0], commits[-1]), strict=True):
+        if m.record is None:
+            raise FarmError(f"the {name} end: {m.error}")
+        work.say(
+            f"{name} end {commit.describe()}: "
+            + (f"cells from sweep(s) {', '.join(map(str, m.sweep_ids))}" if m.sweep_ids else "")
+            + (" (stored)" if m.ran_sweep is None else "")
+        )
+    return ends
+
+
+def _only(record: SweepRecord, cells: set[str]) -> SweepRecord:
+    return record.model_copy(
+        update={"cells": tuple(c for c in record.cells if c.cell.cell_id in cells)}
+    )
+
+
+def _start(work: _Bisector) -> tuple[Bisection, SweepRecord, SweepRecord]:
+    """Measure the ends, find the regressed variants, store the new bisection; it and
+    the ends' records of the regressed cells (only they matter from here on)."""
+    setup, commits = work.setup, work.setup.commits
+    good_m, bad_m = _measure_ends(work)
+    assert good_m.record is not None and bad_m.record is not None
+    assert good_m.build_id is not None and bad_m.build_id is not None
+    check = check_endpoints(
+        good_m.record,
+        bad_m.record,
+        good_ref=commits[0].sha[:12],
+        bad_ref=commits[-1].sha[:12],
+        config=work.config,
+    )
+    good_rec, bad_rec = (
+        _only(good_m.record, set(check.cells)),
+        _only(bad_m.record, set(check.cells)),
+    )
+    draft = Bisection(
+        key=setup.key,
+        job=setup.job.name,
+        engine=setup.engine.name,
+        overlay=setup.overlay,
+        repo=setup.repo,
+        commits=commits,
+        planned_cells=tuple(c.cell_id for c in setup.cells),
+        regressed=check.regressed,
+        good=Endpoint(
+            commit=commits[0].sha,
+            build_id=good_m.build_id,
+            sweep_ids=good_m.sweep_ids,
+            figures=check.good,
+            engine_s=_engine_s(good_rec.cells),
+        ),
+        bad=Endpoint(
+            commit=commits[-1].sha,
+            build_id=bad_m.build_id,
+            sweep_ids=bad_m.sweep_ids,
+            figures=check.bad,
+            engine_s=_engine_s(bad_rec.cells),
+        ),
+    )
+    with work.session() as s:
+        bisection, _ = create_bisection(s, draft)
+    for row in check.rows:
+        work.say(f"regressed: {row.label}: AL {row.baseline_al} -> {row.candidate_al}")
+    return bisection, good_rec, bad_rec
+
+
+def _step(
+    work: _Bisector,
+    bisection: Bisection,
+    position: int,
+    good_rec: SweepRecord,
+    bad_rec: SweepRecord,
+) -> BisectStep:
+    """Measure the regressed cells at the commit at ``position`` and judge them against
+    both ends (``skip`` when they could not be measured)."""
+    commit = work.setup.commits[position]
+    measured = work.measure(commit.sha, sorted(set(bisection.regressed.values())))
+    if measured.record is None:
+        return BisectStep(
+            position=position, commit=commit.sha, verdict="skip", reason=measured.error
+        )
+    verdict, judged, reason = judge_step(
+        measured.record, good_rec, bad_rec, bisection.regressed, work.config
+    )
+    return BisectStep(
+        position=position,
+        commit=commit.sha,
+        build_id=measured.build_id,
+        sweep_id=measured.ran_sweep or (measured.sweep_ids[0] if measured.sweep_ids else None),
+        verdict=verdict,
+        judgements=judged,
+        reason=reason,
+        engine_s=_engine_s(measured.record.cells),
+    )
+
+
+def _finish(
+    work: _Bisector, bisection: Bisection, outcome: SearchOutcome, started: float, *, reused: bool
+) -> BisectRun:
+    """Store the answer and this run's costs; the bisection as stored after them."""
+    assert bisection.id is not None
     wall = time.monotonic() - started
     with work.session() as s:
         if bisection.status == "running":
-            finish_bisection(s, bisection_id, outcome)
-        add_counts(s, bisection_id, builds=work.builds, cells=work.cells, wall_s=wall)
-        bisection = get_bisection(s, bisection_id)
+            finish_bisection(s, bisection.id, outcome)
+        add_counts(s, bisection.id, builds=work.builds, cells=work.cells, wall_s=wall)
+        bisection = get_bisection(s, bisection.id)
     work.db.dispose()
     return BisectRun(
         bisection=bisection,
-        reused=stored is not None,
+        reused=reused,
         builds=work.builds,
         cells=work.cells,
         wall_s=wall,

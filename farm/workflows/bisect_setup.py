@@ -9,7 +9,7 @@ Everything that can refuse a bisection without measuring (an engine the job lack
 source that is neither git nor PyPI, refs or releases that do not exist, ends swapped
 in the history or in version order, a range with nothing between the ends) is checked
 by :func:`prepare_bisect`; the git history is read through the builds' git runner
-(:mod:`farm.builds.history`), the releases through pip.
+(:mod:`farm.builds.git_history`), the releases through pip.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from farm.builds.history import first_parent_commits, history_repository
+from farm.builds.git_history import first_parent_commits, history_repository
 from farm.builds.sources import list_releases
 from farm.builds.venv import plan_builds
 from farm.errors import FarmError
+from farm.orchestrate.driver import plan_job
 from farm.plan import ServerCell
 from farm.records import BuildInfo
 from farm.spec import BuildSource, EngineSpec, GitSource, JobSpec, PullRequestSource
-from farm.sweep import plan_job
 from farm.workflows.bisect import (
     Commit,
     check_release_ends,
@@ -212,9 +212,16 @@ def prepare_bisect(
             Commit.of(sha, subject)
             for sha, subject in first_parent_commits(repo, good_ref, bad_ref, remote=remote)
         )
+    if len(commits) < 3:
+        # Adjacent ends: the answer is the bad end itself; nothing to build or measure.
+        noun = "releases" if part.kind == "pypi" else "commits"
+        raise FarmError(
+            f"--good {good_ref} and --bad {bad_ref} are adjacent {noun}: nothing between "
+            f"them to bisect (the first bad one is {bad_ref} itself)"
+        )
     overlay = part.overlay
     planned = plan_job(one_engine_job(job, engine, job.name), only)
-    cells = tuple(c for c in planned.cells if c.mtp_depth > 0)
+    cells = tuple(c for c in planned.cells if c.speculative)
     if not cells:
         raise FarmError(
             "no speculative cell to bisect: the job (and --only) select no cell with mtp_depth > 0"
@@ -228,7 +235,7 @@ def prepare_bisect(
         repo=location,
         commits=commits,
         cells=cells,
-        outside=tuple(c for c in every if c.mtp_depth > 0 and c.cell_id not in chosen),
+        outside=tuple(c for c in every if c.speculative and c.cell_id not in chosen),
     )
     for end in (commits[0], commits[-1]):
         [plan] = plan_builds([setup.engine_at(end.sha)])

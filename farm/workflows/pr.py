@@ -19,34 +19,27 @@ Pure: no store, git or HTTP here (:mod:`farm.workflows.pr_pipeline` does the I/O
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from farm.analysis.compare import ComparedVariant, SweepComparison, compare_sweeps
-from farm.analysis.verdicts import CheckConfig
+from farm.analysis.check_rules import CheckConfig
+from farm.analysis.compare import SweepComparison
+from farm.analysis.judgement import GOLDEN_CHECK, NOTHING_COMPARED, PR_CHECK, JudgeRules, judge
 from farm.axes import SERVER_AXES, AxisValue
+from farm.bounds import parse_age as bounded_age
 from farm.errors import FarmError
+from farm.goldens import GoldenCheck
 from farm.plan import ServerCell
 from farm.records import StoredCell, SweepRecord
-from farm.report.markdown import render_comparison
-from farm.spec import BuildSource, EngineSpec, GitSource, JobSpec, PullRequestSource
-from farm.workflows.findings import (
-    PairedVariant,
-    failed_cell_findings,
-    position_changes,
-    position_text,
-    spec_on_variants,
-)
-from farm.workflows.verdict import (
+from farm.results.baseline import StoredBaselineCell
+from farm.results.verdict import (
     ReusedCell,
     SweepVerdict,
-    VerdictFinding,
-    outcome_of,
 )
+from farm.spec import BuildSource, EngineSpec, GitSource, JobSpec, PullRequestSource
 
 __all__ = [
     "PR_CHECK",
@@ -67,19 +60,14 @@ __all__ = [
     "pr_head_source",
     "pr_job",
     "pr_job_name",
-    "render_pr_comment",
     "replaced_overlay",
     "replaced_source",
     "select_baseline",
     "with_replaced_source",
 ]
 
-# The finding check of a candidate cell that fell below its base.
-PR_CHECK: Final = "pr_vs_base"
 # GitHub truncates a status description beyond this (REST "Create a commit status").
 _STATUS_MAX = 140
-_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 StatusState = Literal["success", "failure", "error"]
 DropReason = Literal["already upstream", "conflict", "not applicable"]
@@ -98,14 +86,6 @@ class DroppedPatch(_Frozen):
 
     def describe(self) -> str:
         return f"{self.patch_id} ({self.reason}{': ' + self.detail if self.detail else ''})"
-
-
-class StoredBaselineCell(_Frozen):
-    """A stored cell of a sweep that ran ``build_id`` (read by the pipeline)."""
-
-    sweep_id: int
-    build_id: str
-    stored: StoredCell
 
 
 class BaselineSelection(_Frozen):
@@ -133,13 +113,10 @@ class PrJudgement(_Frozen):
 
 def parse_age(text: str) -> timedelta:
     """``7d``, ``12h``, ``30m``, ``90s``, ``2w`` as a duration; FarmError otherwise."""
-    m = _AGE.match(text)
-    if m is None or float(m[1]) <= 0:
-        raise FarmError(
-            f"--baseline-max-age {text!r}: expected a positive number and a unit s, m, h, d "
-            "or w (for example 7d)"
-        )
-    return timedelta(seconds=float(m[1]) * _AGE_UNITS[m[2]])
+    try:
+        return bounded_age(text)
+    except ValueError as exc:
+        raise FarmError(f"--baseline-max-age {exc}") from None
 
 
 def candidate_name(engine: str, number: int) -> str:
@@ -341,32 +318,6 @@ def select_baseline(
     return BaselineSelection(reused=tuple(reused), missing=tuple(missing))
 
 
-def _regression(
-    row: ComparedVariant,
-    base: PairedVariant,
-    cand: PairedVariant,
-    cfg: CheckConfig,
-) -> VerdictFinding:
-    assert row.baseline_al is not None and row.candidate_al is not None
-    assert row.difference is not None
-    positions = position_changes(base.result, cand.result, row.key, cfg)
-    where = position_text(positions)
-    rel = f" ({row.relative:+.1%})" if row.relative is not None else ""
-    return VerdictFinding(
-        source="baseline",
-        check=PR_CHECK,
-        key=row.key,
-        cells=(cand.cell_id,),
-        metric="mean_acceptance_length",
-        summary=(
-            f"{row.label}: AL {row.candidate_al} vs {row.baseline_al} at the base; "
-            f"difference {row.difference}{rel}; {where}"
-        ),
-        relative=row.relative,
-        positions=positions,
-    )
-
-
 def judge_pr(
     sweep: SweepRecord,
     *,
@@ -378,13 +329,15 @@ def judge_pr(
     head_sha: str | None = None,
     dropped: Sequence[DroppedPatch] = (),
     config: CheckConfig | None = None,
+    goldens: Sequence[GoldenCheck] = (),
 ) -> PrJudgement:
     """The verdict on PR sweep ``sweep``: every candidate cell against the same
     comparable cell of the base, taken from ``reused`` stored cells or from the base
-    cells this sweep ran. ``job`` is the job file's name (the verdict's ``engine`` is
-    ``base``). Failed cells of either side are findings of source ``cells``.
+    cells this sweep ran (:func:`farm.analysis.judgement.judge`, no within-sweep or
+    history checks), and the candidate's variants against the job's ``goldens``.
+    ``job`` is the job file's name (the verdict's ``engine`` is ``base``). Failed
+    cells of either side are findings of source ``cells``.
     """
-    cfg = config or CheckConfig()
     base_cells = [s for s in sweep.cells if s.cell.engine == base]
     cand_cells = [s for s in sweep.cells if s.cell.engine == candidate]
     taken = [r.stored for r in reused]
@@ -392,30 +345,23 @@ def judge_pr(
         update={"cells": tuple(taken) + tuple(base_cells), "job": f"{job} at the base"}
     )
     cand = sweep.model_copy(update={"cells": tuple(cand_cells)})
-    comparison = compare_sweeps(baseline, cand, config=cfg, engine_map={candidate: base})
-    base_v, cand_v = spec_on_variants(baseline), spec_on_variants(cand, {candidate: base})
-    findings: list[VerdictFinding] = [
-        _regression(row, base_v[row.key], cand_v[row.key], cfg)
-        for row in comparison.rows
-        if row.outcome == "regress" and row.key in base_v and row.key in cand_v
-    ]
-    findings += failed_cell_findings(cand_cells, "candidate")
-    findings += failed_cell_findings(base_cells, "baseline")
-    notes = [
-        f"{r.label}: {r.outcome} ({r.note})"
-        for r in comparison.rows
-        if r.outcome in ("failed", "unmatched", "no_data")
-    ]
-    notes += [f"patch dropped: {d.describe()}" for d in dropped]
-    ordered = tuple(findings)
-    verdict = SweepVerdict(
-        sweep_id=sweep.sweep_id,
-        job=sweep.job,
-        kind="pr",
-        outcome=outcome_of(ordered),
-        findings=ordered,
+    rules = JudgeRules(
+        check=config or CheckConfig(),
+        within=False,
+        baseline_check=PR_CHECK,
+        baseline_sweep=False,
+        engine_map={candidate: base},
+        candidate_side="candidate",
+        baseline_side="baseline",
+        require_comparison=True,
+        goldens=tuple(goldens),
+    )
+    judgement = judge(cand, baseline, None, rules)
+    assert judgement.comparison is not None
+    notes = (*judgement.notes, *(f"patch dropped: {d.describe()}" for d in dropped))
+    verdict = judgement.verdict(
+        "pr",
         notes=tuple(dict.fromkeys(notes)),
-        comparisons=len(comparison.rows),
         baseline_sweep_ids=tuple(sorted({r.sweep_id for r in reused})),
         reused_cells=tuple(
             ReusedCell(sweep_id=r.sweep_id, cell_id=r.stored.cell.cell_id, build_id=r.build_id)
@@ -425,18 +371,27 @@ def judge_pr(
         pr_number=number,
         head_sha=head_sha,
     )
-    return PrJudgement(verdict=verdict, comparison=comparison)
+    return PrJudgement(verdict=verdict, comparison=judgement.comparison)
 
 
 def commit_status(verdict: SweepVerdict) -> CommitStatus:
     """``success`` (clean), ``failure`` (regression) or ``error`` (cells failed, so the
     PR could not be judged), with a one-line description of at most 140 characters."""
-    regressions = len(verdict.regressions)
+    missed = sum(f.check == GOLDEN_CHECK for f in verdict.regressions)
+    regressions = len(verdict.regressions) - missed
     compared = verdict.comparisons
     reused = len(verdict.reused_cells)
     if verdict.outcome == "regression":
         state: StatusState = "failure"
-        text = f"AL regressed in {regressions} of {compared} compared variant(s)"
+        said = []
+        if regressions:
+            said.append(f"AL regressed in {regressions} of {compared} compared variant(s)")
+        if missed:
+            said.append(f"{missed} golden position(s) missed")
+        text = "; ".join(said)
+    elif any(f.check == NOTHING_COMPARED for f in verdict.findings):
+        state = "error"
+        text = "nothing compared: no candidate variant had a comparable base variant"
     elif verdict.outcome == "failed_cells":
         state = "error"
         text = f"{len(verdict.findings)} cell(s) failed; no AL regression among the rest"
@@ -447,43 +402,3 @@ def commit_status(verdict: SweepVerdict) -> CommitStatus:
     if len(text) > _STATUS_MAX:
         text = text[: _STATUS_MAX - 3] + "..."
     return CommitStatus(state=state, description=text)
-
-
-def render_pr_comment(
-    judgement: PrJudgement,
-    *,
-    marker: str,
-    candidate_label: str,
-    base_label: str,
-    dropped: Sequence[DroppedPatch] = (),
-    report_url: str | None = None,
-) -> str:
-    """The PR comment: the hidden marker, the verdict, what was built and reused,
-    the findings, then the comparison table of ``farm compare``."""
-    v = judgement.verdict
-    icon = {"clean": ":white_check_mark:", "regression": ":x:", "failed_cells": ":warning:"}
-    lines = [
-        marker,
-        f"## mtp-farm: PR #{v.pr_number} on {v.engine}: {icon[v.outcome]} {v.outcome}",
-        "",
-        f"- candidate: {candidate_label}" + (f" (head {v.head_sha[:12]})" if v.head_sha else ""),
-        f"- baseline: {base_label}",
-    ]
-    if v.reused_cells:
-        lines.append(
-            f"- {len(v.reused_cells)} baseline cell(s) reused from sweep(s) "
-            + ", ".join(map(str, v.baseline_sweep_ids))
-            + "; the rest ran beside the candidate in sweep "
-            + str(v.sweep_id)
-        )
-    else:
-        lines.append(f"- every baseline cell ran beside the candidate in sweep {v.sweep_id}")
-    if dropped:
-        lines.append("- bundled patches dropped: " + "; ".join(d.describe() for d in dropped))
-    if report_url:
-        lines.append(f"- report: {report_url}")
-    if v.findings:
-        lines += ["", "### Findings", ""]
-        lines += [f"- **{f.check}** {f.summary}" for f in v.findings]
-    lines += ["", render_comparison(judgement.comparison)]
-    return "\n".join(lines)

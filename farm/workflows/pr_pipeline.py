@@ -19,18 +19,20 @@ from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
 from packaging.utils import canonicalize_name
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlmodel import Session
 
-from farm.analysis.verdicts import CheckConfig
-from farm.builds.history import merge_base
+from farm.analysis.check_rules import CheckConfig
+from farm.builds.git_history import merge_base
 from farm.builds.patches import PatchError, check_patch
 from farm.builds.series import Patch, Target
 from farm.builds.sources import ResolvedSource, installable, resolve_source
 from farm.builds.venv import patches_of, plan_builds
 from farm.errors import FarmError
-from farm.notify.github import GitHubClient, PullRequestRef
+from farm.goldens import GoldenCheck
+from farm.notify.github import GitHubClient, GitHubError, PullRequestRef
 from farm.plan import ServerCell
+from farm.report.pr_comment import render_pr_comment
 from farm.spec import (
     BuildSource,
     EngineSpec,
@@ -41,7 +43,7 @@ from farm.spec import (
     WheelSource,
 )
 from farm.store.baselines import cells_of_build
-from farm.store.repository import load_sweep
+from farm.store.repository import SweepCost, load_sweep, sweep_cost
 from farm.store.verdicts import record_verdict
 from farm.workflows.pr import (
     BaselineSelection,
@@ -55,7 +57,6 @@ from farm.workflows.pr import (
     job_engine,
     judge_pr,
     pr_head_source,
-    render_pr_comment,
     replaced_overlay,
     replaced_source,
     select_baseline,
@@ -114,11 +115,15 @@ class PrCheck(_Frozen):
     judgement: PrJudgement
     judged: bool
     comment: str
+    cost: SweepCost | None = None
 
 
 def source_argument(engine: EngineSpec, value: str) -> BuildSource:
     """``--source``: a wheel file, a source tree (a folder), or a ref of the repository
-    the PR replaces."""
+    the PR replaces. FarmError for an empty value (not "the current folder") or a ref
+    the repository's source cannot take."""
+    if not value.strip():
+        raise FarmError("--source is empty: give a wheel file, a source folder or a ref")
     path = Path(value).expanduser()
     if value.endswith(".whl"):
         if not path.is_file():
@@ -126,7 +131,11 @@ def source_argument(engine: EngineSpec, value: str) -> BuildSource:
         return WheelSource(kind="wheel", path=str(path.resolve()))
     if path.is_dir():
         return TreeSource(kind="tree", path=str(path.resolve()))
-    return git_ref_source(engine, value)
+    try:
+        return git_ref_source(engine, value)
+    except ValidationError as exc:
+        reason = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise FarmError(f"--source {value!r}: not a ref the farm can fetch ({reason})") from None
 
 
 def _part(engine: EngineSpec, overlay: str | None, source: BuildSource) -> EngineSpec:
@@ -335,8 +344,10 @@ def check_pr(
     *,
     report_url: str | None = None,
     config: CheckConfig | None = None,
+    goldens: Sequence[GoldenCheck] = (),
 ) -> PrCheck:
-    """Judge PR sweep ``sweep_id`` and store its verdict (once); render the comment."""
+    """Judge PR sweep ``sweep_id`` (the candidate against the base and the job's
+    ``goldens``) and store its verdict (once); render the comment."""
     judgement = judge_pr(
         load_sweep(session, sweep_id),
         base=setup.base.name,
@@ -347,18 +358,22 @@ def check_pr(
         head_sha=setup.head_sha,
         dropped=setup.dropped,
         config=config,
+        goldens=goldens,
     )
     verdict, new = record_verdict(session, judgement.verdict)
     judgement = judgement.model_copy(update={"verdict": verdict})
+    cost = sweep_cost(session, sweep_id)
     comment = render_pr_comment(
-        judgement,
+        verdict,
+        judgement.comparison,
         marker=comment_marker(setup.job, setup.base.name),
         candidate_label=setup.candidate_label,
         base_label=setup.base_label,
-        dropped=setup.dropped,
+        dropped=[d.describe() for d in setup.dropped],
         report_url=report_url,
+        cost=cost.describe(),
     )
-    return PrCheck(judgement=judgement, judged=new, comment=comment)
+    return PrCheck(judgement=judgement, judged=new, comment=comment, cost=cost)
 
 
 def publish_pr(
@@ -372,24 +387,35 @@ def publish_pr(
 ) -> tuple[str, bool, str | None]:
     """Create or update the PR's comment and set the head's status ``mtp-farm/JOB``.
 
-    Returns (comment URL, created, the status state set or None without a sha).
-    Raises GitHubError.
+    The status is set even when the comment cannot be written (GitHub refused it, or
+    failed): the status is what a branch protection rule reads. Returns (comment URL,
+    created, the status state set or None without a sha). Raises GitHubError, after
+    the status, when either call failed.
     """
     marker = comment_marker(setup.job, setup.base.name)
-    url, created = client.upsert_comment(ref, marker, check.comment)
-    if sha is None:
-        return url, created, None
-    status = commit_status(check.judgement.verdict)
-    client.set_status(
-        ref.owner,
-        ref.repo,
-        sha,
-        status.state,
-        f"mtp-farm/{setup.job}",
-        status.description,
-        target_url=report_url,
-    )
-    return url, created, status.state
+    failure: GitHubError | None = None
+    url, created = "", False
+    try:
+        url, created = client.upsert_comment(ref, marker, check.comment)
+    except GitHubError as exc:
+        failure = exc
+    state: str | None = None
+    if sha is not None:
+        status = commit_status(check.judgement.verdict)
+        client.set_status(
+            ref.owner,
+            ref.repo,
+            sha,
+            status.state,
+            f"mtp-farm/{setup.job}",
+            status.description,
+            target_url=report_url,
+        )
+        state = status.state
+    if failure is not None:
+        done = f"the status {state} was set on {sha}; " if state else ""
+        raise GitHubError(f"{failure} ({done}the comment was not written)") from None
+    return url, created, state
 
 
 def report_name(number: int, sweep_id: int) -> str:
@@ -405,7 +431,7 @@ def write_pr_report(session: Session, check: PrCheck, folder: Path) -> Path:
     from farm.analysis.summary import patched_bases, summarize_sweep
     from farm.errors import OutputError
     from farm.report.html import render_html
-    from farm.workflows.pipeline import write_page
+    from farm.workflows.nightly_pipeline import write_page
 
     verdict = check.judgement.verdict
     record = load_sweep(session, verdict.sweep_id)

@@ -15,6 +15,7 @@ from farm.yamlfile import read_text
 __all__ = [
     "LoadedWorkload",
     "Prompt",
+    "Turn",
     "check_prompts",
     "load_prompts",
     "load_workload",
@@ -28,12 +29,35 @@ _SHOWN = 10
 Scorer = Callable[[str, str], bool]
 
 
+class Turn(BaseModel):
+    """A follow-up user turn of a conversation, with its expected answer."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    prompt: str
+    answer: str | None = None
+
+
 class Prompt(BaseModel):
+    """One prompt record; with ``turns``, the first turn of a conversation.
+
+    Each follow-up turn is sent once the answer before it came back, with every
+    earlier turn and answer in its context: the engine's prefix cache then finds the
+    conversation so far (multi-turn chat, the prefix reuse of DESIGN.md section 1's
+    second seed). Turn ``k >= 2`` is recorded as request ``{id}#{k}``.
+    """
+
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     id: str
     prompt: str
     answer: str | None = None
+    turns: tuple[Turn, ...] = ()
+
+    def conversation(self) -> tuple[tuple[str, Turn], ...]:
+        """``(request id, turn)`` of every turn, the first one included."""
+        first = Turn(prompt=self.prompt, answer=self.answer)
+        return ((self.id, first), *((f"{self.id}#{k}", t) for k, t in enumerate(self.turns, 2)))
 
 
 class LoadedWorkload(BaseModel):

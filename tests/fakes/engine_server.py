@@ -16,6 +16,9 @@ Usage: ``python engine_server.py PORT [MODE...]``; modes combine:
 - ``hang``: chat requests are accepted and never answered; ``/health``,
   ``/v1/models`` and ``/metrics`` answer.
 - ``slow``: each chat answer takes one second.
+- ``die``: a chat request for a prompt that starts with ``die`` makes the server print
+  a traceback ending as vLLM CPU's does on a hybrid model with MTP and prefix caching
+  (models/README.md) and exit 1 without answering.
 - ``print-env``: print the environment as one line ``FAKE-ENV {json}`` at start.
 - ``spawn-children``: before serving, start two children that sleep (one by
   multiprocessing, as vLLM starts its EngineCore) and print ``FAKE-CHILDREN pids``.
@@ -32,6 +35,10 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+_DEATH = """(EngineCore pid=1) ERROR Traceback (most recent call last):
+(EngineCore pid=1)   File "vllm/v1/worker/mamba_utils.py", line 1226, in run_fused_precopy
+(EngineCore pid=1)     precopy_mamba_align_fused_kernel[grid](
+(EngineCore pid=1) TypeError: 'function' object is not subscriptable"""
 PORT = int(sys.argv[1]) if __name__ == "__main__" else 0
 MODES = frozenset(sys.argv[2:]) if __name__ == "__main__" else frozenset()
 _lock = threading.Lock()
@@ -126,6 +133,9 @@ class _Handler(BaseHTTPRequestHandler):
         if "slow" in MODES:
             time.sleep(1)
         prompt = body["messages"][-1]["content"]
+        if "die" in MODES and prompt.startswith("die"):
+            print(_DEATH, flush=True)
+            os._exit(1)
         with _lock:
             _state["served"] += 1
         self._send(_completion(prompt))

@@ -4,13 +4,17 @@ Nothing here talks to GitHub. It serves the calls `farm pr` makes and checks the
 shapes as GitHub would (the bearer token, the API headers, the JSON body keys), and
 records every call so tests can count comment creations, updates and statuses:
 
+- ``GET  /user``                                  (Get the authenticated user)
 - ``GET  /repos/{o}/{r}/pulls/{n}``               (Get a pull request)
 - ``GET  /repos/{o}/{r}/issues/{n}/comments``     (List issue comments, paginated)
 - ``POST /repos/{o}/{r}/issues/{n}/comments``     (Create an issue comment)
 - ``PATCH /repos/{o}/{r}/issues/comments/{id}``   (Update an issue comment)
 - ``POST /repos/{o}/{r}/statuses/{sha}``          (Create a commit status)
 
-A wrong token gets 401 and a request of a bad shape 422, as GitHub answers them.
+A wrong token gets 401, a request of a bad shape 422, and an update of a comment
+someone else wrote 403 (an ordinary token may edit only its own), as GitHub answers
+them. ``app_token`` makes ``GET /user`` answer 403, as it does for an app's
+installation token.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ class FakeGitHub:
     """The fake's state: its token, pull requests, comments and statuses."""
 
     token: str
+    login: str = "farm-bot"  # the token's own user
+    app_token: bool = False
     owner: str = "acme"
     repo: str = "plugin"
     pulls: dict[int, FakePull] = field(default_factory=dict)
@@ -66,10 +72,16 @@ class FakeGitHub:
     def calls_of(self, method: str, pattern: str) -> list[RecordedCall]:
         return [c for c in self.calls if c.method == method and re.search(pattern, c.path)]
 
-    def add_comment(self, number: int, body: str) -> int:
-        """A comment someone else wrote (the farm must leave it alone)."""
+    def add_comment(self, number: int, body: str, user: str = "someone-else") -> int:
+        """A comment ``user`` wrote (by default someone else: the farm must leave it
+        alone)."""
         self._next_id += 1
-        self.comments[self._next_id] = {"id": self._next_id, "number": number, "body": body}
+        self.comments[self._next_id] = {
+            "id": self._next_id,
+            "number": number,
+            "body": body,
+            "user": user,
+        }
         return self._next_id
 
     # --- request handling -----------------------------------------------------------
@@ -96,6 +108,10 @@ class FakeGitHub:
         if headers.get("accept") != "application/vnd.github+json":
             self.problems.append(f"{method} {path}: Accept is {headers.get('accept')!r}")
         route, _, query = path.partition("?")
+        if route == "/user" and method == "GET":
+            if self.app_token:
+                return 403, {"message": "Resource not accessible by integration"}, {}, body
+            return 200, {"login": self.login, "id": 1, "type": "User"}, {}, body
         prefix = f"/repos/{self.owner}/{self.repo}"
         if not route.startswith(prefix + "/"):
             return 404, {"message": "Not Found"}, {}, body
@@ -149,7 +165,7 @@ class FakeGitHub:
         if not body or set(body) != {"body"} or not isinstance(body["body"], str):
             self.problems.append(f"create comment: body keys {sorted(body or {})}")
             return 422, {"message": "Validation Failed"}, {}
-        comment_id = self.add_comment(number, body["body"])
+        comment_id = self.add_comment(number, body["body"], user=self.login)
         return 201, self._shown(self.comments[comment_id]), {}
 
     def _update(
@@ -160,6 +176,8 @@ class FakeGitHub:
         if not body or set(body) != {"body"} or not isinstance(body["body"], str):
             self.problems.append(f"update comment: body keys {sorted(body or {})}")
             return 422, {"message": "Validation Failed"}, {}
+        if self.comments[comment_id]["user"] != self.login:
+            return 403, {"message": "Resource not accessible by personal access token"}, {}
         self.comments[comment_id]["body"] = body["body"]
         return 200, self._shown(self.comments[comment_id]), {}
 
@@ -183,7 +201,12 @@ class FakeGitHub:
 
     def _shown(self, c: dict[str, Any]) -> dict[str, Any]:
         html = f"https://github.example/{self.owner}/{self.repo}/pull/{c['number']}"
-        return {"id": c["id"], "body": c["body"], "html_url": f"{html}#issuecomment-{c['id']}"}
+        return {
+            "id": c["id"],
+            "body": c["body"],
+            "user": {"login": c["user"], "type": "User"},
+            "html_url": f"{html}#issuecomment-{c['id']}",
+        }
 
 
 @contextmanager

@@ -26,11 +26,11 @@ from typer.testing import CliRunner
 
 from farm import store
 from farm.cli.main import app
-from farm.notify.pipeline import check_and_notify
+from farm.orchestrate.driver import plan_job
 from farm.plan import ExcludedCell, Plan
 from farm.records import BuildInfo, CellResult, RequestRecord, SpecCounters, VariantResult
 from farm.spec import load_job
-from farm.sweep import plan_job
+from farm.workflows.nightly_pipeline import check_alerts
 
 REPO = Path(__file__).resolve().parents[2]
 BRACKETS = "engine died: [/models/m/config.json] missing; [bold] and [think-on.arith] stay"
@@ -121,7 +121,7 @@ def fill_store(url: str, job_name: str | None = None) -> int:
             store.save_cell_result(session, sweep_id, failed)
             store.finish_sweep(session, sweep_id, "failed")
         with store.Session(engine) as session:
-            check_and_notify(session, sweep_id, notifiers=())
+            check_alerts(session, sweep_id, notifiers=())
     finally:
         engine.dispose()
     return sweep_id
@@ -438,7 +438,7 @@ OUT_CASES: dict[str, tuple[list[str], Callable[[Path], Path], str]] = {
         lambda d: d,
         "store's own file",
     ),
-    "compare-onto-store": (["compare", "1", "1"], lambda d: d, "store's own file"),
+    "compare-onto-store": (["compare", "1", "2"], lambda d: d, "store's own file"),
     "export-into-folder": (["export", "1"], lambda d: d.parent, "is a folder; name a file in it"),
     "report-into-folder": (["report", "1", "--format", "html"], lambda d: d.parent, "is a folder"),
     "export-missing-folder": (
@@ -452,7 +452,7 @@ OUT_CASES: dict[str, tuple[list[str], Callable[[Path], Path], str]] = {
         "does not exist",
     ),
     "compare-missing-folder": (
-        ["compare", "1", "1"],
+        ["compare", "1", "2"],
         lambda d: d.parent / "no" / "c.md",
         "does not exist",
     ),
@@ -477,8 +477,8 @@ def test_an_output_path_that_would_destroy_or_cannot_hold_a_file_is_refused(
 def _job_file(tmp_path: Path, name: str = "local", extra_depth: bool = False) -> Path:
     text = (REPO / "jobs" / "local.yaml").read_text()
     text = text.replace("name: local", f"name: {name}")
-    text = text.replace("../models/tiny-mtp", str(REPO / "models" / "tiny-mtp"))
-    text = text.replace("../workloads/arith.jsonl", str(REPO / "workloads" / "arith.jsonl"))
+    text = text.replace("../models/tiny-step", str(REPO / "models" / "tiny-step"))
+    text = text.replace("../workloads/arith-mix.jsonl", str(REPO / "workloads" / "arith-mix.jsonl"))
     if extra_depth:
         text = text.replace("    count: 32", "    count: 16")
     path = tmp_path / f"{name}.yaml"

@@ -46,15 +46,13 @@ NOTE = "{note}"
 def register():
     import vllm.plugins  # noqa: F401  (vLLM is imported in register(), as plugins do)
 """
-# The regression: late draft positions spoiled after the proposer built them (0103's rule).
+# The regression: late draft positions spoiled after the proposer built them (0103's
+# rule), in the base proposer and in Step-3.5's, which has a propose() of its own.
 GUILTY = """\
 NOTE = "{note}"
 
 
-def register():
-    from vllm.v1.spec_decode import llm_base_proposer
-
-    cls = llm_base_proposer.SpecDecodeBaseProposer
+def _spoil_late_drafts(cls):
     if getattr(cls.propose, "_late_drafts", False):
         return
     inner = cls.propose
@@ -68,6 +66,13 @@ def register():
 
     propose._late_drafts = True
     cls.propose = propose
+
+
+def register():
+    from vllm.v1.spec_decode import llm_base_proposer, step3p5
+
+    _spoil_late_drafts(llm_base_proposer.SpecDecodeBaseProposer)
+    _spoil_late_drafts(step3p5.Step3p5MTPProposer)
 """
 BROKEN = 'NOTE = "{note}"\n\ndef register(:\n    pass\n'
 GUILTY_INDEX, BROKEN_INDEX, COMMITS = 11, 8, 17

@@ -58,7 +58,7 @@ def test_bisect_notify_names_the_guilty_commit_in_the_channels(
     assert "no notification channel is configured" in warning
     assert "FARM_NOTIFY_SLACK_URL" in warning and "FARM_NOTIFY_WEBHOOK_URL" in warning
 
-    # Slack refuses: WeCom still gets the answer, the exit status is 1, no secret shown.
+    # Slack refuses: WeCom still gets the answer, the exit status is 4, no secret shown.
     with receiving() as channels:
         channels.answer((404, "no_service"), (200, '{"errcode":0,"errmsg":"ok"}'))
         result = CliRunner().invoke(
@@ -71,7 +71,7 @@ def test_bisect_notify_names_the_guilty_commit_in_the_channels(
             },
         )
     print(result.output)
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 4, result.output
     assert "notification failed: slack POST http://127.0.0.1:" in result.stderr
     assert TOKEN not in result.output and "wecom-key-0123456789" not in result.output
     assert guilty in channels.requests[1].json()["markdown"]["content"]

@@ -23,18 +23,18 @@ from sqlmodel import Session
 from typer.testing import CliRunner
 
 from farm import store
-from farm.analysis.simulate import FloatArray, prompt_acceptance, simulate_requests
 from farm.builds.venv import plan_builds
 from farm.cli.main import app
 from farm.errors import FarmError
+from farm.orchestrate.driver import plan_job
 from farm.plan import Variant
 from farm.records import BuildInfo, CellResult, SpecCounters, VariantResult
 from farm.spec import EngineSpec, GitSource, JobSpec, parse_job
 from farm.store.bisections import get_bisection, list_bisections
-from farm.sweep import plan_job
 from farm.workflows.bisect_pipeline import BisectRun, run_bisection
 from farm.workflows.bisect_setup import prepare_bisect
 from tests.fakes.plugin_repo import PluginRepo, git
+from tests.fakes.simulate import FloatArray, prompt_acceptance, simulate_requests
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN = "farm-bisect-fake"
@@ -279,7 +279,9 @@ def test_bad_ends_in_the_figures_are_refused_and_nothing_is_stored(
     # 5 -> 7 is a rise (the good end shows the drop).
     fake = FakeEngine(url, h.commits, guilty=3, fixed_from=6)
     with pytest.raises(FarmError, match=r"does not reproduce the drop"):
-        _run(h, url, fake, good=0, bad=1)
+        _run(h, url, fake, good=0, bad=2)
+    with pytest.raises(FarmError, match=r"adjacent commits: nothing between"):
+        _run(h, url, fake, good=4, bad=5)  # issue 20: the README refuses such a range
     with pytest.raises(FarmError, match=r"--good \w+ shows the drop.*swapped"):
         _run(h, url, fake, good=5, bad=7)
     with Session(store.open_store(url)) as s:
@@ -307,6 +309,7 @@ def _cli(h: History, url: str, *args: str) -> tuple[int, str]:
         (("--good", "no-such-ref", "--bad", "{c1}"), r"--good no-such-ref: no such commit"),
         (("--good", "{c0}", "--bad", "v9"), r"--bad v9: no such commit"),
         (("--good", "{c2}", "--bad", "{c2}"), r"same commit .* no commits to bisect"),
+        (("--good", "{c1}", "--bad", "{c2}"), r"adjacent commits: nothing between them"),
         (("--good", "side", "--bad", "{c3}"), r"not an ancestor"),
         (("--good", "{c0}", "--bad", "{c1}", "--engine", "sglang"), r"--engine sglang: job"),
     ],
@@ -401,10 +404,9 @@ def test_a_broken_commit_just_before_the_guilty_one_is_inconclusive(tmp_path: Pa
 def test_an_alert_gives_the_engine_the_cell_and_both_ends(tmp_path: Path) -> None:
     """`--from-alert`: a nightly-style alert on a FAKE night at commit 7 against the
     last good night at commit 1 names the engine, the cell and both commits."""
-    from farm.cli.bisect import _alert_refs, _from_alert
-    from farm.comparable import ComparableKey
-    from farm.notify.alert import AlertCandidate, AlertDetails, AlertFigure, FigureInterval
+    from farm.results.alerts import AlertCandidate, AlertDetails, AlertFigure, FigureInterval
     from farm.store.alerts import raise_alerts
+    from farm.workflows.bisect_ends import alert_ends, alert_refs
 
     h = _history(tmp_path, 9)
     url = f"sqlite:///{tmp_path / 'farm.db'}"
@@ -412,7 +414,7 @@ def test_an_alert_gives_the_engine_the_cell_and_both_ends(tmp_path: Path) -> Non
     setup = prepare_bisect(h.job, "vllm-cpu", h.commits[0], h.commits[-1], {}, tmp_path / "c")
     nights = [fake(_night(setup.engine_at(h.commits[i]), h.job), "night") for i in (1, 7)]
     [cell] = [c for c in setup.cells if c.axes["sliding_window"] == "off"]
-    key = ComparableKey.of_cell(cell)
+    key = cell.key
     value = FigureInterval.of(3.0)
     figure = AlertFigure(
         metric="mean_acceptance_length",
@@ -432,9 +434,9 @@ def test_an_alert_gives_the_engine_the_cell_and_both_ends(tmp_path: Path) -> Non
     )
     with Session(store.open_store(url)) as s:
         [stored] = raise_alerts(s, nights[1], [alert])
-    ends = _from_alert(url, stored.id)
+        ends = alert_ends(s, stored.id)
     assert ends.engine == "vllm-cpu"
-    assert _alert_refs(h.job, ends) == (h.commits[1], h.commits[7])
+    assert alert_refs(h.job, ends) == (h.commits[1], h.commits[7])
     assert ends.only["sliding_window"] == "off" and ends.only["model"] == "tiny-mtp"
     assert ends.only["mtp_depth"] == "3"
 
@@ -451,7 +453,7 @@ def test_from_alert_bisects_the_nightly_alert_end_to_end(
     the cell and both ends from it and names the guilty commit, running only the
     alert's cell (the FAKE engine stands in for each step's sweep)."""
     from farm.store.alerts import list_alerts
-    from farm.workflows.pipeline import check_night
+    from farm.workflows.nightly_pipeline import check_night
 
     h = _history(tmp_path, 9)
     url = f"sqlite:///{tmp_path / 'farm.db'}"

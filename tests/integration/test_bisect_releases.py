@@ -29,14 +29,14 @@ from sqlmodel import Session
 from typer.testing import CliRunner
 
 from farm import store
-from farm.analysis.simulate import prompt_acceptance
 from farm.builds.venv import ensure_build
 from farm.cli.main import app
 from farm.errors import BuildError
+from farm.orchestrate.driver import plan_job
 from farm.records import BuildInfo, CellResult
 from farm.spec import JobSpec, parse_job
 from farm.store.bisections import list_bisections
-from farm.sweep import plan_job
+from tests.fakes.simulate import prompt_acceptance
 from tests.integration.test_bisect_pipeline import PROMPTS, _fake_result
 
 REPO = Path(__file__).resolve().parents[2]
@@ -286,7 +286,7 @@ def test_a_pypi_overlay_from_an_alert_is_bisected_on_layered_builds(
     skips the release whose wheel pip cannot install."""
     from farm.store.alerts import list_alerts
     from farm.workflows.bisect_setup import prepare_bisect
-    from farm.workflows.pipeline import check_night
+    from farm.workflows.nightly_pipeline import check_night
 
     job, job_file = _job(tmp_path, OVERLAYS)
     url = f"sqlite:///{tmp_path / 'farm.db'}"

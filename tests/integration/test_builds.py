@@ -12,9 +12,9 @@ import pytest
 from farm.builds import ensure_build
 from farm.builds.site import site_packages
 from farm.errors import BuildError
+from farm.orchestrate.driver import SweepOptions, run_sweep
 from farm.records import BuildInfo
 from farm.spec import JobSpec
-from farm.sweep import SweepOptions, run_sweep
 
 MARKED = "vllm/logits_process.py"  # a small module of the real engine
 UNTOUCHED = "vllm/envs.py"
@@ -87,7 +87,9 @@ def test_broken_patch_fails_only_its_build(
     tmp_path: Path,
     ray_local: None,
 ) -> None:
-    clean = local_job.engines[0]
+    # This test's own series (FARM_PATCHES_DIR) replaces the bundled one: the clean
+    # engine goes without the bundled fix, which MTP off (depth 0 here) does not need.
+    clean = local_job.engines[0].model_copy(update={"patches": ()})
     broken = clean.model_copy(update={"name": "vllm-cpu-broken", "patches": ("broken",)})
     with pytest.raises(BuildError, match="broken"):
         ensure_build(broken, farm_home / "cache")
@@ -108,8 +110,8 @@ def test_broken_patch_fails_only_its_build(
     )
     url = f"sqlite:///{tmp_path / 'farm.db'}"
     outcome = run_sweep(job, "name: broken", SweepOptions(db_url=url, home=farm_home))
-    assert outcome.ok == ("vllm-cpu.tiny-mtp.eager.mtp0.swa-on",)
-    assert outcome.failed == ("vllm-cpu-broken.tiny-mtp.eager.mtp0.swa-on",)
+    assert outcome.ok == ("vllm-cpu.tiny-step.eager.mtp0.swa-on",)
+    assert outcome.failed == ("vllm-cpu-broken.tiny-step.eager.mtp0.swa-on",)
     from farm import store
 
     with store.Session(store.open_store(url)) as session:

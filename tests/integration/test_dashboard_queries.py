@@ -29,14 +29,15 @@ import yaml
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from farm import store
 from farm.analysis.history import series_from_sweeps
 from farm.analysis.stats import accuracy
 from farm.comparable import ComparableKey
 from farm.dashboards.files import ALERTING_FILE, render_files
 from farm.dashboards.macros import TimeRange, interpolate
-from farm.notify.alert import AlertCandidate, AlertDetails, alert_key
 from farm.plan import Plan, ServerCell, Variant
 from farm.records import CellResult, RequestRecord, SpecCounters, SweepRecord, VariantResult
+from farm.results.alerts import AlertCandidate, AlertDetails, alert_key
 from farm.store import (
     Session,
     create_sweep,
@@ -45,7 +46,7 @@ from farm.store import (
     open_store,
     save_cell_result,
 )
-from farm.store.alerts import acknowledge, raise_alerts, resolve
+from farm.store.alerts import acknowledge, raise_alerts, resolve, triage
 
 # --- the store ---------------------------------------------------------------------------
 
@@ -152,6 +153,7 @@ def _ok(
         ),
         startup_s=startup,
         generation_s=30.0,
+        npus=2 if node == "node-b" else None,  # node-b's servers hold two NPUs
     )
 
 
@@ -486,7 +488,7 @@ def test_every_panel_variable_and_alert_query_runs(farm: Farm) -> None:
     for title, sql_text in _alert_rules().items():
         assert _run(farm.url, interpolate(sql_text, _range(), {})), title
         ran += 1
-    assert ran == 17
+    assert ran == 22
     # Nothing from the sweeps outside the range: the acceptance dashboard opens on job
     # pr (newest in the range), the health tables list neither old sweep.
     everything = json.dumps(
@@ -700,6 +702,25 @@ def test_sweeps_by_status_and_sweep_table(farm: Farm) -> None:
     assert two["duration"] is not None and two["duration"] >= 0
 
 
+def test_device_hours_per_sweep_equal_what_each_cell_cost(farm: Farm) -> None:
+    rows = _health("Device hours per sweep", farm)
+    got = {(r["metric"], r["time"]): r["device hours"] for r in rows}
+    expected = {
+        (s.job, s.started_at): sum(c.result.device_s for c in s.cells if c.result) / 3600
+        for s in (*farm.nightly, farm.pr)
+    }
+    assert got.keys() == expected.keys()
+    for k, hours in expected.items():
+        assert _close(got[k], hours), (k, got[k], hours)
+    # Two NPUs cost twice their server time; a failed start-up costs its 5 s.
+    two = [c.result for s in farm.nightly for c in s.cells if c.result and c.result.npus == 2]
+    assert two and all(
+        r.device_s == 2 * (r.startup_s or 0) + 2 * (r.generation_s or 0) for r in two
+    )
+    # No verdict in this store: the per-verdict table is empty, and runs.
+    assert _health("Device hours per verdict", farm) == []
+
+
 def test_failed_cells_appear_with_their_error(farm: Farm) -> None:
     rows = _health("Failed cells", farm)
     got = {(r["sweep"], r["cell"], r["status"], r["error"]) for r in rows}
@@ -731,9 +752,9 @@ def test_cell_durations_by_node(farm: Farm) -> None:
 
 
 def test_open_alerts_table_and_count(farm: Farm) -> None:
-    rows = _health("Open and acknowledged alerts", farm)
+    rows = _health("Open alerts", farm)
     assert [(r["id"], r["state"], r["severity"]) for r in rows] == [
-        (farm.alert_ids["critical"], "open", "critical"),
+        (farm.alert_ids["critical"], "untriaged", "critical"),
         (farm.alert_ids["acknowledged"], "acknowledged", "warning"),
     ]
     three = farm.nightly[2].sweep_id
@@ -743,9 +764,33 @@ def test_open_alerts_table_and_count(farm: Farm) -> None:
         for r in rows
     )
     assert rows[0]["summary"].startswith("graph_vs_eager on ")
-    (count,) = _health("Open alerts", farm)
-    assert count["open alerts"] == 1
-    assert _health("Open and acknowledged alerts", farm, job=["pr"]) == []
+    (count,) = _health("Untriaged alerts", farm)
+    assert count["untriaged alerts"] == 1
+    assert _health("Open alerts", farm, job=["pr"]) == []
+    assert _health("Open alerts by state", farm) == [
+        {"metric": "acknowledged", "alerts": 1},
+        {"metric": "untriaged", "alerts": 1},
+    ]
+
+
+def test_alert_triage_shows_the_invalid_rate_and_the_time_to_triage(farm: Farm) -> None:
+    (before,) = _health("Alert triage", farm)
+    # triaged: the acknowledged alert and the resolved (fixed) one; no false alarm yet
+    assert before["triaged"] == 2 and before["invalid-alert rate"] == 0.0
+    assert 0 <= before["median hours to triage"] < 1
+    dsn = psycopg.conninfo.conninfo_to_dict(farm.url)
+    engine = store.open_store(
+        f"postgresql://{dsn['user']}@{dsn['host']}:{dsn['port']}/{dsn['dbname']}"
+    )
+    try:
+        with store.Session(engine) as s:
+            triage(s, farm.alert_ids["resolved"], "invalid", "dana", "run-to-run noise")
+        (after,) = _health("Alert triage", farm)
+        assert after["triaged"] == 2 and after["invalid-alert rate"] == 0.5
+    finally:
+        with store.Session(engine) as s:
+            triage(s, farm.alert_ids["resolved"], "fixed", "dana")
+        engine.dispose()
 
 
 # --- alert rules ------------------------------------------------------------------------
@@ -760,3 +805,12 @@ def test_alert_rules_fire_on_open_alerts_and_failed_cells(farm: Farm) -> None:
         {"job": "nightly", "failed_cells": 1.0},
         {"job": "pr", "failed_cells": 0.0},
     ]
+
+
+def test_the_spread_panel_has_each_keys_al_and_its_night_to_night_sd(farm: Farm) -> None:
+    rows = _health("Run-to-run AL spread by key", farm)
+    assert rows and all(r["nights"] >= 2 for r in rows)
+    assert all(r["AL"] > 1 and r["AL sd, relative"] >= 0 for r in rows)
+    spreads = [r["AL sd, relative"] for r in rows]
+    assert spreads == sorted(spreads, reverse=True)  # the noisiest key first
+    assert _health("Run-to-run AL spread by key", farm, job=["nosuch"]) == []

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 from farm import store
+from farm.orchestrate.driver import SweepOptions, run_sweep
 from farm.orchestrate.fake import fake_build, fake_run_cell
 from farm.spec import parse_job
-from farm.sweep import SweepOptions, run_sweep
 
 JOB = """\
 name: killed
@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 from farm.orchestrate.fake import fake_build, fake_run_cell
 from farm.spec import parse_job
-from farm.sweep import SweepOptions, run_sweep
+from farm.orchestrate.driver import SweepOptions, run_sweep
 text = Path(sys.argv[1]).read_text()
 job = parse_job(text, base_dir=sys.argv[2])
 options = SweepOptions(db_url=sys.argv[3], home=Path(sys.argv[4]), runner=fake_run_cell,

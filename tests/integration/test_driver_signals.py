@@ -24,11 +24,11 @@ from typer.testing import CliRunner
 from farm import store
 from farm.cli.main import app
 from farm.errors import StoreError
+from farm.orchestrate.driver import SweepEvents, SweepOptions, run_sweep
 from farm.orchestrate.fake import fake_build, fake_run_cell
 from farm.spec import parse_job
 from farm.store import SweepInUseError
 from farm.store.verdicts import job_verdicts
-from farm.sweep import SweepEvents, SweepOptions, run_sweep
 
 JOB = """\
 name: signals
@@ -47,7 +47,7 @@ resources: {cpus: 1}
 FARM_CLI = """
 import sys
 import farm.orchestrate.ray_pool as ray_pool
-import farm.sweep as sweep
+import farm.orchestrate.driver as sweep
 from farm.orchestrate.fake import fake_build, fake_run_cell
 ray_pool._default_runner = fake_run_cell
 sweep.default_build = fake_build
@@ -62,7 +62,7 @@ import sys
 from pathlib import Path
 from farm.orchestrate.fake import fake_build, fake_run_cell
 from farm.spec import parse_job
-from farm.sweep import SweepOptions, run_sweep
+from farm.orchestrate.driver import SweepOptions, run_sweep
 text = Path(sys.argv[1]).read_text()
 job = parse_job(text, base_dir=sys.argv[2])
 options = SweepOptions(db_url=sys.argv[3], home=Path(sys.argv[4]), runner=fake_run_cell,

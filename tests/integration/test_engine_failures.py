@@ -20,7 +20,7 @@ pytestmark = pytest.mark.engine
 def test_max_model_len_beyond_the_model_fails_fast_with_the_engines_error(
     local_job: JobSpec, engine_build: BuildInfo, tmp_path: Path
 ) -> None:
-    # models/tiny-mtp has max_position_embeddings 512: vLLM refuses 4096 at start.
+    # models/tiny-step has max_position_embeddings 512: vLLM refuses 4096 at start.
     model = local_job.models[0].model_copy(update={"max_model_len": 4096})
     job = local_job.model_copy(
         update={

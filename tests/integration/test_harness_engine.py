@@ -98,9 +98,9 @@ def test_lm_eval_gsm8k_format_through_the_proxy_keeps_per_request_acceptance(
         assert variant.counters.mean_acceptance_length > 1.5
 
     # The thinking axis reached the engine through the proxy: the tiny model adds
-    # correctly only when it thinks, and its thinking is long.
+    # these 3..5-digit sums reliably only when it thinks, and its thinking is long.
     on, off = by_thinking["on"].requests, by_thinking["off"].requests
     assert sum(bool(r.correct) for r in on) >= LIMIT - 1
-    assert sum(bool(r.correct) for r in off) <= 2
+    assert sum(bool(r.correct) for r in off) < sum(bool(r.correct) for r in on)
     assert min(r.completion_tokens for r in on) > 3 * max(r.completion_tokens for r in off)
     assert all("</think>" in r.output_text for r in on)

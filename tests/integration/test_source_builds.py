@@ -146,7 +146,7 @@ def test_pull_request_from_a_mirror_builds_patches_and_moves_with_the_pr(
         app, ["builds", "gc", "--older-than-days", "0"], env={"FARM_HOME": str(home)}
     )
     assert gc.exit_code == 0, gc.output
-    assert "removed 3 build(s), 1 git source(s)" in gc.output
+    assert "removed 3 build(s), 0 unfinished build folder(s), 1 git source(s)" in gc.output
     assert not list((cache / "sources" / "git").glob("*.git"))
 
 

@@ -23,15 +23,15 @@ import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from farm import store
-from farm.analysis.simulate import simulate_sweep
 from farm.cli.main import app
+from farm.orchestrate.driver import SweepEvents, SweepOptions, run_sweep
 from farm.orchestrate.fake import fake_build, fake_run_cell
-from farm.orchestrate.ray_pool import LineSink
+from farm.orchestrate.node_builds import LineSink
 from farm.plan import Plan, ServerCell
 from farm.records import BuildInfo, CellResult
 from farm.spec import EngineSpec, parse_job
 from farm.store.spool import SPOOL_FORMAT, scan_spool, spool_result, spooled
-from farm.sweep import SweepEvents, SweepOptions, run_sweep
+from tests.fakes.simulate import simulate_sweep
 
 JOB = """\
 name: spool

@@ -339,6 +339,24 @@ def test_saving_twice_replaces_variant_runs(session: Session) -> None:
     assert _count(session, "request_numbers") == 0
 
 
+def test_engine_steps_and_prefix_counts_round_trip_and_zeros_take_no_rows(
+    session: Session,
+) -> None:
+    plan = _plan()
+    sweep_id = create_sweep(session, plan, job_yaml="", host="h")
+    result = _ok_result(plan.cells[0], accepted=40)
+    spec, *rest = result.variants
+    served = spec.counters.model_copy(update={"engine_steps": 17, "prefix_queries": 300})
+    result = result.model_copy(
+        update={"variants": (spec.model_copy(update={"counters": served}), *rest)}
+    )
+    save_cell_result(session, sweep_id, result)
+    assert _count(session, "metric") == 9 + 2  # prefix_hits is 0: no row
+    loaded = load_sweep(session, sweep_id).cells[0].result
+    assert loaded == result
+    assert loaded is not None and loaded.variants[0].counters.prefix_hit_rate == 0.0
+
+
 def test_completed_cell_ids(session: Session) -> None:
     plan = _plan()
     sweep_id = create_sweep(session, plan, job_yaml="", host="h")
@@ -441,7 +459,7 @@ def test_migrations_build_exactly_the_tables_of_the_models(db_url: str) -> None:
 
 
 def test_errors_name_what_is_missing(session: Session) -> None:
-    with pytest.raises(StoreError, match=r"no sweep 999; `farm report` lists sweeps"):
+    with pytest.raises(StoreError, match=r"no sweep 999; `farm sweeps` lists them"):
         load_sweep(session, 999)
     with pytest.raises(StoreError, match="no sweep 999"):
         finish_sweep(session, 999, "ok")

@@ -24,7 +24,7 @@ from alembic import command
 from test_spool import JOB, TcpProxy, proxied_url  # noqa: F401  (a fixture)
 
 from farm import store
-from farm.analysis.simulate import simulate_sweep
+from farm.orchestrate.driver import SweepEvents, SweepOptions, run_sweep
 from farm.orchestrate.fake import fake_build, fake_run_cell
 from farm.plan import Plan, ServerCell
 from farm.records import CellResult, SweepRecord
@@ -32,7 +32,7 @@ from farm.spec import parse_job
 from farm.store import SweepInUseError
 from farm.store.db import _alembic_config, normalize_url
 from farm.store.spool import spool_dir, spool_result, spooled
-from farm.sweep import SweepEvents, SweepOptions, run_sweep
+from tests.fakes.simulate import simulate_sweep
 
 # --- store and spool both failing ------------------------------------------------------
 

@@ -12,11 +12,12 @@ from pathlib import Path
 
 from sqlmodel import Session
 
+from farm.analysis.alert_rules import alert_candidates
 from farm.analysis.checks import check_sweep
 from farm.analysis.compare import compare_sweeps
 from farm.analysis.history import series_from_sweeps
+from farm.analysis.judgement import JudgeRules, judge
 from farm.analysis.summary import patched_bases
-from farm.notify.candidates import alert_candidates_from_report
 from farm.store import load_sweep, open_store
 from farm.store.alerts import list_alerts, raise_alerts
 
@@ -30,20 +31,25 @@ def test_a_migrated_store_reports_the_same_findings_keys_and_figures(tmp_path: P
     with Session(open_store(f"sqlite:///{db}")) as session:
         canaries, clean = load_sweep(session, 1), load_sweep(session, 2)
         report = check_sweep(canaries, patched_bases(canaries.builds))
-        assert [f.message for f in report.findings] == expected["findings"]
+        assert [f.describe() for f in report.regressions] == expected["findings"]
         assert len(report.verdicts) == expected["verdicts"]
 
         comparison = compare_sweeps(clean, canaries)
         rows = [
-            [r.key, r.label, r.outcome, r.difference.estimate if r.difference else None]
+            [r.key.label, r.label, r.outcome, r.difference.estimate if r.difference else None]
             for r in comparison.rows
         ]
         assert rows == expected["compare"]
 
-        candidates = alert_candidates_from_report(report, canaries)
+        rules = JudgeRules(base_of=patched_bases(canaries.builds))
+        candidates = alert_candidates(judge(canaries, rules=rules))
         assert sorted(c.key for c in candidates) == expected["alert_keys"]
         # The same regressions seen again update the alerts stored before the change.
-        before = {a.key: a.id for a in list_alerts(session, state=None)}
+        stored = list_alerts(session)
+        # Alerts stored before triage states: open ones are untriaged now (migration 0011).
+        assert stored and {a.state for a in stored} <= {"untriaged", "fixed"}
+        assert all(a.triaged_by is None for a in stored if a.state == "untriaged")
+        before = {a.key: a.id for a in stored}
         again = raise_alerts(session, 1, candidates)
         assert {a.key: a.id for a in again} == {k: before[k] for k in expected["alert_keys"]}
         assert all(a.details.cell.label in a.key for a in again)

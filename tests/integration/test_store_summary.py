@@ -23,7 +23,6 @@ from typer.testing import CliRunner
 
 from farm.analysis.checks import check_sweep
 from farm.analysis.history import series_from_sweeps
-from farm.analysis.simulate import simulate_sweep
 from farm.analysis.summary import patched_bases, summarize_sweep
 from farm.cli.reports import render_report
 from farm.cli.store import db_app
@@ -32,8 +31,9 @@ from farm.records import RequestRecord, SweepRecord
 from farm.store import create_sweep, finish_sweep, load_sweep, open_store, save_cell_result
 from farm.store.export import read_sweep_export
 from farm.store.prune import parse_age, prune_text
-from farm.store.repository import history_series, history_sweeps
+from farm.store.repository import history_series, history_sweeps, list_sweeps, sweep_cost
 from farm.store.requests import history_series as summaries_series
+from tests.fakes.simulate import simulate_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDED = REPO / "bench" / "data" / "recorded"
@@ -82,7 +82,9 @@ def _synthetic(seed: int) -> SweepRecord:
 
 def _figures(record: SweepRecord) -> list[tuple[object, ...]]:
     report = check_sweep(record, patched_bases(record.builds))
-    return [(f.metric, f.message) for f in report.findings if f.metric != "greedy_divergence"] + [
+    return [
+        (f.metric, f.describe()) for f in report.regressions if f.metric != "greedy_divergence"
+    ] + [
         (s.label, s.mean_acceptance_length, s.accuracy, s.requests) for s in summarize_sweep(record)
     ]
 
@@ -236,7 +238,7 @@ def test_migration_packs_requests_moves_text_and_fills_summaries(tmp_path: Path)
             assert _packed_now(conn) == _packed_from_0007(rows)
             canaries, clean = load_sweep(session, 1), load_sweep(session, 2)
             report = check_sweep(canaries, patched_bases(canaries.builds))
-            assert [f.message for f in report.findings] == expected["findings"]
+            assert [f.describe() for f in report.regressions] == expected["findings"]
             for record in (canaries, clean):
                 for count in (1, 2):
                     assert history_series(session, record, count) == series_from_sweeps(
@@ -294,7 +296,12 @@ def test_migration_0008_moves_data_down_and_up_again(db_url: str) -> None:
         (r.prompt_id, r.output_text, r.latency_s) for r in loaded
     ]
     counters = [json.loads(c) if isinstance(c, str) else c for *_, c in restored]
-    assert counters == [r.counters and r.counters.model_dump(mode="json") for r in loaded]
+    # The per-request counters as revision 0007 knew them (a request has no engine-wide
+    # counters: those are the variant's).
+    known = ("drafts", "draft_tokens", "accepted", "accepted_per_pos")
+    assert counters == [
+        r.counters and r.counters.model_dump(mode="json", include=set(known)) for r in loaded
+    ]
     engine = open_store(db_url)  # and up again: texts moved, summaries backfilled
     try:
         with Session(engine) as s:
@@ -401,3 +408,28 @@ def test_prune_keeps_the_texts_recent_sweeps_share(session: Session) -> None:
             r.output_text is None for reqs in _requests(load_sweep(session, pruned)) for r in reqs
         )
     assert prune_text(session, timedelta(days=30)).texts == 0  # nothing left to drop
+
+
+def test_sweep_cost_counts_each_device_a_server_held(session: Session) -> None:
+    record = _synthetic(5)
+    cells = []
+    for i, stored in enumerate(record.cells):
+        assert stored.result is not None
+        times = {"startup_s": 30.0 + i, "generation_s": 100.0 + 10 * i}
+        # The first server held 4 NPUs; one came from a store without NPU counts.
+        times["npus"] = 4 if i == 0 else None if i == 1 else 0  # type: ignore[assignment]
+        cells.append(stored.model_copy(update={"result": stored.result.model_copy(update=times)}))
+    record = record.model_copy(update={"cells": tuple(cells)})
+    sweep_id = _store(session, record)
+    cost = sweep_cost(session, sweep_id)
+    results = [c.result for c in record.cells if c.result is not None]
+    assert cost.cells == len(results)
+    assert cost.startup_s == pytest.approx(sum(r.startup_s or 0 for r in results))
+    assert cost.generation_s == pytest.approx(sum(r.generation_s or 0 for r in results))
+    assert cost.device_s == pytest.approx(sum(r.device_s for r in results))
+    assert results[0].device_s == 4 * (30.0 + 100.0) and results[1].device_s == 31.0 + 110.0
+    assert load_sweep(session, sweep_id).cells[0].result.npus == 4  # type: ignore[union-attr]
+    listed = next(s for s in list_sweeps(session, 5) if s.id == sweep_id)
+    assert listed.device_s == pytest.approx(cost.device_s)
+    assert listed.server_s == pytest.approx(cost.startup_s + cost.generation_s)
+    assert cost.describe().startswith(f"cost: {cost.device_s / 3600:.2f} device-h")

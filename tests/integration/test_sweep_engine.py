@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 from farm import store
 from farm.analysis import summarize_sweep
 from farm.cli.main import app
+from farm.orchestrate.driver import SweepOptions, run_sweep
 from farm.records import BuildInfo, SweepRecord
 from farm.spec import JobSpec
-from farm.sweep import SweepOptions, run_sweep
 
 pytestmark = pytest.mark.engine
 
@@ -58,19 +58,19 @@ def test_local_slice_measures_real_mtp_and_lands_in_sqlite(
     results = {c.cell.cell_id: c.result for c in record.cells}
     assert len(results) == 3 and all(r is not None and r.status == "ok" for r in results.values())
 
-    compiled = results["vllm-cpu.tiny-mtp.compiled.mtp3.swa-on"]
+    compiled = results["vllm-cpu.tiny-step.compiled.mtp3.swa-on"]
     assert compiled is not None and compiled.effective is not None
     assert compiled.effective.graph_mode == "compiled"
     assert compiled.effective.speculative_method == "mtp"
     assert compiled.effective.num_speculative_tokens == 3
     assert compiled.effective.engine_version == "0.32.0"
-    eager0 = results["vllm-cpu.tiny-mtp.eager.mtp0.swa-on"]
+    eager0 = results["vllm-cpu.tiny-step.eager.mtp0.swa-on"]
     assert eager0 is not None and eager0.effective is not None
     assert eager0.effective.graph_mode == "eager"
 
     for cell_id in (
-        "vllm-cpu.tiny-mtp.eager.mtp3.swa-on",
-        "vllm-cpu.tiny-mtp.compiled.mtp3.swa-on",
+        "vllm-cpu.tiny-step.eager.mtp3.swa-on",
+        "vllm-cpu.tiny-step.compiled.mtp3.swa-on",
     ):
         result = results[cell_id]
         assert result is not None
@@ -192,17 +192,17 @@ def test_engine_killed_mid_run_fails_only_its_cell_in_postgres(
     finally:
         killer.stop.set()
     # seen: (pid, port) of each server found -> [polls, busy polls]
-    assert killer.killed == ["vllm-cpu.tiny-mtp.eager.mtp1.swa-on.log"], killer.seen
-    assert outcome.failed == ("vllm-cpu.tiny-mtp.eager.mtp1.swa-on",)
-    assert outcome.ok == ("vllm-cpu.tiny-mtp.eager.mtp1.swa-off",)
+    assert killer.killed == ["vllm-cpu.tiny-step.eager.mtp1.swa-on.log"], killer.seen
+    assert outcome.failed == ("vllm-cpu.tiny-step.eager.mtp1.swa-on",)
+    assert outcome.ok == ("vllm-cpu.tiny-step.eager.mtp1.swa-off",)
     record = _load(pg_url, outcome.sweep_id)
     assert record.status == "failed"
     by_id = {c.cell.cell_id: c.result for c in record.cells}
-    dead = by_id["vllm-cpu.tiny-mtp.eager.mtp1.swa-on"]
+    dead = by_id["vllm-cpu.tiny-step.eager.mtp1.swa-on"]
     assert dead is not None and dead.status == "failed"
     assert dead.error is not None and "engine exited with code -9" in dead.error
     assert dead.log_tail
-    alive = by_id["vllm-cpu.tiny-mtp.eager.mtp1.swa-off"]
+    alive = by_id["vllm-cpu.tiny-step.eager.mtp1.swa-off"]
     assert alive is not None and alive.status == "ok" and len(alive.variants[0].requests) == 24
     # Sliding window off kept the context length: no silent cap to the window.
     assert alive.effective is not None and alive.effective.max_model_len == 512

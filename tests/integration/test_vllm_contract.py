@@ -40,6 +40,7 @@ for argv in json.load(sys.stdin):
         "max_model_len": ea.max_model_len,
         "port": args.port,
         "per_request_spec": getattr(ea, "per_request_spec_decode_metrics", None),
+        "prefix_caching": ea.enable_prefix_caching,
     })
 print(json.dumps(out, default=str))
 """
@@ -58,7 +59,12 @@ def _parse(build: BuildInfo, argvs: list[list[str]]) -> list[dict[str, object]]:
 
 
 def test_every_local_cell_argv_parses_in_vllm(local_job: JobSpec, engine_build: BuildInfo) -> None:
-    plan = expand_matrix(local_job, job_capabilities(local_job))
+    # With prefix caching varied: "on" leaves vLLM's default (on), "off" turns it off.
+    job = local_job.model_copy(
+        update={"axes": local_job.axes.model_copy(update={"prefix_caching": ("on", "off")})}
+    )
+    plan = expand_matrix(job, job_capabilities(job))
+    assert {c.prefix_caching for c in plan.cells} == {"on", "off"}
     engine, model = local_job.engines[0], local_job.models[0]
     adapter = adapter_for(engine.family)
     launches = [
@@ -80,6 +86,8 @@ def test_every_local_cell_argv_parses_in_vllm(local_job: JobSpec, engine_build: 
         overrides = got["hf_overrides"] or {}
         assert (overrides.get("sliding_window", "unset") is None) is (cell.sliding_window == "off")
         assert got["max_model_len"] == model.max_model_len
+        # None: vLLM decides, and v1 turns it on for every model it serves here.
+        assert got["prefix_caching"] in ((None, True) if cell.prefix_caching == "on" else (False,))
 
 
 def test_graph_capture_modes_parse_in_vllm(local_job: JobSpec, engine_build: BuildInfo) -> None:

@@ -1,11 +1,13 @@
 """The smallest job that measures speculative decoding on the real engine: one server
-cell of the tiny model (eager, MTP depth 3, sliding window on, thinking on) on the
-clean vLLM CPU build, shared by the engine tests of `farm nightly`, `farm pr` and
-`farm bisect` (each start of the engine costs ~30-60 s on two cores: one cell each).
+cell of the embedded Step-3.5-shaped model (eager, MTP depth 3, sliding window on,
+thinking on) on the vLLM CPU build with the fix it needs, shared by the engine tests
+of `farm nightly`, `farm pr` and `farm bisect` (each start of the engine costs ~30-60 s
+on two cores: one cell each).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = ["tiny_job"]
@@ -13,11 +15,21 @@ __all__ = ["tiny_job"]
 REPO = Path(__file__).resolve().parents[2]
 
 
+FIX = "fix-step3p5-mtp-layer-types"  # the embedded model's MTP layers need it
+
+
 def tiny_job(
-    name: str, *, engine: str = "", count: int = 12, max_tokens: int = 192, extra: str = ""
+    name: str,
+    *,
+    patches: Sequence[str] = (),
+    engine: str = "",
+    count: int = 12,
+    max_tokens: int = 192,
+    extra: str = "",
 ) -> str:
-    """The job file's text; ``engine``: more keys of the engine (YAML at its indent,
-    e.g. patches or overlays), ``extra``: more top-level sections."""
+    """The job file's text; ``patches``: applied after the fix, ``engine``: more keys of
+    the engine (YAML at its indent, e.g. overlays), ``extra``: more top-level sections."""
+    series = ", ".join([FIX, *patches])
     return f"""\
 name: {name}
 engines:
@@ -27,9 +39,10 @@ engines:
     version: 0.32.0
     pins: ["torch==2.13.0"]
     env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
+    patches: [{series}]
 {engine}models:
-  - name: tiny-mtp
-    path: {REPO}/models/tiny-mtp
+  - name: tiny-step
+    path: {REPO}/models/tiny-step
     speculative_method: mtp
     max_model_len: 512
     thinking: true
@@ -40,7 +53,7 @@ axes:
   thinking: [on]
 workloads:
   - name: arith
-    prompts: {REPO}/workloads/arith.jsonl
+    prompts: {REPO}/workloads/arith-mix.jsonl
     count: {count}
     max_tokens: {max_tokens}
     concurrency: 4

@@ -40,9 +40,13 @@ def test_nightly_covers_both_seed_matrices() -> None:
     # Step-3.5's template ignores enable_thinking: one variant, and the plan says why.
     assert all(v.thinking == "off" and v.workload == "aime25" for c in vllm for v in c.variants)
     assert all(any("thinking=on dropped" in r for r in c.remaps) for c in vllm)
-    # (b) 2 builds x graph on/off, NEXTN 3, concurrency {1, 4} x thinking {on, off}
-    assert len(sgl) == 2 * 2
+    assert {c.prefix_caching for c in vllm} == {"on"}
+    # (b) 2 builds x graph on/off x prefix caching on/off, NEXTN 3, concurrency {1, 4}
+    # x thinking {on, off}
+    assert len(sgl) == 2 * 2 * 2
     assert {c.planned_graph_mode for c in sgl} == {"eager", "full_decode_only"}
+    off = [c for c in sgl if c.prefix_caching == "off"]
+    assert len(off) == 4 and all(c.cell_id.endswith(".prefix-off") for c in off)
     assert {c.mtp_depth for c in sgl} == {3}
     for cell in sgl:
         assert {v.key for v in cell.variants} == {
@@ -56,7 +60,7 @@ def test_nightly_covers_both_seed_matrices() -> None:
         and e.axes["model"].startswith("qwen")
         and not e.reason.startswith("job exclude rule")
     ]
-    assert len(piecewise) == 2 and all("NPU" in e.reason for e in piecewise)
+    assert len(piecewise) == 2 * 2 and all("NPU" in e.reason for e in piecewise)
     concurrency = {w.name: w.concurrency for w in job.workloads}
     assert concurrency == {"aime25": 4, "ceval-c1": 1, "ceval-c4": 4}
     # With and without the fix are different builds, hence never the same fingerprint.

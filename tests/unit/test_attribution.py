@@ -14,10 +14,10 @@ from farm.analysis.attribution import (
     branch_table,
     labels_from_report,
 )
+from farm.analysis.check_rules import CheckConfig
 from farm.analysis.checks import check_sweep
-from farm.analysis.simulate import simulate_sweep
-from farm.analysis.verdicts import CheckConfig
 from farm.plan import ServerCell, Variant
+from tests.fakes.simulate import simulate_sweep
 
 Rule = Callable[[Mapping[str, AxisValue]], bool]
 

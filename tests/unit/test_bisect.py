@@ -9,8 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from farm.analysis.simulate import simulate_sweep
-from farm.analysis.verdicts import CheckConfig
+from farm.analysis.check_rules import CheckConfig
 from farm.errors import FarmError
 from farm.records import CellResult, SweepRecord
 from farm.workflows.bisect import (
@@ -27,6 +26,7 @@ from farm.workflows.bisect import (
     releases_between,
     search_outcome,
 )
+from tests.fakes.simulate import simulate_sweep
 
 
 def _bisect(
@@ -165,7 +165,7 @@ FAST = CheckConfig(resamples=400)
 def test_the_ends_name_the_regressed_variants() -> None:
     check = check_endpoints(_sweep(1.0, 1), _sweep(0.6, 2), good_ref="g", bad_ref="b", config=FAST)
     [(key, cell)] = check.regressed.items()
-    assert cell == "base.synthetic.eager.mtp3.swa-on" and key in {r.key for r in check.rows}
+    assert cell == "base.synthetic.eager.mtp3.swa-on" and key in {r.key.label for r in check.rows}
     assert check.good[0].al and check.bad[0].al and check.bad[0].al < check.good[0].al
     assert len(check.bad[0].per_position) == 3
 

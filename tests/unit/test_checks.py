@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from farm.analysis.check_rules import CheckConfig
 from farm.analysis.checks import check_graph_modes, check_patches, check_sweep
-from farm.analysis.simulate import CellEffect, simulate_sweep
-from farm.analysis.verdicts import CheckConfig
 from farm.plan import ServerCell, Variant
 from farm.records import CellResult, RequestRecord, StoredCell, SweepRecord, VariantResult
+from tests.fakes.simulate import CellEffect, simulate_sweep
 
 FAST = CheckConfig(resamples=500)
 
@@ -46,14 +46,16 @@ def test_no_finding_when_every_cell_is_drawn_from_one_distribution() -> None:
     for seed in range(3):
         sweep = _sweep(seed)
         report = check_sweep(sweep, config=FAST, depth_invariance=True)
-        assert report.verdicts and report.findings == (), [f.message for f in report.findings]
+        assert report.verdicts and report.regressions == (), [
+            f.describe() for f in report.regressions
+        ]
         assert report.notes == ()
 
 
 def test_a_ten_percent_al_drop_in_one_graph_mode_is_found_and_named() -> None:
     sweep = _sweep(1, effect=_fdo_depth3(0.92))
     report = check_sweep(sweep, config=FAST, depth_invariance=True)
-    al = [f.verdict for f in report.findings if f.verdict.metric == "mean_acceptance_length"]
+    al = [f for f in report.regressions if f.metric == "mean_acceptance_length"]
     assert len(al) == 1
     v = al[0]
     assert v.check == "graph_vs_eager" and v.paired and v.pairs == 200
@@ -61,9 +63,9 @@ def test_a_ten_percent_al_drop_in_one_graph_mode_is_found_and_named() -> None:
     assert v.reference.graph_mode == "eager"
     relative = v.difference.estimate / v.reference_value.estimate
     assert -0.14 < relative < -0.07 and v.difference.high < 0
-    assert "full_decode_only.mtp3" in report.findings[0].message
+    assert "full_decode_only.mtp3" in report.regressions[0].describe()
     # The same drop breaks depth invariance at position 0 against depth 1.
-    depth = [f.verdict for f in report.findings if f.verdict.check == "depth_invariance"]
+    depth = [f for f in report.regressions if f.check == "depth_invariance"]
     assert [(d.position, d.reference.mtp_depth) for d in depth] == [(0, 1)]
 
 
@@ -77,7 +79,7 @@ def test_minimum_effect_suppresses_a_tiny_significant_difference() -> None:
     ]
     assert v.significant and not v.regressed
     assert abs(v.difference.estimate) < v.min_effect
-    assert report.findings == ()
+    assert report.regressions == ()
 
 
 def test_greedy_divergence_beyond_eager_is_a_finding() -> None:
@@ -86,9 +88,9 @@ def test_greedy_divergence_beyond_eager_is_a_finding() -> None:
 
     sweep = _sweep(3, divergence=diverge)
     report = check_graph_modes(sweep, config=FAST)
-    found = {(f.verdict.metric, f.verdict.candidate.mtp_depth) for f in report.findings}
+    found = {(f.metric, f.candidate.mtp_depth) for f in report.regressions}
     assert found == {("greedy_divergence", 1), ("greedy_divergence", 3)}
-    v = report.findings[0].verdict
+    v = report.regressions[0]
     assert v.baseline is not None and "full_decode_only.mtp0" in v.baseline
 
 
@@ -111,9 +113,9 @@ def test_patch_that_lowers_al_and_accuracy_is_found() -> None:
         divergence=wrong,
     )
     report = check_patches(sweep, {"base+canary": "base"}, config=FAST)
-    found = {(f.verdict.metric, f.verdict.candidate.mtp_depth) for f in report.findings}
+    found = {(f.metric, f.candidate.mtp_depth) for f in report.regressions}
     assert found == {("mean_acceptance_length", 3), ("accuracy", 3)}
-    assert all(f.verdict.reference.engine == "base" for f in report.findings)
+    assert all(f.reference.engine == "base" for f in report.regressions)
     # Without the mapping there is nothing to compare.
     assert check_patches(sweep, {}, config=FAST).verdicts == ()
 
@@ -141,7 +143,7 @@ def test_failed_and_counterless_cells_give_notes_not_findings() -> None:
     )
     cells[bare] = _without_request_counters(cells[bare])
     report = check_sweep(sweep.model_copy(update={"cells": tuple(cells)}), config=FAST)
-    assert report.findings == ()
+    assert report.regressions == ()
     text = " | ".join(n.message for n in report.notes)
     assert "failed: server died" in text
     assert "no eager reference" in text
@@ -173,12 +175,12 @@ def test_empty_sweep() -> None:
         status="ok",
     )
     report = check_sweep(empty)
-    assert (report.verdicts, report.findings, report.notes) == ((), (), ())
+    assert (report.verdicts, report.regressions, report.notes) == ((), (), ())
 
 
 def test_p_value_recovered_from_a_normal_interval() -> None:
+    from farm.analysis.check_rules import p_value
     from farm.analysis.stats import Interval
-    from farm.analysis.verdicts import p_value
 
     at_bound = Interval(estimate=1.96, low=0.0, high=3.92, level=0.95)
     assert abs(p_value(at_bound) - 0.05) < 1e-3
@@ -187,7 +189,7 @@ def test_p_value_recovered_from_a_normal_interval() -> None:
 
 
 def test_benjamini_hochberg_rejects_the_step_up_set() -> None:
-    from farm.analysis.verdicts import control_false_discoveries
+    from farm.analysis.check_rules import control_false_discoveries
 
     # m = 5, rate 0.05: thresholds 0.01 0.02 0.03 0.04 0.05; the largest p_(k) under
     # its threshold is p_(3) = 0.025, so the three smallest are rejected even though
@@ -224,4 +226,4 @@ def test_false_discovery_control_keeps_clean_sweeps_quiet_and_canaries_loud() ->
     assert sum(raw) >= 4, raw
     assert sum(controlled) < sum(raw) and sum(c > 0 for c in controlled) <= 2, controlled
     loud = check_sweep(_sweep(1, effect=_fdo_depth3(0.92)), config=FAST)
-    assert any(f.verdict.candidate.mtp_depth == 3 for f in loud.findings)
+    assert any(f.candidate.mtp_depth == 3 for f in loud.regressions)

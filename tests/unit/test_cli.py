@@ -17,7 +17,7 @@ def test_plan_of_the_local_job_lists_cells_and_remaps() -> None:
     result = runner.invoke(app, ["plan", str(REPO / "jobs" / "local.yaml")], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "local: 16 server cells, 32 variants" in result.output
-    assert "vllm-cpu.tiny-mtp.compiled.mtp3.swa-off" in result.output
+    assert "vllm-cpu.tiny-step.compiled.mtp3.swa-off" in result.output
     assert "drafter runs eager" in result.output
 
 
@@ -109,9 +109,9 @@ def test_a_failed_cell_with_brackets_goes_through_the_live_view_verbatim(
     from rich.console import Console
 
     from farm.cli.run_events import ConsoleEvents
+    from farm.orchestrate.driver import plan_job
     from farm.records import CellResult
     from farm.spec import load_job
-    from farm.sweep import plan_job
 
     plan = plan_job(load_job(REPO / "jobs" / "local.yaml"), {"mtp_depth": "1"})
     cell = plan.cells[0]
@@ -139,10 +139,10 @@ def test_a_failed_cell_with_brackets_goes_through_the_live_view_verbatim(
 def test_report_tables_keep_brackets_whatever_the_console() -> None:
     from rich.console import Console
 
+    from farm.orchestrate.driver import plan_job
     from farm.plan import ExcludedCell
     from farm.report import render_plan
     from farm.spec import load_job
-    from farm.sweep import plan_job
 
     plan = plan_job(load_job(REPO / "jobs" / "local.yaml"))
     plan = plan.model_copy(
@@ -159,8 +159,8 @@ def test_plan_prints_an_unresolved_build_error_with_brackets_verbatim(tmp_path: 
     repo = tmp_path / "repo[bold]"
     repo.mkdir()  # exists, but is no git repository: the build cannot be resolved
     text = (REPO / "jobs" / "local.yaml").read_text()
-    text = text.replace("../models/tiny-mtp", str(REPO / "models" / "tiny-mtp"))
-    text = text.replace("../workloads/arith.jsonl", str(REPO / "workloads" / "arith.jsonl"))
+    text = text.replace("../models/tiny-step", str(REPO / "models" / "tiny-step"))
+    text = text.replace("../workloads/arith-mix.jsonl", str(REPO / "workloads" / "arith-mix.jsonl"))
     text = text.replace(
         "    version: 0.32.0\n",
         f"    version: 0.32.0\n    source: {{kind: git, repo: '{repo}', ref: main}}\n",

@@ -35,7 +35,7 @@ NOT_FOR_SWEEPS = (
     "farm.analysis",
     "farm.report",
     "farm.report.charts",
-    "farm.sweep",
+    "farm.orchestrate.driver",
 )
 
 _RUN = """

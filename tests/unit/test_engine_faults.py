@@ -524,3 +524,19 @@ def test_child_environment_rule(name: str, inherited: bool) -> None:
 def test_secret_looking_names() -> None:
     assert all(map(looks_secret, ["X_TOKEN", "MY_SECRET", "DB_PASSWORD", "SSH_KEY", "FARM_X"]))
     assert not any(map(looks_secret, ["PATH", "HF_HOME", "KEYBOARD", "OMP_NUM_THREADS"]))
+
+
+def test_an_engine_that_dies_mid_variant_is_named_in_its_own_words_with_the_known_cause(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    adapter = _FakeEngineAdapter("die")
+    task = _task(tmp_path, [_workload("w", ["good 1", "die 2"], concurrency=1)])
+    result = _run(monkeypatch, adapter, task)
+    assert result.status == "failed"
+    assert result.error is not None
+    assert result.error.startswith("EngineError: engine exited with code 1"), result.error
+    # What the engine said, then what the farm knows of it: the bundled fix.
+    assert "TypeError: 'function' object is not subscriptable" in result.error
+    assert result.error.endswith("or set prefix_caching: off)"), result.error
+    assert "fix-cpu-mamba-align-spec" in result.error
+    _assert_engine_gone(adapter)

@@ -16,7 +16,6 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 from typer.testing import CliRunner
 
-from farm.analysis.simulate import simulate_sweep
 from farm.builds.cache import (
     BUILD_FORMAT,
     MARKER,
@@ -35,6 +34,7 @@ from farm.fileformat import (
 )
 from farm.records import BuildInfo
 from farm.store.export import EXPORT_FORMAT, dump_sweep_export, read_sweep_export
+from tests.fakes.simulate import simulate_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -127,7 +127,7 @@ def test_an_export_round_trips_with_its_version(tmp_path: Path) -> None:
 
 
 def test_an_export_made_before_versions_reads_as_version_1() -> None:
-    old = REPO / "bench" / "data" / "recorded" / "clean-repeat-1.json"
+    old = REPO / "tests" / "data" / "export-before-versions.json"  # a tiny-mtp sweep
     assert FORMAT_KEY not in json.loads(old.read_text())
     sweep = read_sweep_export(old)
     assert sweep.job == "local" and sweep.cells

@@ -18,7 +18,7 @@ from farm.analysis.history import (
     series_from_sweeps,
     welch_pvalue,
 )
-from farm.analysis.simulate import simulate_sweep
+from tests.fakes.simulate import simulate_sweep
 
 DAY0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -19,8 +19,9 @@ from typer.testing import CliRunner
 from farm import store
 from farm.cli.main import app
 from farm.logs import find_old_logs, ray_temp_dirs, remove_logs
+from farm.orchestrate.driver import plan_job
+from farm.paths import ray_temp_dir
 from farm.spec import load_job
-from farm.sweep import plan_job
 
 REPO = Path(__file__).resolve().parents[2]
 DAY = 86400.0
@@ -87,14 +88,14 @@ def test_a_folder_written_in_the_last_hour_stays_whatever_the_age_asked(tmp_path
     assert scan.old == ()
 
 
-def test_ray_temp_dirs_are_the_farms_own(tmp_path: Path) -> None:
+def test_ray_temp_dirs_are_this_homes_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     uid = os.getuid()
-    for name in (f"mtpfarm-ray-{uid}", f"mtpfarm-ray-{uid}-abc123", f"mtpfarm-ray-{uid}7", "ray"):
+    own = ray_temp_dir(tmp_path / "home")
+    for name in (f"mtpfarm-ray-{uid}", f"mtpfarm-ray-{uid}-abc123", own.name, "ray"):
         (tmp_path / name).mkdir()
-    assert [p.name for p in ray_temp_dirs(tmp_path)] == [
-        f"mtpfarm-ray-{uid}",
-        f"mtpfarm-ray-{uid}-abc123",
-    ]
+    assert ray_temp_dirs(tmp_path / "home") == [own]
+    assert ray_temp_dirs(tmp_path / "other-home") == []
 
 
 def test_cli_gc_dry_run_then_removes_and_says_how_much(
@@ -102,7 +103,11 @@ def test_cli_gc_dry_run_then_removes_and_says_how_much(
 ) -> None:
     home = tmp_path / "home"
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the Ray folders of this test
-    temp = tmp_path / f"mtpfarm-ray-{os.getuid()}-0123456789"
+    temp = ray_temp_dir(home)
+    # Another FARM_HOME's old Ray session: not this home's to remove.
+    foreign = _folder(
+        tmp_path / f"mtpfarm-ray-{os.getuid()}-0123456789" / _session(_dead_pid()), 20 * DAY
+    )
     db = f"sqlite:///{tmp_path / 'farm.db'}"
     engine = store.open_store(db)
     with store.Session(engine) as session:
@@ -127,6 +132,7 @@ def test_cli_gc_dry_run_then_removes_and_says_how_much(
     assert done.exit_code == 0, done.output
     assert "removed 2 log folder(s), 4.0 MiB" in done.output
     assert not old.exists() and not session_dir.exists() and live.exists()
+    assert foreign.exists() and str(foreign) not in dry.output
 
 
 def test_cli_gc_removes_nothing_when_it_cannot_read_the_store(tmp_path: Path) -> None:

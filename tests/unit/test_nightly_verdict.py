@@ -8,15 +8,15 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
+from farm.analysis.check_rules import CheckConfig
 from farm.analysis.checks import check_sweep
 from farm.analysis.history import series_from_sweeps
-from farm.analysis.simulate import simulate_sweep
 from farm.analysis.summary import summarize_sweep
-from farm.analysis.verdicts import CheckConfig
 from farm.errors import SpecError
 from farm.plan import ServerCell, Variant
 from farm.records import CellResult, StoredCell, SweepRecord
 from farm.report.html import render_html, render_verdict_index
+from farm.results.verdict import Finding, SweepVerdict, outcome_of
 from farm.spec import parse_job
 from farm.workflows.nightly import (
     BASELINE_CHECK,
@@ -24,7 +24,7 @@ from farm.workflows.nightly import (
     judge_night,
     last_good_night,
 )
-from farm.workflows.verdict import SweepVerdict, VerdictFinding, outcome_of
+from tests.fakes.simulate import simulate_sweep
 
 FAST = CheckConfig(resamples=500)
 
@@ -113,14 +113,14 @@ def test_a_repeat_of_the_same_build_is_clean_against_the_last_good_night() -> No
     v = judgement.verdict
     assert v.outcome == "clean" and v.exit_status == 0 and judgement.alerts == ()
     assert v.baseline_sweep_ids == (1,)
-    assert judgement.comparison is not None
-    assert judgement.comparison.count("pass") == 2  # eager and piecewise at depth 3
+    assert judgement.judgement.comparison is not None
+    assert judgement.judgement.comparison.count("pass") == 2  # eager and piecewise at depth 3
 
 
 def test_a_build_that_drops_acceptance_everywhere_is_caught_on_its_first_night() -> None:
     night = _night(3, factor=0.85)
     # The within-sweep checks alone see nothing: every cell has the same build.
-    assert check_sweep(night, config=FAST).findings == ()
+    assert check_sweep(night, config=FAST).regressions == ()
     judgement = judge_night(night, last_good=_night(2), config=FAST)
     v = judgement.verdict
     assert v.outcome == "regression" and v.exit_status == 1
@@ -187,7 +187,7 @@ def test_history_checks_see_a_drift_the_nights_confirm() -> None:
 
 
 def test_outcome_rule() -> None:
-    cell = VerdictFinding(source="cells", check="cell_failed", key="k", cells=("c",), summary="s")
+    cell = Finding(source="cells", check="cell_failed", key="k", cells=("c",), summary="s")
     drop = cell.model_copy(update={"source": "baseline", "check": BASELINE_CHECK})
     assert outcome_of(()) == "clean"
     assert outcome_of((cell,)) == "failed_cells"
@@ -265,11 +265,11 @@ def test_the_core_imports_no_io_and_the_command_module_no_stage() -> None:
     import sys
 
     code = (
-        "import sys, farm.workflows.nightly, farm.workflows.verdict\n"
+        "import sys, farm.workflows.nightly, farm.results.verdict\n"
         "io = ('ray', 'sqlmodel', 'sqlalchemy', 'httpx', 'farm.store', 'farm.runner')\n"
         "print(','.join(m for m in io if m in sys.modules))\n"
         "import farm.cli.nightly\n"
-        "stages = ('farm.sweep', 'farm.workflows.pipeline')\n"
+        "stages = ('farm.orchestrate.driver', 'farm.workflows.nightly_pipeline')\n"
         "print(','.join(m for m in stages if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

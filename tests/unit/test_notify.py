@@ -113,7 +113,7 @@ def _alert(
             "key": f"graph_vs_eager:mean_acceptance_length:{cell}",
             "kind": "graph_vs_eager",
             "metric": "mean_acceptance_length",
-            "state": "open",
+            "state": "untriaged",
             "severity": severity,
             "summary": summary,
             "details": AlertDetails(
@@ -135,7 +135,7 @@ def _alert(
 # --- formats -----------------------------------------------------------------------------
 
 
-def test_generic_webhook_posts_each_alert_as_json_with_a_valid_signature(
+def test_generic_webhook_posts_a_group_of_alerts_as_json_with_a_valid_signature(
     receiver: Receiver,
 ) -> None:
     alerts = [_alert(1), _alert(2, severity="warning")]
@@ -143,9 +143,13 @@ def test_generic_webhook_posts_each_alert_as_json_with_a_valid_signature(
         receiver.url("/hook"), secret="s3cr3t-hmac", policy=_policy(), clock=lambda: 1767225600.4
     )
     notifier.send(alerts)
-    assert [r.path for r in receiver.requests] == ["/hook", "/hook"]
+    notifier.send(alerts[1:])
+    assert [r.path for r in receiver.requests] == ["/hook", "/hook"]  # one POST a group
     first = receiver.requests[0]
-    assert first.json() == json.loads(alerts[0].model_dump_json())
+    body = first.json()
+    assert body["type"] == "alerts" and body["cause"] == alerts[0].cause
+    assert body["alerts"] == [json.loads(a.model_dump_json()) for a in alerts]
+    assert body["headline"].startswith("mtp-farm: 2 alerts in sweep 12")
     assert first.headers["Content-Type"].startswith("application/json")
     # The signature covers "<timestamp>." + body, so the timestamp cannot be swapped.
     assert first.headers[TIMESTAMP_HEADER] == "1767225600"
@@ -155,9 +159,9 @@ def test_generic_webhook_posts_each_alert_as_json_with_a_valid_signature(
     assert expected == signature("s3cr3t-hmac", 1767225600, first.body)
     verify_signature("s3cr3t-hmac", first.body, first.headers, now=1767225600 + 60)
     assert b"s3cr3t-hmac" not in first.body
-    # One key per alert, kept by a retry: what receivers dedupe by.
+    # One key per group, kept by a retry: what receivers dedupe by.
     keys = [r.headers[IDEMPOTENCY_HEADER] for r in receiver.requests]
-    assert len(set(keys)) == 2 and all(k.startswith("mtp-farm-alert-") for k in keys)
+    assert len(set(keys)) == 2 and all(k.startswith("mtp-farm-alerts-") for k in keys)
 
 
 def test_webhook_signature_cannot_be_replayed_or_moved(receiver: Receiver) -> None:

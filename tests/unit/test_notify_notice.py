@@ -88,7 +88,8 @@ def test_webhook_notice_is_typed_signed_and_keyed_like_alerts(receiver: Receiver
     assert body == {"type": NOTICE_TYPE, **_notice().model_dump(mode="json")}
     assert body["type"] == "notice" and body["level"] == "warning"
     assert body["lines"][0] == "0: AL fell <sharply> & fast"  # JSON: nothing escaped
-    assert "type" not in alert.json() and alert.json()["kind"] == "graph_vs_eager"
+    assert alert.json()["type"] == "alerts"  # receivers tell the two apart by type
+    assert alert.json()["alerts"][0]["kind"] == "graph_vs_eager"
     verify_signature(WEBHOOK_SECRET, first.body, first.headers, now=NOW + 60)
     assert first.headers[TIMESTAMP_HEADER] == str(int(NOW))
     key = first.headers[IDEMPOTENCY_HEADER]
@@ -152,7 +153,9 @@ def test_feishu_notice_card_and_text_are_signed_as_alerts_are(receiver: Receiver
     assert markdown["content"].endswith("(https://github.com/acme/plugin/commit/0123456789abcdef)")
     assert note["elements"][0]["content"] == "`farm report --bisection 7` shows every step"
     assert text["msg_type"] == "text"
-    assert text["content"]["text"].startswith(_notice().title + "\n\n0: AL fell <sharply> & fast")
+    # Feishu text messages read <at ...> as a mention: angle brackets become fullwidth.
+    shown = _notice().title + "\n\n0: AL fell \uff1csharply\uff1e & fast"
+    assert text["content"]["text"].startswith(shown)
     assert all(FEISHU_SECRET not in r.body.decode() for r in receiver.requests)
 
 

@@ -137,6 +137,13 @@ def test_bundled_series_are_valid() -> None:
         ('    targets: ["0.5.12.post1"]', '    targets: ["0.5.23"]', 2, "patches.0"),
         ("  - id: fix-pool", "  - id: fix-pool\n    colour: red", 11, "patches.1.colour"),
         ("commits: [e5f3ded88d]", "commits: [not-a-sha]", 21, "patches.2.applies_to.commits"),
+        # noise re-creates run-to-run variation: it names what, as a canary does
+        (
+            "    purpose: canary\n    recreates: https://github.com/sgl-project/sglang/pull/27202\n",
+            "    purpose: noise\n",
+            15,
+            "patches.2",
+        ),
     ],
 )
 def test_invalid_series_names_file_line_and_key(

@@ -108,3 +108,19 @@ def test_unsupported_method_and_select() -> None:
 def test_missing_capabilities_is_an_error() -> None:
     with pytest.raises(PlanError, match="no capabilities"):
         expand_matrix(parse_job(JOB), {})
+
+
+def test_prefix_caching_is_a_server_axis_whose_default_keeps_earlier_ids_and_keys() -> None:
+    before = _plan()
+    varied = expand_matrix(
+        parse_job(JOB.replace("  thinking:", "  prefix_caching: [on, off]\n  thinking:")),
+        {"cpu": CPU},
+    )
+    assert len(varied.cells) == 2 * len(before.cells)  # one server per value
+    on = [c for c in varied.cells if c.prefix_caching == "on"]
+    off = [c for c in varied.cells if c.prefix_caching == "off"]
+    # "on" is what every result had before the axis: the same ids and keys as then.
+    assert [c.cell_id for c in on] == [c.cell_id for c in before.cells]
+    assert [c.key.fingerprint for c in on] == [c.key.fingerprint for c in before.cells]
+    assert all(c.cell_id.endswith(".prefix-off") for c in off)
+    assert not {c.key.fingerprint for c in off} & {c.key.fingerprint for c in on}

@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from farm.analysis.simulate import simulate_sweep
-from farm.analysis.verdicts import CheckConfig
+from farm.analysis.check_rules import CheckConfig
 from farm.engines import job_capabilities
 from farm.errors import FarmError
 from farm.plan import ServerCell, Variant, expand_matrix
 from farm.records import CellResult, StoredCell, SweepRecord
+from farm.report.pr_comment import render_pr_comment
 from farm.spec import GitSource, PullRequestSource, WheelSource, parse_job
 from farm.workflows.pr import (
     PR_CHECK,
@@ -27,9 +27,9 @@ from farm.workflows.pr import (
     parse_age,
     pr_head_source,
     pr_job,
-    render_pr_comment,
     select_baseline,
 )
+from tests.fakes.simulate import simulate_sweep
 
 FAST = CheckConfig(resamples=400)
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
@@ -292,16 +292,18 @@ def test_the_comment_carries_the_marker_the_verdict_and_the_dropped_patches() ->
     marker = comment_marker("pr-unit", BASE)
     assert marker == "<!-- mtp-farm:pr-unit:vllm-cpu -->"
     text = render_pr_comment(
-        judged,
+        judged.verdict,
+        judged.comparison,
         marker=marker,
         candidate_label="plugin @ pr 7",
         base_label="plugin @ main",
-        dropped=dropped,
+        dropped=[d.describe() for d in dropped],
         report_url="https://farm.example/pr-7-sweep-5.html",
     )
     assert text.startswith(marker + "\n")
     assert "PR #7 on vllm-cpu: :x: regression" in text and "head bbbbbbbbbbbb" in text
-    assert "a (already upstream); b (conflict: x.py hunk #1)" in text
+    # "#1" would link issue 1: a zero-width space keeps it text (farm.inert).
+    assert "a (already upstream); b (conflict: x.py hunk #\u200b1)" in text
     assert "https://farm.example/pr-7-sweep-5.html" in text
     assert ":x: regress" in text  # the comparison table of `farm compare`
     assert "patch dropped: a (already upstream)" in judged.verdict.notes

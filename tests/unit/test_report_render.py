@@ -9,6 +9,8 @@ from html.parser import HTMLParser
 
 import numpy as np
 
+from farm.analysis.alert_rules import alert_candidates
+from farm.analysis.check_rules import CheckConfig, CheckReport
 from farm.analysis.checks import check_sweep
 from farm.analysis.compare import compare_sweeps
 from farm.analysis.history import (
@@ -16,16 +18,15 @@ from farm.analysis.history import (
     analyze_histories,
     series_from_sweeps,
 )
-from farm.analysis.simulate import simulate_sweep
+from farm.analysis.judgement import JudgeRules, judge
 from farm.analysis.summary import summarize_sweep
-from farm.analysis.verdicts import CheckConfig, CheckReport
 from farm.comparable import ComparableKey
-from farm.notify import alert_candidates_from_history, alert_candidates_from_report
 from farm.plan import ServerCell, Variant
 from farm.records import CellResult, StoredCell, SweepRecord
 from farm.report.charts import al_grid, color_for, nice_limit
 from farm.report.html import render_html
 from farm.report.markdown import render_comparison, render_markdown
+from tests.fakes.simulate import simulate_sweep
 
 FAST = CheckConfig(resamples=300)
 FDO_MTP3 = "base.synthetic.full_decode_only.mtp3.swa-on"
@@ -160,7 +161,7 @@ def test_markdown_without_findings_says_so() -> None:
     sweep = _sweep(4, regressed=False)
     report = check_sweep(sweep, config=FAST)
     text = render_markdown(sweep, summarize_sweep(sweep), report)
-    assert report.findings == ()
+    assert report.regressions == ()
     assert f"No regression found in {len(report.verdicts)} comparisons." in text
     grid = text[text.index("### AL change vs reference") : text.index("<details>")]
     assert "FAILED" not in grid and "**!**" not in grid.split("marks a finding.")[1]
@@ -281,8 +282,8 @@ def test_colour_scale() -> None:
 
 
 def test_alert_candidates_group_findings_and_carry_attribution() -> None:
-    sweep, report = _case()
-    candidates = alert_candidates_from_report(report, sweep)
+    sweep, _ = _case()
+    candidates = alert_candidates(judge(sweep, rules=JudgeRules(check=FAST)))
     keys = [c.key for c in candidates]
     assert len(keys) == len(set(keys))
     al = [c for c in candidates if c.kind == "graph_vs_eager"]
@@ -304,9 +305,8 @@ def test_alert_candidates_group_findings_and_carry_attribution() -> None:
     assert "thinking" not in dict(failed.details.cell.axes)
     assert "<before>" in (failed.details.error or "")
     assert failed.key == "cell_failed:-:base(vllm).synthetic.full_decode_only.mtp1.swa-off"
-    assert alert_candidates_from_report(report, sweep, include_failed_cells=False) == [
-        c for c in candidates if c.kind != "cell_failed"
-    ]
+    # the failed cell's alert comes after the within-sweep ones, as before one type
+    assert candidates[-1] is failed
 
 
 # --- two sweeps compared -----------------------------------------------------------------
@@ -373,11 +373,12 @@ def test_history_candidates_only_for_a_recently_confirmed_drop() -> None:
             for i in range(8)
         ]
 
-    fresh = analyze_histories({key: series(6)})
-    [candidate] = alert_candidates_from_history(fresh, sweep_id=8)
+    night = _sweep(3, sweep_id=8, regressed=False)
+    rules = JudgeRules(check=FAST, within=False)
+    [candidate] = alert_candidates(judge(night, history={key: series(6)}, rules=rules))
     assert candidate.kind == "history_change" and candidate.severity == "critical"
     assert candidate.key == f"history_change:mean_acceptance_length:{key}"
     assert "from sweep 7" in candidate.summary
     stale = analyze_histories({key: series(3)})
     assert [c.index for c in stale[0].alerts] == [3]  # found, but confirmed long ago
-    assert alert_candidates_from_history(stale, sweep_id=8) == []
+    assert alert_candidates(judge(night, history={key: series(3)}, rules=rules)) == []

@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 import pytest
 
 from farm.errors import FarmError
+from farm.orchestrate.driver import _remaining
 from farm.plan import Capabilities, expand_matrix
 from farm.records import StoredCell, SweepRecord
 from farm.spec import parse_job
-from farm.sweep import _remaining
 
 JOB = """\
 name: t

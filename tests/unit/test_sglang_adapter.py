@@ -342,3 +342,25 @@ def test_vllm_lines_are_not_sglang_fatal_lines() -> None:
 )
 def test_address_in_use_means_another_port(line: str, taken: bool) -> None:
     assert SglangProcess.port_taken(f"engine exited with code 1 during start-up: {line}") is taken
+
+
+def test_prefix_caching_off_disables_the_radix_cache_and_is_read_back() -> None:
+    off = _cell("full_decode_only").model_copy(
+        update={"axes": {**_cell("full_decode_only").axes, "prefix_caching": "off"}}
+    )
+    argv = adapter.launch(off, _engine("0.5.23"), MODEL, "/m", "py", 1).argv
+    assert "--disable-radix-cache" in argv
+    assert (
+        "--disable-radix-cache"
+        not in adapter.launch(
+            _cell("full_decode_only"), _engine("0.5.23"), MODEL, "/m", "py", 1
+        ).argv
+    )
+    info = _json("0.5.23-server_info.json")
+    assert "disable_radix_cache" not in info  # this recording predates the field: unknown
+    assert adapter.effective_config_from_server_info(off, info, {}).prefix_caching is None
+    # sglang's ServerArgs.disable_radix_cache, as /server_info and the start-up log give it.
+    eff = adapter.effective_config_from_server_info(off, {**info, "disable_radix_cache": True}, {})
+    assert eff.prefix_caching is False and not eff.notes
+    eff = adapter.effective_config_from_server_info(off, {**info, "disable_radix_cache": False}, {})
+    assert eff.prefix_caching is True and "engine runs the radix cache on, planned off" in eff.notes

@@ -5,12 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from farm.analysis.simulate import (
-    expected_al,
-    prompt_acceptance,
-    simulate_requests,
-    simulate_sample,
-)
 from farm.analysis.stats import (
     AcceptanceSample,
     BinarySample,
@@ -22,6 +16,12 @@ from farm.analysis.stats import (
     wilson_interval,
 )
 from farm.records import RequestRecord, SpecCounters
+from tests.fakes.simulate import (
+    expected_al,
+    prompt_acceptance,
+    simulate_requests,
+    simulate_sample,
+)
 
 MEAN, CONC, DEPTH = 0.8, 8.0, 3
 

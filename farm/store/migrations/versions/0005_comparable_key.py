@@ -45,8 +45,8 @@ def downgrade() -> None:
 
 
 def _identities(job_yaml: str) -> dict[str, str]:
-    from farm.comparable import workload_identity
     from farm.errors import FarmError
+    from farm.plan import workload_identity
     from farm.spec import parse_job
 
     try:

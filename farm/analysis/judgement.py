@@ -1,0 +1,481 @@
+"""The judgement of a sweep: the one function every verdict comes from. Pure.
+
+:func:`judge` checks one stored sweep three ways and returns one :class:`Judgement`:
+
+1. within itself (:func:`farm.analysis.checks.check_sweep`: graph modes vs eager,
+   patched builds vs their base, depth invariance);
+2. against a baseline sweep, variant by variant: every spec-on variant paired with the
+   variant of the same :class:`farm.comparable.ComparableKey` (never the build), by
+   :func:`farm.analysis.compare.compare_sweeps` (the job's last good night for a
+   nightly, the base build for a PR, an end of a bisection, ``farm compare``'s
+   baseline). This is the only check that sees a new build which lowers acceptance
+   in every cell on its first night (DESIGN.md section 8);
+3. over the job's last N sweeps for slow drifts (:mod:`farm.analysis.history`);
+
+and holds it to the goldens the job names (:mod:`farm.analysis.golden_check`: the
+per-position spec-decode gates vllm-ascend keeps), each miss a regression finding.
+
+``farm nightly``, ``farm alerts check``, ``farm pr``, ``farm compare``, each bisection
+step, the HTML report and the published pages take its result; alerts are derived from
+its findings by :func:`farm.analysis.alert_rules.alert_candidates`. Nothing downstream
+recomputes a statistic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict
+
+from farm.analysis.attribution import Attribution, attribute, labels_from_report
+from farm.analysis.check_rules import CheckConfig, CheckReport, Verdict
+from farm.analysis.checks import check_sweep
+from farm.analysis.compare import ComparedVariant, SweepComparison, compare_sweeps
+from farm.analysis.gate import nothing_compared
+from farm.analysis.golden_check import GOLDEN_CHECK, check_goldens
+from farm.analysis.history import HistoryAnalysis, HistoryConfig, HistoryPoint, analyze_histories
+from farm.analysis.noise import NoiseRule, key_noise
+from farm.analysis.stats import Interval
+from farm.comparable import ComparableKey
+from farm.goldens import GoldenCheck
+from farm.records import StoredCell, SweepRecord
+from farm.results.alerts import AlertFigure, FigureInterval
+from farm.results.verdict import (
+    Finding,
+    PositionChange,
+    SweepVerdict,
+    VerdictKind,
+    VerdictOutcome,
+    outcome_of,
+)
+
+__all__ = [
+    "BASELINE_CHECK",
+    "CHANGE_POINT_RECENT",
+    "GOLDEN_CHECK",
+    "NOTHING_COMPARED",
+    "PR_CHECK",
+    "JudgeRules",
+    "Judgement",
+    "judge",
+    "position_text",
+]
+
+# The finding check (and alert kind) of a drop against the job's last good night.
+BASELINE_CHECK: Final = "nightly_vs_last_good"
+# The finding check of a PR's candidate cell that fell below its base.
+PR_CHECK: Final = "pr_vs_base"
+# The finding check of a comparison in which nothing was compared (a gate, not a pass).
+NOTHING_COMPARED: Final = "nothing_compared"
+# A change point is a finding while its first point is among the last this many points
+# (HistoryConfig.confirm's default), so an old shift is not raised night after night.
+CHANGE_POINT_RECENT: Final = 2
+
+
+class JudgeRules(BaseModel):
+    """How a use judges: the statistics, which checks run, and how findings read.
+
+    ``within``: run the within-sweep checks (``base_of``: patched engine -> base
+    engine; ``depth_invariance``: that check too); ``baseline_check``: the check name
+    of a drop against the baseline;
+    ``baseline_sweep``: name the baseline's sweep in findings and notes (a nightly's
+    last good night) rather than call it ``the base`` (a PR); ``engine_map``: candidate
+    engine -> baseline engine (a PR build named apart from its base);
+    ``candidate_side`` / ``baseline_side``: the words before a failed cell's summary,
+    and whether the baseline's own failed cells are findings (None: they are not);
+    ``noise``: calibrate the baseline comparison's AL threshold per key from the
+    key's nights in ``history`` when one is given (:mod:`farm.analysis.noise`; None:
+    the fixed rule);
+    ``quarantine``: keys whose findings are kept, marked and shown but neither make
+    the verdict a regression nor raise alerts (flaky keys, with their flip rate);
+    ``require_comparison``: a baseline with which nothing was compared is a finding
+    (``nothing_compared``, source ``cells``: the run could not judge; a PR's status
+    is then error), not a pass (:func:`farm.analysis.gate.nothing_compared`);
+    ``goldens``: the goldens the sweep's variants are held to (:mod:`farm.goldens`:
+    each bound to the job models it is for), a miss at a position a ``golden`` finding.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    check: CheckConfig = CheckConfig()
+    history: HistoryConfig | None = None
+    within: bool = True
+    base_of: dict[str, str] = {}
+    depth_invariance: bool = False
+    baseline_check: str = BASELINE_CHECK
+    baseline_sweep: bool = True
+    engine_map: dict[str, str] = {}
+    candidate_side: str = ""
+    baseline_side: str | None = None
+    require_comparison: bool = False
+    noise: NoiseRule | None = None
+    quarantine: dict[str, float] = {}  # key label -> its verdict flip rate
+    goldens: tuple[GoldenCheck, ...] = ()
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One sweep judged: its findings (every use's), what they came from, the notes.
+
+    ``within``: the within-sweep report (None when not run); ``comparison``: every key
+    against the baseline (None without one); ``history``: the change-point analyses
+    (empty with fewer than two sweeps of history); ``attribution``: the conjunction of
+    axis values that best explains the within-sweep regressions.
+    """
+
+    sweep_id: int
+    job: str
+    findings: tuple[Finding, ...]
+    notes: tuple[str, ...] = ()
+    comparisons: int = 0
+    within: CheckReport | None = None
+    comparison: SweepComparison | None = None
+    baseline_sweep_id: int | None = None
+    history: tuple[HistoryAnalysis, ...] = ()
+    history_sweeps: int = 0
+    series: Mapping[ComparableKey, tuple[HistoryPoint, ...]] | None = None
+    attribution: Attribution | None = None
+    builds: Mapping[str, str] = field(default_factory=dict)  # engine -> build id
+    # (check, key label) of every comparison that ran to a result and every cell that
+    # ran ok: where an earlier alert of that check and key can be seen to recover.
+    checked: frozenset[tuple[str, str]] = frozenset()
+
+    @property
+    def outcome(self) -> VerdictOutcome:
+        return outcome_of(self.findings)
+
+    @property
+    def regressions(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.is_regression)
+
+    def verdict(self, kind: VerdictKind, **extra: object) -> SweepVerdict:
+        """The stored form of this judgement (``extra``: the PR's or the run's fields)."""
+        fields: dict[str, object] = {
+            "sweep_id": self.sweep_id,
+            "job": self.job,
+            "kind": kind,
+            "outcome": self.outcome,
+            "findings": self.findings,
+            "notes": self.notes,
+            "comparisons": self.comparisons,
+            "baseline_sweep_ids": (
+                (self.baseline_sweep_id,) if self.baseline_sweep_id is not None else ()
+            ),
+            "history": self.history_sweeps,
+        }
+        return SweepVerdict.model_validate(fields | extra)
+
+
+def judge(
+    sweep: SweepRecord,
+    baseline: SweepRecord | None = None,
+    history: Mapping[ComparableKey, Sequence[HistoryPoint]] | None = None,
+    rules: JudgeRules | None = None,
+) -> Judgement:
+    """Judge ``sweep``: within itself, against ``baseline`` (None: not compared), and
+    over ``history`` (per-key AL series over the job's last N sweeps ending with
+    ``sweep``; fewer than two sweeps find nothing), and against the goldens of
+    ``rules``. Findings in order: within-sweep, baseline, history, golden, failed cells
+    (the candidate's, then the baseline's)."""
+    r = rules or JudgeRules()
+    findings: list[Finding] = []
+    notes: list[str] = []
+    within = (
+        check_sweep(sweep, r.base_of, r.check, depth_invariance=r.depth_invariance)
+        if r.within
+        else None
+    )
+    comparisons = 0
+    if within is not None:
+        findings += [_within_finding(v) for v in within.regressions]
+        notes += [n.message for n in within.notes]
+        comparisons += len(within.verdicts)
+    comparison = None
+    series = {k: tuple(v) for k, v in (history or {}).items()}
+    # Calibration reads the history: without one (a PR, `farm compare`, `alerts check`
+    # without --history) the fixed rule holds, as it did before calibration existed.
+    noise_rule = r.noise if history is not None else None
+    if baseline is not None:
+        comparison = compare_sweeps(
+            baseline,
+            sweep,
+            config=r.check,
+            engine_map=r.engine_map,
+            noise=key_noise(series, sweep.sweep_id) if noise_rule is not None else None,
+            noise_rule=noise_rule,
+        )
+        findings += [
+            _baseline_finding(row, baseline.sweep_id, r)
+            for row in comparison.rows
+            if row.outcome == "regress"
+        ]
+        notes += _baseline_notes(comparison, baseline.sweep_id, r)
+        comparisons += len(comparison.rows)
+    history_sweeps = len({p.sweep_id for points in series.values() for p in points})
+    analyses = analyze_histories(series, config=r.history) if history_sweeps > 1 else ()
+    findings += _history_findings(analyses, sweep)
+    goldens = check_goldens(sweep, r.goldens, r.check) if r.goldens else None
+    if goldens is not None:
+        findings += goldens.findings
+        notes += goldens.notes
+        comparisons += goldens.held
+    findings += _failed_cell_findings(sweep.cells, r.candidate_side)
+    if baseline is not None and r.baseline_side is not None:
+        findings += _failed_cell_findings(baseline.cells, r.baseline_side)
+    if r.quarantine:
+        findings, held = _quarantine(findings, r.quarantine)
+        notes += held
+    nothing = nothing_compared(comparison) if comparison is not None else None
+    if r.require_comparison and nothing is not None:
+        # No variant compared is no pass: the run could not judge (issue 20, class 8).
+        findings.append(Finding(source="cells", check=NOTHING_COMPARED, cells=(), summary=nothing))
+    return Judgement(
+        sweep_id=sweep.sweep_id,
+        job=sweep.job,
+        builds={b.engine: b.build_id for b in sweep.builds},
+        checked=_checked(sweep, within, comparison, r)
+        | (goldens.checked if goldens is not None else frozenset()),
+        findings=tuple(findings),
+        notes=tuple(dict.fromkeys(notes)),
+        comparisons=comparisons,
+        within=within,
+        comparison=comparison,
+        baseline_sweep_id=baseline.sweep_id if baseline is not None else None,
+        history=analyses,
+        history_sweeps=history_sweeps,
+        series=series if history is not None else None,
+        attribution=attribute(labels_from_report(within))
+        if within and within.regressions
+        else None,
+    )
+
+
+def _quarantine(
+    findings: list[Finding], flaky: Mapping[str, float]
+) -> tuple[list[Finding], list[str]]:
+    """``findings`` with those of flaky keys marked, and a note per such key."""
+    out, notes = [], []
+    for f in findings:
+        label = f.key.label if f.key is not None else ""
+        if label in flaky and f.source != "cells":
+            f = f.model_copy(update={"quarantined": True})
+            notes.append(
+                f"quarantined: {label} (verdict flip rate {flaky[label]:.0%}): "
+                f"{f.check} measured, not alerted"
+            )
+        out.append(f)
+    return out, notes
+
+
+def _checked(
+    sweep: SweepRecord,
+    within: CheckReport | None,
+    comparison: SweepComparison | None,
+    rules: JudgeRules,
+) -> frozenset[tuple[str, str]]:
+    pairs: set[tuple[str, str]] = {
+        (v.check, v.candidate.key.label) for v in (within.verdicts if within else ())
+    }
+    for row in comparison.rows if comparison is not None else ():
+        if row.outcome in ("pass", "regress", "improve"):
+            pairs.add((rules.baseline_check, row.key.label))
+    for stored in sweep.cells:
+        if stored.result is not None and stored.result.status == "ok":
+            pairs.add(("cell_failed", stored.cell.key.label))
+    return frozenset(pairs)
+
+
+def _relative(v: Verdict) -> float | None:
+    ref = v.reference_value.estimate
+    return v.difference.estimate / ref if ref else None
+
+
+def _interval(i: Interval) -> FigureInterval:
+    return FigureInterval.of(i.estimate, i.low, i.high, i.level)
+
+
+def _within_finding(v: Verdict) -> Finding:
+    relative = _relative(v)
+    figure = AlertFigure(
+        metric=v.metric,
+        position=v.position,
+        candidate=v.candidate.label,
+        reference=v.reference.label,
+        candidate_value=_interval(v.candidate_value),
+        reference_value=_interval(v.reference_value),
+        difference=_interval(v.difference),
+        relative=relative,
+        paired=v.paired,
+        pairs=v.pairs,
+        min_effect=v.min_effect,
+        baseline=v.baseline,
+    )
+    return Finding(
+        source="within_sweep",
+        check=v.check,
+        key=v.candidate.key,
+        cells=tuple(dict.fromkeys((v.candidate.cell_id, v.reference.cell_id))),
+        metric=v.metric,
+        summary=v.describe(),
+        relative=relative,
+        figures=(figure,),
+    )
+
+
+def position_text(positions: Iterable[PositionChange]) -> str:
+    """The positions that fell, as a clause of a finding's summary."""
+    fell = [p for p in positions if p.fell]
+    if not fell:
+        return "no single draft position fell by the minimum effect"
+    return "; ".join(
+        f"acceptance at position {p.position} fell {p.baseline:.3f} -> {p.candidate:.3f} "
+        f"({p.difference:+.3f})"
+        for p in fell
+    )
+
+
+def _baseline_finding(row: ComparedVariant, baseline_id: int, r: JudgeRules) -> Finding:
+    assert row.baseline_al is not None and row.candidate_al is not None
+    assert row.difference is not None and row.cell_id is not None
+    rel = row.relative
+    rel_text = f" ({rel:+.1%})" if rel is not None else ""
+    where = f"in sweep {baseline_id} (last good night)" if r.baseline_sweep else "at the base"
+    summary = (
+        f"{row.label}: AL {row.candidate_al} vs {row.baseline_al} {where}; "
+        f"difference {row.difference}{rel_text}; " + position_text(row.positions)
+    )
+    if row.threshold is not None:
+        summary += f"; {row.threshold.describe()}"
+    reference = f"{row.baseline_label} in sweep {baseline_id}"
+    figures = [
+        AlertFigure(
+            metric="mean_acceptance_length",
+            candidate=row.label,
+            reference=reference,
+            candidate_value=_interval(row.candidate_al),
+            reference_value=_interval(row.baseline_al),
+            difference=_interval(row.difference),
+            relative=rel,
+            paired=row.paired,
+            pairs=row.pairs,
+            min_effect=row.min_effect,
+        )
+    ]
+    figures += [
+        AlertFigure(
+            metric="acceptance_at_position",
+            position=p.position,
+            candidate=row.label,
+            reference=reference,
+            candidate_value=FigureInterval.of(p.candidate),
+            reference_value=FigureInterval.of(p.baseline),
+            difference=FigureInterval.of(p.difference, p.low, p.high, r.check.level),
+            relative=p.difference / p.baseline if p.baseline else None,
+            min_effect=r.check.min_position_diff,
+        )
+        for p in row.positions
+        if p.fell
+    ]
+    return Finding(
+        source="baseline",
+        check=r.baseline_check,
+        key=row.key,
+        cells=(row.cell_id,),
+        metric="mean_acceptance_length",
+        summary=summary,
+        relative=rel,
+        baseline_sweep_id=baseline_id if r.baseline_sweep else None,
+        positions=row.positions,
+        figures=tuple(figures),
+    )
+
+
+def _baseline_notes(comparison: SweepComparison, baseline_id: int, r: JudgeRules) -> list[str]:
+    against = f" vs sweep {baseline_id}" if r.baseline_sweep else ""
+    notes = [
+        f"{row.label}{against}: {row.outcome} ({row.note})"
+        for row in comparison.rows
+        if row.outcome in ("failed", "unmatched", "no_data")
+    ]
+    rules = [row.threshold for row in comparison.rows if row.threshold is not None]
+    if rules:
+        short = [t for t in rules if not t.calibrated]
+        notes.append(
+            f"AL thresholds from each key's own nights: {len(rules) - len(short)} key(s) "
+            f"calibrated, {len(short)} with insufficient history (fewer than "
+            f"{rules[0].min_nights} nights: the floor rule)"
+        )
+    return notes
+
+
+def _history_findings(analyses: Sequence[HistoryAnalysis], sweep: SweepRecord) -> list[Finding]:
+    out: list[Finding] = []
+    for analysis in analyses:
+        if analysis.key is None:
+            continue
+        key = analysis.key
+        for cp in analysis.alerts:
+            if cp.index < analysis.points - CHANGE_POINT_RECENT:
+                continue
+            figure = AlertFigure(
+                metric="mean_acceptance_length",
+                candidate=f"{cp.after_n} sweeps from sweep {cp.sweep_id}",
+                reference=f"{cp.before_n} sweeps before",
+                candidate_value=FigureInterval.of(cp.after_mean),
+                reference_value=FigureInterval.of(cp.before_mean),
+                difference=FigureInterval.of(cp.after_mean - cp.before_mean),
+                relative=cp.relative_change,
+                pvalue=cp.pvalue,
+            )
+            out.append(
+                Finding(
+                    source="history",
+                    check="history_change",
+                    key=key,
+                    cells=_cells_of(sweep, key),
+                    metric="mean_acceptance_length",
+                    summary=(
+                        f"{key}: AL fell {cp.before_mean:.3f} -> {cp.after_mean:.3f} "
+                        f"({cp.relative_change:+.1%}) from sweep {cp.sweep_id}, "
+                        f"held for {cp.after_n} sweep(s)"
+                    ),
+                    relative=cp.relative_change,
+                    figures=(figure,),
+                )
+            )
+    return out
+
+
+def _cells_of(sweep: SweepRecord, key: ComparableKey) -> tuple[str, ...]:
+    """The cells of ``sweep`` that measured ``key`` (a history series names a key)."""
+    return tuple(
+        stored.cell.cell_id
+        for stored in sweep.cells
+        if any(stored.cell.variant_key(v.axes) == key for v in stored.cell.variants)
+    )
+
+
+def _failed_cell_findings(cells: Iterable[StoredCell], side: str) -> list[Finding]:
+    """One ``cell_failed`` finding per cell that did not end ok (``side`` prefixes the
+    summary: "candidate", "baseline")."""
+    out = []
+    for stored in cells:
+        result = stored.result
+        if result is None or result.status == "ok":
+            continue
+        error = (result.error or "no error recorded").strip()
+        first = error.splitlines() or [""]
+        prefix = f"{side} " if side else ""
+        out.append(
+            Finding(
+                source="cells",
+                check="cell_failed",
+                key=stored.cell.key,
+                cells=(stored.cell.cell_id,),
+                summary=f"{prefix}{stored.cell.cell_id} {result.status}: {first[0][:200]}",
+                error=error[:4000],
+            )
+        )
+    return out

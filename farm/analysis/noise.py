@@ -1,0 +1,254 @@
+"""Run-to-run noise of each comparable key, from the job's own nights, and the AL
+threshold it calibrates. Pure.
+
+The paired bootstrap of a night against the last good night (:mod:`farm.analysis.
+compare`) resamples prompts: it sees per-token jitter (prompts move apart at random)
+but reads a shift common to every prompt of a run (another machine, another kernel
+build: vllm-ascend PR #14890's goldens that "varied significantly across machines")
+as a real difference. What covers that is the key's own history: the night-to-night
+spread of its AL over the same prompts, which is the run-level variation itself.
+
+Estimator: successive differences of the key's nightly AL, ``d_i = AL_i - AL_(i-1)``,
+have standard deviation ``sqrt(2) * sigma`` and centre 0 under run-to-run noise; a
+regression or a fix moves one difference only, so the spread is read robustly as
+``1.4826 * median(|d|) / sqrt(2)`` (the median absolute deviation about 0 with its
+consistency factor for a normal). No verdicts are
+needed, and a few shifted nights in the window do not inflate it.
+
+Rule (per key, :func:`calibrated`): with at least ``min_nights`` nights before the
+judged one, the comparison's difference has a run-level variance ``2 * sigma**2``
+(two nights, each with its own run) added to the bootstrap's, and the minimum effect
+is the larger of the fixed floor and ``k * sqrt(2) * sigma``. ``k = 3``: a clean night
+then exceeds the minimum effect with probability 0.13% per key (one-sided normal), so a
+job of 16 keys raises a false alarm from noise about once in 500 nights, while a
+deterministic engine (sigma 0) keeps exactly the fixed rule and its power. With fewer
+nights the floor rule holds and the key says "insufficient history". Which component
+this covers (the per-run shift; per-token jitter is already in the bootstrap) is read
+from the measurements in ``bench/detection.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from statistics import NormalDist
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from farm.analysis.history import HistoryPoint
+from farm.analysis.stats import Interval
+from farm.comparable import ComparableKey
+from farm.records import SweepRecord, VariantResult
+
+__all__ = [
+    "KeyNoise",
+    "KeyNoiseRow",
+    "NoiseRule",
+    "QuarantineRule",
+    "Threshold",
+    "calibrated",
+    "key_noise",
+    "night_to_night_sd",
+    "noise_table",
+    "quarantined",
+]
+
+_MAD_TO_SD = 1.4826
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NoiseRule(_Frozen):
+    """How thresholds follow a key's history (module docstring)."""
+
+    k: float = 3.0
+    min_nights: int = 5
+
+
+class KeyNoise(_Frozen):
+    """A key's nights before the judged one, and its night-to-night AL spread."""
+
+    nights: int
+    al_sd: float
+
+
+class Threshold(_Frozen):
+    """The AL threshold of one comparison and where it came from."""
+
+    min_effect: float
+    floor: float
+    run_sd: float = 0.0  # the run-level sd added to each night (0: prompt-only rule)
+    nights: int = 0
+    k: float = 0.0
+    calibrated: bool = False
+    min_nights: int = 0
+
+    def describe(self) -> str:
+        """``3 x night-to-night sd 0.0137 x sqrt2 over 12 nights = 0.058 (floor 0.050)``,
+        or ``floor 0.050; insufficient history: 2 of 5 nights``."""
+        if self.calibrated:
+            return (
+                f"min effect {self.min_effect:.3f}: {self.k:g} x night-to-night sd "
+                f"{self.run_sd:.4f} x sqrt2 over {self.nights} nights (floor {self.floor:.3f})"
+            )
+        return (
+            f"min effect {self.floor:.3f} (floor); insufficient history: {self.nights} of "
+            f"{self.min_nights} nights"
+        )
+
+
+def night_to_night_sd(values: Sequence[float]) -> float:
+    """The run-to-run sd of nightly values, robust to a few level shifts (docstring)."""
+    if len(values) < 2:
+        return 0.0
+    d = np.diff(np.asarray(values, dtype=float))
+    # About 0, not the median difference: under noise the differences centre on 0,
+    # and a centre fitted to a handful of them can make the spread vanish.
+    return _MAD_TO_SD * float(np.median(np.abs(d))) / math.sqrt(2.0)
+
+
+def key_noise(
+    series: Mapping[ComparableKey, Sequence[HistoryPoint]], judged_sweep: int
+) -> dict[ComparableKey, KeyNoise]:
+    """Each key's nights before ``judged_sweep`` (oldest first) and their spread."""
+    out = {}
+    for key, points in series.items():
+        before = sorted((p for p in points if p.sweep_id < judged_sweep), key=lambda p: p.sweep_id)
+        out[key] = KeyNoise(nights=len(before), al_sd=night_to_night_sd([p.value for p in before]))
+    return out
+
+
+def calibrated(
+    diff: Interval, floor: float, noise: KeyNoise | None, rule: NoiseRule
+) -> tuple[Interval, Threshold]:
+    """``diff`` (candidate - reference AL, from the paired bootstrap) with the key's
+    run-level variance added, and the threshold it is judged by."""
+    nights = noise.nights if noise is not None else 0
+    if noise is None or nights < rule.min_nights:
+        return diff, Threshold(
+            min_effect=floor, floor=floor, nights=nights, min_nights=rule.min_nights
+        )
+    run = 2.0 * (_z(diff.level) * noise.al_sd) ** 2  # two nights, each its own run
+    # Each side of the bootstrap interval (asymmetric) widened by the same variance.
+    low = diff.estimate - math.sqrt((diff.estimate - diff.low) ** 2 + run)
+    high = diff.estimate + math.sqrt((diff.high - diff.estimate) ** 2 + run)
+    widened = Interval(estimate=diff.estimate, low=low, high=high, level=diff.level)
+    threshold = Threshold(
+        min_effect=max(floor, rule.k * math.sqrt(2.0) * noise.al_sd),
+        floor=floor,
+        run_sd=noise.al_sd,
+        nights=nights,
+        k=rule.k,
+        calibrated=True,
+        min_nights=rule.min_nights,
+    )
+    return (widened if run > 0 else diff), threshold
+
+
+def _z(level: float) -> float:
+    return NormalDist().inv_cdf(0.5 + level / 2.0)
+
+
+class KeyNoiseRow(_Frozen):
+    """One key's run-to-run variation over a job's nights (``farm noise``)."""
+
+    key: ComparableKey
+    nights: int
+    al_mean: float
+    al_sd: float  # night-to-night, the calibration's estimator
+    position_sd: tuple[float, ...]  # acceptance at each draft position, the same way
+    accuracy_sd: float | None  # share correct, the same way (None: not scored)
+    flip_rate: float | None  # share of prompts whose output differs from the night before
+
+    @property
+    def al_relative_sd(self) -> float:
+        return self.al_sd / self.al_mean if self.al_mean else 0.0
+
+
+def noise_table(sweeps: Sequence[SweepRecord]) -> list[KeyNoiseRow]:
+    """Every spec-on key of ``sweeps`` (a job's nights, any order) with its spread."""
+    nights: dict[ComparableKey, list[tuple[int, VariantResult]]] = {}
+    for sweep in sweeps:
+        for stored in sweep.cells:
+            result = stored.result
+            if result is None or result.status != "ok":
+                continue
+            for v in result.variants:
+                if v.counters.mean_acceptance_length is None:
+                    continue
+                key = stored.cell.variant_key(v.axes)
+                nights.setdefault(key, []).append((sweep.sweep_id, v))
+    rows = []
+    for key, seen in sorted(nights.items(), key=lambda kv: kv[0].label):
+        runs = [v for _, v in sorted(seen, key=lambda sv: sv[0])]
+        al = [v.counters.mean_acceptance_length or 0.0 for v in runs]
+        depth = min(len(v.counters.accepted_per_pos) for v in runs)
+        per_position = tuple(
+            night_to_night_sd([v.counters.accepted_per_pos[i] / v.counters.drafts for v in runs])
+            for i in range(depth)
+            if all(v.counters.drafts for v in runs)
+        )
+        scored = [[r.correct for r in v.requests if r.correct is not None] for v in runs]
+        accuracy = night_to_night_sd([sum(s) / len(s) for s in scored]) if all(scored) else None
+        rows.append(
+            KeyNoiseRow(
+                key=key,
+                nights=len(runs),
+                al_mean=float(np.mean(al)),
+                al_sd=night_to_night_sd(al),
+                position_sd=per_position,
+                accuracy_sd=accuracy,
+                flip_rate=_flip_rate(runs),
+            )
+        )
+    return rows
+
+
+def _flip_rate(runs: Sequence[VariantResult]) -> float | None:
+    """Share of (prompt, consecutive night pair) whose greedy output changed."""
+    changed = compared = 0
+    for before, after in itertools.pairwise(runs):
+        earlier = {r.prompt_id: r.output_text for r in before.requests}
+        for r in after.requests:
+            old = earlier.get(r.prompt_id)
+            if old is None or r.output_text is None:
+                continue  # a prompt of one night only, or a pruned text
+            compared += 1
+            changed += old != r.output_text
+    return changed / compared if compared else None
+
+
+class QuarantineRule(_Frozen):
+    """When a key's verdicts flip too often to be believed (vLLM's nightly bot reports
+    the same per-test flip rate): over the last ``window`` judged nights, at least
+    ``min_nights`` of them, a pass <-> fail flip rate above ``max_flip_rate``
+    quarantines the key until its last ``stable_nights`` nights held one verdict."""
+
+    window: int = 60
+    min_nights: int = 10
+    max_flip_rate: float = 0.2
+    stable_nights: int = 7
+
+
+def quarantined(
+    nights: Sequence[tuple[frozenset[str], frozenset[str]]], rule: QuarantineRule
+) -> dict[str, float]:
+    """Key label -> flip rate of each quarantined key. ``nights``: oldest first, each
+    night's (labels judged, labels flagged)."""
+    recent = list(nights)[-rule.window :]
+    labels = set().union(*(judged for judged, _ in recent)) if recent else set()
+    out = {}
+    for label in sorted(labels):
+        seq = [label in flagged for judged, flagged in recent if label in judged]
+        if len(seq) < rule.min_nights:
+            continue
+        flips = sum(a != b for a, b in itertools.pairwise(seq))
+        rate = flips / (len(seq) - 1)
+        settled = len(set(seq[-rule.stable_nights :])) == 1
+        if rate > rule.max_flip_rate and not settled:
+            out[label] = rate
+    return out

@@ -1,0 +1,64 @@
+"""The comment a PR run posts on the pull request: its verdict and comparison. Pure."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from farm.analysis.compare import SweepComparison
+from farm.inert import github_markdown as md
+from farm.report.markdown import render_comparison
+from farm.results.verdict import SweepVerdict
+
+__all__ = ["render_pr_comment"]
+
+# An http(s) URL with none of the characters that would end or change a <...> autolink.
+_LINKABLE = re.compile(r"https?://[^\s<>\"'`\x00-\x1f\x7f]+")
+
+
+def render_pr_comment(
+    verdict: SweepVerdict,
+    comparison: SweepComparison,
+    *,
+    marker: str,
+    candidate_label: str,
+    base_label: str,
+    dropped: Sequence[str] = (),
+    report_url: str | None = None,
+    cost: str | None = None,
+) -> str:
+    """The PR comment: the hidden marker, the verdict, what was built and reused,
+    the findings, then the comparison table of ``farm compare``. Everything that came
+    from an engine, a repository or a user is inert Markdown (:mod:`farm.inert`)."""
+    v = verdict
+    icon = {"clean": ":white_check_mark:", "regression": ":x:", "failed_cells": ":warning:"}
+    lines = [
+        marker,
+        f"## mtp-farm: PR #{v.pr_number} on {md(v.engine or '')}: {icon[v.outcome]} {v.outcome}",
+        "",
+        f"- candidate: {md(candidate_label)}"
+        + (f" (head {md(v.head_sha[:12])})" if v.head_sha else ""),
+        f"- baseline: {md(base_label)}",
+    ]
+    if v.reused_cells:
+        lines.append(
+            f"- {len(v.reused_cells)} baseline cell(s) reused from sweep(s) "
+            + ", ".join(map(str, v.baseline_sweep_ids))
+            + "; the rest ran beside the candidate in sweep "
+            + str(v.sweep_id)
+        )
+    else:
+        lines.append(f"- every baseline cell ran beside the candidate in sweep {v.sweep_id}")
+    if cost:
+        lines.append(f"- {md(cost)} in sweep {v.sweep_id}")
+    if dropped:
+        lines.append("- bundled patches dropped: " + "; ".join(md(d) for d in dropped))
+    if report_url:
+        # A link the farm was given (--publish-url), shown as a link to itself.
+        link = f"<{report_url}>" if _LINKABLE.fullmatch(report_url) else md(report_url)
+        lines.append(f"- report: {link}")
+    if v.findings:
+        lines += ["", "### Findings", ""]
+        lines += [f"- **{md(f.shown_check)}** {md(f.summary)}" for f in v.findings]
+    lines += ["", render_comparison(comparison)]
+    return "\n".join(lines)

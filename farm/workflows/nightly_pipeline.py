@@ -1,0 +1,421 @@
+"""The I/O around a nightly's verdict: read the store, judge, raise alerts, store the
+verdict, notify, publish the report folder.
+
+:func:`check_night` is the whole check of a stored sweep, once: a sweep whose nightly
+verdict is already stored is not judged, alerted or notified again (a rerun of the
+same night changes nothing). Order of the writes: alerts (idempotent per sweep), then
+the verdict (unique per sweep and kind), then the notifications of pending alerts
+(each marked when delivered). A driver killed between two of them leaves nothing
+that a rerun would duplicate: alerts are upserted, an alert not delivered stays
+pending and the next check (any sweep's, or ``farm alerts check``) sends it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+from sqlmodel import Session
+
+from farm.analysis.check_rules import CheckConfig, CheckReport
+from farm.analysis.judgement import Judgement
+from farm.analysis.noise import QuarantineRule, quarantined
+from farm.analysis.summary import patched_bases, summarize_sweep
+from farm.errors import FarmError, OutputError
+from farm.goldens import GoldenCheck
+from farm.notify.delivery import EXIT_UNDELIVERED, send_pending
+from farm.notify.registry import Notifier, configured_notifiers
+from farm.records import SweepRecord
+from farm.report.html import render_html, render_verdict_index
+from farm.results.alerts import AlertRecord
+from farm.results.verdict import SweepVerdict
+from farm.store.alerts import raise_alerts, recover_alerts
+from farm.store.repository import SweepCost, history_series, job_sweeps, load_sweep, sweep_cost
+from farm.store.verdicts import get_verdict, job_verdicts, record_verdict, verdict_outcomes
+from farm.workflows.nightly import EarlierNight, NightJudgement, judge_night, last_good_night
+
+__all__ = [
+    "AlertCheck",
+    "Baseline",
+    "NightlyCheck",
+    "NightlyDeps",
+    "NightlyOutcome",
+    "NightlyRequest",
+    "check_alerts",
+    "check_night",
+    "judge_stored",
+    "publish_night",
+    "run_nightly",
+    "write_page",
+]
+
+# What a stored sweep is judged against: the job's last good night (as the nightly
+# does), a given sweep, or nothing.
+Baseline = Literal["last-good"] | int | None
+
+
+class NightlyCheck(BaseModel):
+    """What one check of a night did; ``judged`` is False when its verdict was stored
+    before (nothing was raised or sent then)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    verdict: SweepVerdict
+    judged: bool
+    cost: SweepCost | None = None
+    judgement: Judgement | None = None
+    raised: tuple[AlertRecord, ...] = ()
+    recovered: tuple[AlertRecord, ...] = ()  # open alerts this night compared clean
+    sent: tuple[AlertRecord, ...] = ()
+    channels: tuple[str, ...] = ()
+    delivered_to: tuple[str, ...] = ()  # the channels that took the sent alerts
+    errors: tuple[str, ...] = ()
+
+
+def _recover(session: Session, sweep_id: int, night: NightJudgement) -> list[AlertRecord]:
+    """Close the open alerts this sweep compared again without raising them."""
+    raised = {c.key for c in night.alerts}
+    return recover_alerts(session, sweep_id, night.judgement.checked, raised)
+
+
+def _earlier_nights(session: Session, record: SweepRecord) -> list[EarlierNight]:
+    outcomes = verdict_outcomes(session, record.job, "nightly", record.sweep_id)
+    return [
+        EarlierNight(sweep_id=s.id, status=s.status, verdict=outcomes.get(s.id))
+        for s in job_sweeps(session, record.job, before=record.sweep_id)
+    ]
+
+
+def judge_stored(
+    session: Session,
+    sweep_id: int,
+    *,
+    baseline: Baseline = "last-good",
+    history: int = 0,
+    base_of: Mapping[str, str] | None = None,
+    config: CheckConfig | None = None,
+    goldens: Sequence[GoldenCheck] = (),
+) -> NightJudgement:
+    """Judge stored sweep ``sweep_id`` as a nightly does, writing nothing: against
+    ``baseline`` (``last-good``: the job's last good night), over ``history`` sweeps of
+    the job (> 1 to look for change points), patches against ``base_of`` (default:
+    inferred from the builds), and against the job's ``goldens``. ``farm nightly``,
+    ``farm alerts check`` and the published pages all judge through here. Raises
+    StoreError (store), FarmError when ``base_of`` names an engine the sweep did not
+    run."""
+    record = load_sweep(session, sweep_id)
+    if base_of:
+        ran = {c.cell.engine for c in record.cells}
+        unknown = sorted({n for pair in base_of.items() for n in pair} - ran)
+        if unknown:
+            raise FarmError(
+                f"--base-of: sweep {sweep_id} ran no engine {', '.join(map(repr, unknown))} "
+                f"(it ran {', '.join(sorted(ran)) or 'none'})"
+            )
+    if baseline == "last-good":
+        baseline = last_good_night(sweep_id, _earlier_nights(session, record))
+    return judge_night(
+        record,
+        last_good=load_sweep(session, baseline) if baseline is not None else None,
+        history=history_series(session, record, history) if history > 1 else None,
+        base_of=base_of or patched_bases(record.builds),
+        config=config,
+        quarantine=flaky_keys(session, record),
+        goldens=goldens,
+    )
+
+
+def flaky_keys(
+    session: Session, record: SweepRecord, rule: QuarantineRule | None = None
+) -> dict[str, float]:
+    """The keys of ``record``'s job whose nightly verdicts flipped too often before it
+    (:func:`farm.analysis.noise.quarantined`), with their flip rates. Reads the job's
+    last ``rule.window`` verdicts and per-variant summaries only."""
+    rule = rule or QuarantineRule()
+    verdicts = {
+        v.sweep_id: v
+        for v in job_verdicts(session, record.job, "nightly", limit=rule.window + 1)
+        if v.sweep_id < record.sweep_id
+    }
+    if len(verdicts) < rule.min_nights:
+        return {}
+    series = history_series(session, record, rule.window + 1)
+    judged: dict[int, set[str]] = {}
+    for key, points in series.items():
+        for p in points:
+            judged.setdefault(p.sweep_id, set()).add(key.label)
+    nights = [
+        (
+            frozenset(judged.get(sweep_id, ())),
+            frozenset(
+                f.key.label for f in verdict.findings if f.key is not None and f.source != "cells"
+            ),
+        )
+        for sweep_id, verdict in sorted(verdicts.items())
+    ]
+    return quarantined(nights, rule)
+
+
+def check_night(
+    session: Session,
+    sweep_id: int,
+    *,
+    history: int,
+    notifiers: Sequence[Notifier] | None = None,
+    config: CheckConfig | None = None,
+    goldens: Sequence[GoldenCheck] = (),
+) -> NightlyCheck:
+    """Judge stored sweep ``sweep_id`` as a nightly once; raise, store, notify.
+
+    ``history``: how many of the job's sweeps (this one included) the change-point
+    checks read; ``notifiers`` default to the configured channels (``FARM_NOTIFY_*``),
+    ``()`` notifies nobody; ``goldens``: the job's (:func:`farm.goldens.job_goldens`).
+    Raises StoreError (store), NotifyError (invalid channel settings).
+    """
+    stored = get_verdict(session, sweep_id, "nightly")
+    cost = sweep_cost(session, sweep_id)
+    if stored is not None:
+        return NightlyCheck(verdict=stored, judged=False, cost=cost)
+    channels = list(configured_notifiers() if notifiers is None else notifiers)
+    night = judge_stored(session, sweep_id, history=history, config=config, goldens=goldens)
+    raised = raise_alerts(session, sweep_id, night.alerts)
+    recovered = _recover(session, sweep_id, night)
+    verdict, new = record_verdict(session, night.verdict)
+    if not new:
+        # Another driver judged this night first: it raises and sends, not us.
+        return NightlyCheck(verdict=verdict, judged=False, cost=cost)
+    pending, took, errors = send_pending(session, channels)
+    return NightlyCheck(
+        verdict=verdict,
+        judged=True,
+        cost=cost,
+        judgement=night.judgement,
+        raised=tuple(raised),
+        recovered=tuple(recovered),
+        sent=tuple(pending),
+        channels=tuple(n.name for n in channels),
+        delivered_to=tuple(took),
+        errors=tuple(str(e) for e in errors),
+    )
+
+
+class AlertCheck(BaseModel):
+    """What one check-alert-notify pass (``farm alerts check``) did."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    sweep_id: int
+    judgement: Judgement
+    raised: tuple[AlertRecord, ...] = ()  # every alert the sweep raised or refreshed
+    recovered: tuple[AlertRecord, ...] = ()  # open alerts the sweep compared clean
+    fresh: tuple[AlertRecord, ...] = ()  # of those, the ones not yet notified
+    sent: tuple[AlertRecord, ...] = ()  # pending alerts handed to the channels (any sweep)
+    channels: tuple[str, ...] = ()
+    delivered_to: tuple[str, ...] = ()  # the channels that took the sent alerts
+    errors: tuple[str, ...] = ()  # one per failed channel, secrets masked
+
+    @property
+    def comparisons(self) -> int:
+        return self.judgement.comparisons
+
+    @property
+    def findings(self) -> int:
+        """How many regressions were found (failed cells are not counted)."""
+        return len(self.judgement.regressions)
+
+    @property
+    def delivered(self) -> bool:
+        """True when no channel failed (the sent alerts are marked notified)."""
+        return not self.errors
+
+
+def check_alerts(
+    session: Session,
+    sweep_id: int,
+    *,
+    baseline: Baseline = "last-good",
+    base_of: Mapping[str, str] | None = None,
+    history: int = 0,
+    config: CheckConfig | None = None,
+    notifiers: Sequence[Notifier] | None = None,
+) -> AlertCheck:
+    """Judge stored sweep ``sweep_id`` (:func:`judge_stored`), record its alerts, notify
+    pending ones. Stores no verdict: a nightly's verdict is the nightly's.
+
+    ``notifiers`` default to the configured channels (``FARM_NOTIFY_*``); pass ``()``
+    to notify nobody. A failed channel leaves every alert pending: the next pass sends
+    again, a duplicate in the channels that worked rather than silence. Raises
+    StoreError (store), NotifyError (invalid channel settings).
+    """
+    night = judge_stored(
+        session, sweep_id, baseline=baseline, history=history, base_of=base_of, config=config
+    )
+    alerts = raise_alerts(session, sweep_id, night.alerts)
+    recovered = _recover(session, sweep_id, night)
+    channels = list(configured_notifiers() if notifiers is None else notifiers)
+    pending, took, errors = send_pending(session, channels)
+    return AlertCheck(
+        sweep_id=sweep_id,
+        judgement=night.judgement,
+        raised=tuple(alerts),
+        recovered=tuple(recovered),
+        fresh=tuple(a for a in alerts if a.needs_notification),
+        sent=tuple(pending),
+        channels=tuple(n.name for n in channels),
+        delivered_to=tuple(took),
+        errors=tuple(str(e) for e in errors),
+    )
+
+
+def write_page(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (a reader never sees half a page);
+    OutputError when it cannot be written."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def publish_night(
+    session: Session, check: NightlyCheck, folder: Path, *, history: int = 14
+) -> list[Path]:
+    """Write ``sweep-<id>.html`` (the report with its verdict), ``latest.html`` (when
+    this is the job's newest judged night) and ``index.html`` (the job's nights with
+    their verdicts) into ``folder`` (created), from the night's judgement (judged again,
+    writing nothing, when ``check`` carries none). Returns the paths written; raises
+    OutputError when the folder cannot be written, StoreError (store).
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create the publish folder {folder}: {exc.strerror}") from None
+    verdict = check.verdict
+    judgement = check.judgement
+    if judgement is None:
+        judgement = judge_stored(session, verdict.sweep_id, history=history).judgement
+    record = load_sweep(session, verdict.sweep_id)
+    page = render_html(
+        record,
+        summarize_sweep(record),
+        judgement.within or CheckReport(sweep_id=record.sweep_id, verdicts=(), notes=()),
+        judgement.series,
+        verdict=verdict,
+    )
+    own = folder / f"sweep-{record.sweep_id}.html"
+    write_page(own, page)
+    written = [own]
+    nights = job_verdicts(session, record.job, "nightly", limit=500)
+    if nights and nights[0].sweep_id == record.sweep_id:
+        write_page(folder / "latest.html", page)
+        written.append(folder / "latest.html")
+    published = [v for v in nights if (folder / f"sweep-{v.sweep_id}.html").exists()]
+    write_page(folder / "index.html", render_verdict_index(record.job, published))
+    written.append(folder / "index.html")
+    return written
+
+
+# Statuses of a sweep whose every cell ran: nothing left for --resume to run.
+_FINISHED = ("ok", "failed")
+
+
+@dataclass(frozen=True)
+class NightlyRequest:
+    """What `farm nightly` was asked: the job's name, the store, the sweep to resume
+    (an id, ``latest`` of the job, or None for a new sweep), the history checks' depth,
+    whether to notify, the report folder, and the goldens the job names."""
+
+    job: str
+    url: str
+    history: int
+    resume: int | Literal["latest"] | None = None
+    notify: bool = True
+    folder: Path | None = None
+    goldens: tuple[GoldenCheck, ...] = ()
+
+
+@dataclass(frozen=True)
+class NightlyDeps:
+    """The I/O a nightly is handed: ``run_sweep`` runs a new sweep (None) or finishes
+    one, and returns its id; ``check_resume`` refuses a sweep another job or slice
+    started; ``judged`` is told the check as soon as the verdict exists."""
+
+    open_session: Callable[[str], AbstractContextManager[Session]]
+    run_sweep: Callable[[int | None], int]
+    check_resume: Callable[[int], None]
+    judged: Callable[[NightlyCheck], None]
+
+
+@dataclass(frozen=True)
+class NightlyOutcome:
+    """What the night did: its check (verdict, alerts, notifications), pages written."""
+
+    check: NightlyCheck
+    pages: tuple[Path, ...] = ()
+    page_error: str | None = None  # the pages could not be written (the verdict is stored)
+
+    @property
+    def exit_status(self) -> int:
+        """:data:`~farm.notify.delivery.EXIT_UNDELIVERED` when a channel failed, else the
+        verdict's status; 2 when a clean night's pages could not be written."""
+        if self.check.errors:
+            return EXIT_UNDELIVERED
+        return self.check.verdict.exit_status or (2 if self.page_error else 0)
+
+
+def run_nightly(request: NightlyRequest, deps: NightlyDeps) -> NightlyOutcome:
+    """Run (or finish) the job's sweep, judge it once, raise, notify, publish. A night
+    already judged is not run or judged again. FarmError for a sweep to resume that does
+    not exist or is not this job's, or results that were not stored."""
+    sweep_id = _resume_id(request, deps)
+    if sweep_id is not None:
+        with deps.open_session(request.url) as session:
+            status = load_sweep(session, sweep_id).status
+            judged = get_verdict(session, sweep_id, "nightly") is not None
+        if not judged:
+            deps.check_resume(sweep_id)
+        if status not in _FINISHED and not judged:
+            sweep_id = deps.run_sweep(sweep_id)
+    else:
+        sweep_id = deps.run_sweep(None)
+    pages: list[Path] = []
+    page_error: str | None = None
+    with deps.open_session(request.url) as session:
+        notifiers = None if request.notify else ()
+        check = check_night(
+            session,
+            sweep_id,
+            history=request.history,
+            notifiers=notifiers,
+            goldens=request.goldens,
+        )
+        deps.judged(check)
+        folder = request.folder
+        # A night judged before whose page was never written (the folder failed then)
+        # gets its page now.
+        if folder is not None and (
+            check.judged or not (folder / f"sweep-{sweep_id}.html").exists()
+        ):
+            try:
+                pages = publish_night(session, check, folder, history=request.history)
+            except OutputError as exc:
+                page_error = str(exc)
+    return NightlyOutcome(check=check, pages=tuple(pages), page_error=page_error)
+
+
+def _resume_id(request: NightlyRequest, deps: NightlyDeps) -> int | None:
+    """The sweep ``--resume`` names: ``latest`` is the job's newest sweep."""
+    if request.resume != "latest":
+        return request.resume
+    with deps.open_session(request.url) as session:
+        ids = [s.id for s in job_sweeps(session, request.job)]
+    if not ids:
+        raise FarmError(f"--resume latest: the store holds no sweep of job {request.job!r}")
+    return ids[0]

@@ -1,0 +1,178 @@
+"""`farm pr` as one workflow: prepare, plan the baseline, run, judge, report, post.
+
+:func:`run_pr` is a short driver over named steps; the CLI parses the options into a
+:class:`PrRequest`, hands the I/O it owns (running a sweep with its progress display,
+the console, the store session, the GitHub client) as :class:`PrDeps`, and prints the
+:class:`PrOutcome`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from farm.goldens import GoldenCheck
+from farm.masking import mask_secrets
+from farm.notify.github import GitHubClient, PullRequestRef
+from farm.orchestrate.driver import plan_job
+from farm.plan import ServerCell
+from farm.spec import JobSpec
+from farm.store import normalize_url
+from farm.workflows.pr import pr_job
+from farm.workflows.pr_pipeline import (
+    BaseAt,
+    PrBaseline,
+    PrCheck,
+    PrSetup,
+    check_pr,
+    plan_baseline,
+    prepare_pr,
+    publish_pr,
+    report_name,
+    write_pr_report,
+)
+
+__all__ = ["PrDeps", "PrOutcome", "PrRequest", "run_pr"]
+
+Say = Callable[..., None]
+GitHubTarget = tuple[GitHubClient, PullRequestRef]
+
+
+@dataclass(frozen=True)
+class PrRequest:
+    """What `farm pr` was asked: the job, the PR, the base, where to publish, and the
+    goldens the job names (:func:`farm.goldens.job_goldens`)."""
+
+    spec: JobSpec
+    engine: str
+    number: int
+    url: str
+    only: dict[str, str]
+    max_age: timedelta
+    cache_dir: Path
+    source: str | None = None
+    base_at: BaseAt = "branch"
+    folder: Path | None = None
+    publish_url: str | None = None
+    goldens: tuple[GoldenCheck, ...] = ()
+
+
+@dataclass(frozen=True)
+class PrDeps:
+    """The I/O a PR run is handed: ``run_sweep`` runs a job's sweep and returns its id;
+    ``github`` the client and PR to post to (None: nothing is posted); ``judged`` is
+    told the check as soon as the verdict exists (before GitHub is told)."""
+
+    say: Say
+    run_sweep: Callable[[JobSpec], int]
+    open_session: Callable[[str], AbstractContextManager[Session]]
+    github: Callable[[PrSetup], GitHubTarget | None]
+    judged: Callable[[PrCheck, PrSetup], None]
+
+
+@dataclass(frozen=True)
+class PrOutcome:
+    """What the PR run did: the check (its verdict), the report written, the comment
+    posted (link, created or updated, the commit status set)."""
+
+    check: PrCheck
+    setup: PrSetup
+    report: Path | None = None
+    posted: tuple[str, bool, str | None] | None = None
+    sha: str | None = None
+
+    @property
+    def exit_status(self) -> int:
+        return self.check.judgement.verdict.exit_status
+
+
+def run_pr(request: PrRequest, deps: PrDeps) -> PrOutcome:
+    """Validate a pull request: build the candidate, reuse or run the base cells, judge
+    the pairs, write the report, post the verdict. FarmError for bad input (nothing
+    written), a sweep whose results are not stored, or GitHub refusing."""
+    setup = prepare_pr(
+        request.spec,
+        request.engine,
+        request.number,
+        source=request.source,
+        cache_dir=request.cache_dir,
+        say=deps.say,
+        base_at=request.base_at,
+    )
+    github = deps.github(setup)
+    sha = _head_sha(github, setup, deps.say)
+    baseline, job = _plan_sweep(request, setup, deps)
+    sweep_id = deps.run_sweep(job)
+    report_url = (
+        # The comment and the status are public: a credential in the URL is masked.
+        mask_secrets(f"{request.publish_url.rstrip('/')}/{report_name(request.number, sweep_id)}")
+        if request.publish_url and request.folder
+        else None
+    )
+    report = None
+    with deps.open_session(request.url) as session:
+        check = check_pr(
+            session, sweep_id, setup, baseline, report_url=report_url, goldens=request.goldens
+        )
+        deps.judged(check, setup)
+        if request.folder is not None:
+            report = write_pr_report(session, check, request.folder)
+            deps.say(f"report: {report}")
+    posted = None
+    if github is not None:
+        posted = publish_pr(github[0], github[1], check, setup, sha=sha, report_url=report_url)
+    return PrOutcome(check=check, setup=setup, report=report, posted=posted, sha=sha)
+
+
+def _head_sha(github: GitHubTarget | None, setup: PrSetup, say: Say) -> str | None:
+    """The commit the status goes on: the one built, else GitHub's head of the PR (a
+    refused token, or one whose own login cannot be read, stops the run here, before
+    anything is built)."""
+    sha = setup.head_sha
+    if github is None:
+        return sha
+    info = github[0].get_pull(github[1])
+    github[0].own_login()  # and a token whose own comments cannot be told apart
+    if sha is not None and info.head_sha != sha:
+        say(
+            ("note:", "yellow"),
+            f" GitHub's head of PR #{setup.number} is {info.head_sha[:12]}, the farm "
+            f"built {sha[:12]} (a stale mirror?): the status goes on the commit built",
+            err=True,
+        )
+    return sha or info.head_sha
+
+
+def _plan_sweep(request: PrRequest, setup: PrSetup, deps: PrDeps) -> tuple[PrBaseline, JobSpec]:
+    """The stored base cells to reuse and the PR sweep's job (the candidate's cells and
+    the base cells not reused)."""
+    spec, number = request.spec, request.number
+    planned = plan_job(pr_job(spec, setup.base, setup.candidate, number), request.only)
+    base_cells = [c for c in planned.cells if c.engine == setup.base.name]
+    if _no_store_yet(request.url):  # the first run creates it, as `farm run` does
+        baseline = plan_baseline(None, setup, base_cells, max_age=request.max_age)
+    else:
+        with deps.open_session(request.url) as session:
+            baseline = plan_baseline(session, setup, base_cells, max_age=request.max_age)
+    reused_ids = {c.cell_id for c in baseline.selection.reused}
+    reused: list[ServerCell] = [c for c in base_cells if c.cell_id in reused_ids]
+    deps.say(
+        f"PR #{number}: candidate {setup.candidate.name} ({setup.candidate_label}); "
+        f"base {setup.base.name} ({setup.base_label}): {len(reused_ids)} cell(s) reused "
+        f"from sweep(s) {', '.join(map(str, baseline.selection.sweep_ids)) or '-'}, "
+        f"{len(baseline.selection.missing)} to run"
+    )
+    return baseline, pr_job(spec, setup.base, setup.candidate, number, reused)
+
+
+def _no_store_yet(url: str) -> bool:
+    """True for a SQLite store whose file does not exist (it has no baseline yet)."""
+    parsed = sa.make_url(normalize_url(url))
+    database = parsed.database or ""
+    return parsed.get_backend_name() == "sqlite" and bool(database) and not Path(database).exists()

@@ -1,0 +1,130 @@
+"""One judgement: the same stored sweep judged by `farm nightly --resume`, `farm alerts
+check` and `farm compare` against the same baseline gives the same findings.
+
+The sweeps are simulated and stored in SQLite (no engine). ``farm nightly --resume N``
+is its workflow (:func:`farm.workflows.nightly_pipeline.run_nightly`, what the command
+calls once it has read the job file; a sweep whose cells all ran is not run again);
+``farm alerts check`` and ``farm compare`` run through typer's CliRunner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+from typer.testing import CliRunner
+
+from farm.analysis.judgement import JudgeRules, judge
+from farm.cli.alerts import alerts_app
+from farm.cli.reports import reports_app
+from farm.plan import Plan, ServerCell, Variant
+from farm.records import SweepRecord
+from farm.store import Session, create_sweep, finish_sweep, load_sweep, open_store, save_cell_result
+from farm.store.alerts import list_alerts
+from farm.workflows.nightly_pipeline import (
+    NightlyDeps,
+    NightlyOutcome,
+    NightlyRequest,
+    check_alerts,
+    run_nightly,
+)
+from tests.fakes.simulate import simulate_sweep
+
+runner = CliRunner()
+
+
+def _fdo_bug(cell: ServerCell, v: Variant) -> float:
+    return 0.85 if cell.planned_graph_mode == "full_decode_only" and cell.mtp_depth >= 2 else 1.0
+
+
+def synthetic_night(seed: int, regressed: bool) -> SweepRecord:
+    return simulate_sweep(
+        rng=np.random.default_rng(seed),
+        graph_modes=("eager", "full_decode_only"),
+        depths=(0, 1, 3),
+        sliding_windows=("on",),
+        thinking=("off",),
+        prompts=40,
+        effect=_fdo_bug if regressed else None,
+    )
+
+
+def store_sweep(url: str, sweep: SweepRecord) -> int:
+    engine = open_store(url)
+    try:
+        with Session(engine) as s:
+            plan = Plan(job=sweep.job, cells=tuple(c.cell for c in sweep.cells))
+            sweep_id = create_sweep(s, plan, "job: synthetic\n", "test-host")
+            for stored in sweep.cells:
+                assert stored.result is not None
+                save_cell_result(s, sweep_id, stored.result)
+            finish_sweep(s, sweep_id, "ok")
+    finally:
+        engine.dispose()
+    return sweep_id
+
+
+def nightly_resume(url: str, sweep_id: int, notify: bool = False) -> NightlyOutcome:
+    def run_sweep(sweep: int | None) -> int:
+        raise AssertionError(f"sweep {sweep} ran: its cells had all run")
+
+    @contextmanager
+    def session_of(db: str) -> Iterator[Session]:
+        engine = open_store(db)
+        try:
+            with Session(engine) as session:
+                yield session
+        finally:
+            engine.dispose()
+
+    request = NightlyRequest(job="synthetic", url=url, history=0, resume=sweep_id, notify=notify)
+    deps = NightlyDeps(
+        open_session=session_of,
+        run_sweep=run_sweep,
+        check_resume=lambda sweep: None,  # the job file's plan check: no job file here
+        judged=lambda check: None,
+    )
+    return run_nightly(request, deps)
+
+
+def test_nightly_alerts_check_and_compare_find_the_same(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    good = store_sweep(url, synthetic_night(1, regressed=False))
+    bad = store_sweep(url, synthetic_night(2, regressed=True))
+
+    # `farm alerts check` first (it stores no verdict), then `farm nightly --resume`.
+    env = {"FARM_DB_URL": url, "COLUMNS": "250"}
+    checked = runner.invoke(alerts_app, ["check", str(bad), "--no-notify"], env=env)
+    assert checked.exit_code == 0, checked.output
+    engine = open_store(url)
+    try:
+        with Session(engine) as session:
+            alerts_check = check_alerts(session, bad, notifiers=())
+            raised = {a.key for a in list_alerts(session)}
+        night = nightly_resume(url, bad).check
+        with Session(engine) as session:
+            base, cand = load_sweep(session, good), load_sweep(session, bad)
+    finally:
+        engine.dispose()
+    compared = runner.invoke(reports_app, ["compare", str(good), str(bad)], env=env)
+    assert compared.exit_code == 0, compared.output
+
+    assert night.judged and night.verdict.baseline_sweep_ids == (good,)
+    nightly_findings = night.verdict.findings
+    assert {f.source for f in nightly_findings} == {"within_sweep", "baseline"}
+    # nightly (its stored verdict, read back) and alerts check: the same findings
+    assert alerts_check.judgement.baseline_sweep_id == good
+    assert alerts_check.judgement.findings == nightly_findings
+    assert night.judgement is not None and night.judgement.findings == nightly_findings
+    # and the same alerts: alerts check raised them, the nightly refreshed the same ones
+    assert {a.key for a in night.raised} == raised
+    # farm compare judges the same pair with the same function: the same baseline findings
+    compare_judgement = judge(cand, base, None, JudgeRules(within=False))
+    on_baseline = tuple(f for f in nightly_findings if f.source == "baseline")
+    assert on_baseline and compare_judgement.findings == on_baseline
+    for f in on_baseline:
+        assert f.key is not None and f.positions and f.figures
+        assert f"| :x: regress | {f.cells[0]}" in compared.output
+    assert compared.output.count("| :x: regress |") == len(on_baseline)

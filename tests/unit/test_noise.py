@@ -1,0 +1,164 @@
+"""Thresholds from each key's own nights (issue 23, item 3): a per-run shift common to
+every prompt is read by the prompt-only rule as a real drop; the calibrated rule
+absorbs it, keeps the fixed rule where the engine is deterministic, and still catches
+a real drop."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from farm.analysis.history import HistoryPoint, series_from_sweeps
+from farm.analysis.noise import (
+    KeyNoise,
+    NoiseRule,
+    QuarantineRule,
+    calibrated,
+    key_noise,
+    night_to_night_sd,
+    noise_table,
+    quarantined,
+)
+from farm.analysis.stats import Interval
+from farm.plan import ServerCell, Variant
+from farm.records import SweepRecord
+from farm.workflows.nightly import judge_night
+from tests.fakes.simulate import simulate_sweep
+
+DIFF = Interval(estimate=-0.03, low=-0.05, high=-0.01, level=0.95)
+
+
+def test_the_spread_is_the_run_to_run_sd_and_ignores_a_level_shift() -> None:
+    rng = np.random.default_rng(3)
+    noisy = 3.0 + rng.normal(0, 0.02, 400)
+    assert night_to_night_sd(noisy) == pytest.approx(0.02, rel=0.15)
+    stepped = np.concatenate([noisy[:200], noisy[200:] - 0.5])  # a regression mid-way
+    assert night_to_night_sd(stepped) == pytest.approx(night_to_night_sd(noisy), rel=0.1)
+    assert night_to_night_sd([2.9] * 10) == 0.0 and night_to_night_sd([3.0]) == 0.0
+
+
+def test_too_few_nights_keep_the_floor_and_say_so() -> None:
+    diff, rule = calibrated(DIFF, 0.05, KeyNoise(nights=3, al_sd=0.5), NoiseRule())
+    assert diff == DIFF and rule.min_effect == 0.05 and not rule.calibrated
+    assert "insufficient history: 3 of 5 nights" in rule.describe()
+    _, none = calibrated(DIFF, 0.05, None, NoiseRule())
+    assert "0 of 5 nights" in none.describe()
+
+
+def test_a_deterministic_engine_keeps_the_fixed_rule() -> None:
+    diff, rule = calibrated(DIFF, 0.05, KeyNoise(nights=12, al_sd=0.0), NoiseRule())
+    assert diff == DIFF and rule.min_effect == 0.05 and rule.calibrated
+
+
+def test_noise_widens_the_interval_and_raises_the_minimum_effect() -> None:
+    diff, rule = calibrated(DIFF, 0.05, KeyNoise(nights=12, al_sd=0.02), NoiseRule(k=3.0))
+    assert diff.estimate == DIFF.estimate and diff.low < DIFF.low and diff.high > DIFF.high
+    assert rule.min_effect == pytest.approx(3.0 * 2**0.5 * 0.02)
+    assert "3 x night-to-night sd 0.0200 x sqrt2 over 12 nights" in rule.describe()
+
+
+def test_key_noise_reads_only_the_nights_before_the_judged_one() -> None:
+    [key, *_] = series_from_sweeps([_night(1, 1.0)], resamples=10)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    points = [
+        HistoryPoint(sweep_id=i, timestamp=t0 + timedelta(days=i), value=v)
+        for i, v in enumerate([3.0, 3.1, 3.0, 3.1, 2.0], 1)
+    ]
+    [noise] = key_noise({key: points}, judged_sweep=5).values()
+    assert noise.nights == 4 and noise.al_sd > 0  # the judged night's 2.0 is not in it
+
+
+def _night(number: int, factor: float) -> SweepRecord:
+    # Same prompts and draws every night (seed): only the run's common factor moves.
+    def effect(cell: ServerCell, v: Variant) -> float:
+        return factor
+
+    record = simulate_sweep(
+        rng=np.random.default_rng(11),
+        graph_modes=("eager",),
+        depths=(0, 3),
+        sliding_windows=("on",),
+        thinking=("on",),
+        prompts=200,
+        effect=effect,
+        sweep_id=number,
+    )
+    start = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=number)
+    return record.model_copy(update={"started_at": start})
+
+
+def _flagged(nights: list[SweepRecord], noise: NoiseRule | None) -> list[int]:
+    """The nights (after a week of history) whose drop against the night before is
+    raised."""
+    flagged = []
+    for i in range(6, len(nights)):
+        history = series_from_sweeps(nights[: i + 1], resamples=200)
+        night = judge_night(
+            nights[i], last_good=nights[i - 1], history=history, base_of={}, noise=noise
+        )
+        if any(f.check == "nightly_vs_last_good" for f in night.judgement.regressions):
+            flagged.append(i)
+    return flagged
+
+
+def test_a_per_run_shift_false_alarms_the_prompt_only_rule_not_the_calibrated_one() -> None:
+    rng = np.random.default_rng(5)
+    factors = 1.0 + rng.normal(0.0, 0.02, 16)  # each run's common shift
+    clean = [_night(i + 1, float(f)) for i, f in enumerate(factors)]
+    prompt_only = _flagged(clean, noise=None)
+    with_history = _flagged(clean, noise=NoiseRule())
+    print("prompt-only flagged nights:", prompt_only, "calibrated:", with_history)
+    assert prompt_only, "the shifts were too small to show the prompt-only rule's weakness"
+    assert with_history == []
+    # A real drop on a night of average noise is still caught by the calibrated rule.
+    dropped = [*clean[:-1], _night(len(clean), 0.85)]
+    assert len(clean) - 1 in _flagged(dropped, noise=NoiseRule())
+
+
+def test_the_noise_table_has_each_keys_spread_and_flip_rate() -> None:
+    factors = (1.0, 0.98, 1.01, 0.99)
+    nights = [_night(i + 1, f) for i, f in enumerate(factors)]
+    rows = noise_table(list(reversed(nights)))  # any order: nights sort by sweep id
+    assert rows and all(r.nights == 4 for r in rows)  # the spec-on keys only
+    [row] = [r for r in rows if r.key.value("mtp_depth") == 3]
+    als = [
+        v.counters.mean_acceptance_length
+        for n in nights
+        for c in n.cells
+        if c.cell.mtp_depth == 3 and c.result is not None
+        for v in c.result.variants
+    ]
+    assert row.al_sd == pytest.approx(night_to_night_sd([a for a in als if a is not None]))
+    assert row.al_sd > 0 and len(row.position_sd) == 3
+    assert row.flip_rate == 0.0  # the simulated outputs do not depend on acceptance
+
+
+def test_a_key_whose_verdicts_flip_is_quarantined_until_it_settles() -> None:
+    rule = QuarantineRule(min_nights=10, max_flip_rate=0.2, stable_nights=7)
+    both = frozenset({"flaky", "steady"})
+
+    def nights(flags: str) -> list[tuple[frozenset[str], frozenset[str]]]:
+        return [(both, frozenset({"flaky"} if c == "x" else set())) for c in flags]
+
+    assert quarantined(nights("x.x.x.x.x.x"), rule) == {"flaky": 1.0}
+    assert quarantined(nights("x.x.x.x.x.x......."), rule) == {}  # stable 7 nights: out
+    assert quarantined(nights("x.x.x.x.x"), rule) == {}  # too few nights to tell
+    assert quarantined(nights("....xxxxxxxxxx"), rule) == {}  # one change: a regression
+    # Nights on which the key was not judged do not count for it.
+    unjudged = [(frozenset({"steady"}), frozenset())] * 20
+    assert quarantined(unjudged + nights("x.x.x.x.x.x"), rule) == {"flaky": 1.0}
+
+
+def test_a_quarantined_key_is_shown_but_neither_a_regression_nor_an_alert() -> None:
+    good, bad = _night(1, 1.0), _night(2, 0.8)
+    plain = judge_night(bad, last_good=good, base_of={})
+    assert plain.verdict.outcome == "regression" and plain.alerts
+    [finding] = [f for f in plain.verdict.findings if f.check == "nightly_vs_last_good"]
+    assert finding.key is not None
+    held = judge_night(bad, last_good=good, base_of={}, quarantine={finding.key.label: 0.4})
+    [kept] = [f for f in held.verdict.findings if f.check == "nightly_vs_last_good"]
+    assert kept.quarantined and not kept.is_regression
+    assert held.verdict.outcome == "clean" and held.alerts == ()
+    assert any("quarantined" in n and "40%" in n for n in held.verdict.notes)
