@@ -24,7 +24,7 @@ from farm.results.alerts import (
 )
 from farm.results.verdict import Finding
 
-__all__ = ["CRITICAL_RELATIVE_DROP", "alert_candidates"]
+__all__ = ["CRITICAL_RELATIVE_DROP", "alert_candidates", "cell_alert_keys"]
 
 CRITICAL_RELATIVE_DROP = 0.10
 _CORRECTNESS_METRICS = ("greedy_divergence", "accuracy")
@@ -45,6 +45,15 @@ def alert_candidates(judgement: Judgement) -> list[AlertCandidate]:
             kind = "cell_failed" if f.source == "cells" else f.check
             grouped.setdefault(alert_key(f.key, _kind(kind), f.metric), []).append(f)
     return [_candidate(key, found, judgement) for key, found in grouped.items()]
+
+
+def cell_alert_keys(judgement: Judgement, cell_id: str) -> set[str]:
+    """The keys of the alert candidates whose findings involve server cell ``cell_id``."""
+    return {
+        alert_key(f.key, _kind("cell_failed" if f.source == "cells" else f.check), f.metric)
+        for f in judgement.findings
+        if f.key is not None and cell_id in f.cells
+    }
 
 
 def _kind(check: str) -> AlertKind:

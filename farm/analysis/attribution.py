@@ -27,6 +27,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.check_rules import CheckReport, VariantRef
+from farm.results.alerts import COVERAGE
 
 __all__ = [
     "Attribution",
@@ -99,11 +100,15 @@ class Attribution(_Frozen):
     def matches(self, axes: Mapping[str, AxisValue]) -> bool:
         return all(t.matches(axes) for t in self.terms)
 
+    @property
+    def conjunction(self) -> str:
+        """The terms alone, without how many cells they cover."""
+        return " AND ".join(str(t) for t in self.terms) or "(every cell)"
+
     def __str__(self) -> str:
-        rule = " AND ".join(str(t) for t in self.terms) or "(every cell)"
         return (
-            f"{rule}: covers {self.regressed_covered}/{self.regressed_total} regressed, "
-            f"{self.clean_covered}/{self.clean_total} clean"
+            f"{self.conjunction}{COVERAGE}{self.regressed_covered}/{self.regressed_total} "
+            f"regressed, {self.clean_covered}/{self.clean_total} clean"
         )
 
 

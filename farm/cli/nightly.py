@@ -21,7 +21,7 @@ from farm.errors import FarmError
 
 if TYPE_CHECKING:
     from farm.spec import JobFile
-    from farm.workflows.nightly_pipeline import NightlyCheck
+    from farm.workflows.nightly_pipeline import CellAlerts, CellStored, NightlyCheck
 
 __all__ = ["nightly_app"]
 
@@ -49,6 +49,7 @@ def _run(
     only: dict[str, str],
     ray: str | None,
     resume: int | None,
+    stored: CellStored,
 ) -> int:
     """Run (or finish) the sweep; its id. FarmError when some result was not stored."""
     from farm.cli.run import run_stored
@@ -61,7 +62,31 @@ def _run(
         options,
         then="the night cannot be judged; once the store is back, "
         f"`farm nightly {job_file} --resume {{sweep}}` stores, finishes and checks it",
+        stored=stored,
     )
+
+
+def _print_cell_alerts(checked: CellAlerts) -> None:
+    """A cell's alerts as they were raised, while the night runs."""
+    if checked.failed is not None:
+        say(
+            ("alerts of " + checked.cell_id, "yellow"),
+            f" not checked yet ({checked.failed}); the night's end checks them",
+        )
+        return
+    if checked.sent:
+        took = ", ".join(checked.delivered_to) or "no channel"
+        after = ""
+        if checked.sent_after_s is not None:
+            after = f" {checked.sent_after_s:.1f} s after the cell ended"
+        say((f"alert sent ({took}){after}:", "red"), f" {checked.sent[0].summary}")
+        for alert in checked.sent[1:]:
+            say(f"  and: {alert.summary}")
+    if checked.held:
+        held = len(checked.held)
+        say(f"{held} alert(s) of {checked.cell_id}: of a cause told tonight, sent at the end")
+    for error in checked.errors:
+        say(("alert not delivered:", "red"), f" {error}; the night's end sends it again", err=True)
 
 
 def _print_check(check: NightlyCheck) -> None:
@@ -148,9 +173,12 @@ def nightly(
             configured_notifiers()  # a bad FARM_NOTIFY_* fails here, not after judging
         deps = NightlyDeps(
             open_session=open_session,
-            run_sweep=lambda sweep: _run(checked, job_file, url, pairs, ray_address, sweep),
+            run_sweep=lambda sweep, stored: _run(
+                checked, job_file, url, pairs, ray_address, sweep, stored
+            ),
             check_resume=lambda sweep: check_resume(checked, planned, pairs, url, sweep),
             judged=_print_check,
+            cell_checked=_print_cell_alerts,
         )
         outcome = run_nightly(request, deps)
         if outcome.pages and request.folder is not None:

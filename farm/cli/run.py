@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -38,13 +40,18 @@ def _only(values: list[str] | None) -> dict[str, str]:
     return parse_pairs(values, "--only", "AXIS=VALUE")
 
 
-def _run_with_progress(job: JobSpec, job_text: str, options: SweepOptions) -> SweepOutcome:
+def _run_with_progress(
+    job: JobSpec,
+    job_text: str,
+    options: SweepOptions,
+    stored: Callable[[int, str, datetime], None] | None = None,
+) -> SweepOutcome:
     # Imported here, as in every command below: the sweep, the engines, Ray, the store
     # and the analysis load when a command needs them, not when `farm --help` starts.
     from farm.cli.run_events import ConsoleEvents
     from farm.orchestrate.driver import run_sweep
 
-    events = ConsoleEvents()
+    events = ConsoleEvents(stored)
     try:
         return run_sweep(job, job_text, options, events)
     finally:
@@ -52,12 +59,19 @@ def _run_with_progress(job: JobSpec, job_text: str, options: SweepOptions) -> Sw
 
 
 def run_stored(
-    job: JobSpec, job_text: str, options: SweepOptions, *, then: str, show: bool = True
+    job: JobSpec,
+    job_text: str,
+    options: SweepOptions,
+    *,
+    then: str,
+    show: bool = True,
+    stored: Callable[[int, str, datetime], None] | None = None,
 ) -> int:
     """Run a sweep whose results a verdict will read (`farm nightly`, `pr`, `bisect`);
-    its id. ``show``: print the outcome and the matrix. FarmError when some result is
+    its id. ``show``: print the outcome and the matrix; ``stored``: told of each result
+    stored (:class:`~farm.cli.run_events.ConsoleEvents`). FarmError when some result is
     not in the store, ending with ``then`` (how to go on; ``{sweep}`` in it is the id)."""
-    outcome = _run_with_progress(job, job_text, options)
+    outcome = _run_with_progress(job, job_text, options, stored)
     if show:
         _print_outcome(outcome, options.db_url)
     if outcome.spooled or outcome.unsaved:

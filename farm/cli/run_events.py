@@ -10,6 +10,9 @@ the bar is not drawn and only the plain lines are printed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
+
 from farm.cli.common import console, say
 from farm.cli.progress import SweepProgress, SweepTally
 from farm.orchestrate.driver import SweepEvents
@@ -22,12 +25,18 @@ __all__ = ["ConsoleEvents"]
 class ConsoleEvents(SweepEvents):
     """Sweep events printed to the console: one line each, the live view beneath."""
 
-    def __init__(self) -> None:
+    def __init__(self, stored: Callable[[int, str, datetime], None] | None = None) -> None:
+        """``stored``: told (sweep id, cell id, the cell's end) of each result the store
+        took, after its line is printed (a nightly's early alerts)."""
         self.tally = SweepTally()
         self.progress = SweepProgress(self.tally, console=console)
         self.task = self.progress.add_task("cells", total=None)
+        self.stored = stored
+        self.sweep_id: int | None = None
+        self.spooled_ids: set[str] = set()
 
     def planned(self, plan: Plan, sweep_id: int) -> None:
+        self.sweep_id = sweep_id
         say(
             "sweep ",
             (str(sweep_id), "bold"),
@@ -64,6 +73,7 @@ class ConsoleEvents(SweepEvents):
         self.progress.refresh()
 
     def spooled(self, cell_id: str, where: str) -> None:
+        self.spooled_ids.add(cell_id)
         say(("spooled", "yellow"), f" {cell_id} (the store refused it): {where}")
 
     def notice(self, text: str) -> None:
@@ -87,3 +97,6 @@ class ConsoleEvents(SweepEvents):
             )
         else:
             say((result.status, "red"), f" {cell.cell_id}: {result.error}")
+        stored = cell.cell_id not in self.spooled_ids
+        if self.stored is not None and self.sweep_id is not None and stored:
+            self.stored(self.sweep_id, cell.cell_id, result.finished_at)

@@ -32,6 +32,7 @@ from farm.comparable import ComparableKey
 __all__ = [
     "ALERT_STATES",
     "CLOSED_STATES",
+    "COVERAGE",
     "METRIC_NAMES",
     "OPEN_STATES",
     "SEVERITIES",
@@ -233,11 +234,16 @@ class AlertRecord(_Frozen):
         return cause_of(self)
 
 
+# Between an attribution's conjunction and how many cells it covers, in its text
+# (farm.analysis.attribution.Attribution): the coverage grows as a night's cells land.
+COVERAGE = ": covers "
+
+
 def cause_of(alert: AlertCandidate | AlertRecord) -> str:
     """One night's alerts of one cause share this: the attribution's conjunction of
     axis values when the analysis found one, else the check and metric."""
     if alert.details.attribution:
-        return alert.details.attribution
+        return alert.details.attribution.split(COVERAGE, 1)[0]
     return f"{alert.kind} {metric_name(alert.metric)}".strip()
 
 

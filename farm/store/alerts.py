@@ -248,6 +248,16 @@ def mark_notified(session: Session, alert_ids: Sequence[int]) -> None:
         )
 
 
+def told_during(session: Session, sweep_id: int) -> list[AlertRecord]:
+    """Alerts sweep ``sweep_id`` raised that were delivered since it started: what a
+    night has told the channels so far. StoreError when there is no such sweep."""
+    started = _require_sweep(session, sweep_id).started_at
+    query = select(AlertRow).where(
+        col(AlertRow.last_sweep_id) == sweep_id, col(AlertRow.notified_at) >= started
+    )
+    return [_record(r) for r in session.exec(query)]
+
+
 def recover_alerts(
     session: Session, sweep_id: int, checked: Collection[tuple[str, str]], raised: Collection[str]
 ) -> list[AlertRecord]:

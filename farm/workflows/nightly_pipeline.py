@@ -1,7 +1,9 @@
 """The I/O around a nightly's verdict: read the store, judge, raise alerts, store the
 verdict, notify, publish the report folder.
 
-:func:`check_night` is the whole check of a stored sweep, once: a sweep whose nightly
+:func::func:`check_landed_cell` raises and sends a cell's alerts as soon as the cell is
+stored, while the night still runs; :func:`check_night` is the whole check of a stored
+sweep, once: a sweep whose nightly
 verdict is already stored is not judged, alerted or notified again (a rerun of the
 same night changes nothing). Order of the writes: alerts (idempotent per sweep), then
 the verdict (unique per sweep and kind), then the notifications of pending alerts
@@ -16,25 +18,28 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session
 
+from farm.analysis.alert_rules import cell_alert_keys
 from farm.analysis.check_rules import CheckConfig, CheckReport
 from farm.analysis.judgement import Judgement
 from farm.analysis.noise import QuarantineRule, quarantined
 from farm.analysis.summary import patched_bases, summarize_sweep
 from farm.errors import FarmError, OutputError
 from farm.goldens import GoldenCheck
-from farm.notify.delivery import EXIT_UNDELIVERED, send_pending
+from farm.masking import mask_secrets
+from farm.notify.delivery import EXIT_UNDELIVERED, deliver, send_pending
 from farm.notify.registry import Notifier, configured_notifiers
 from farm.records import SweepRecord
 from farm.report.html import render_html, render_verdict_index
 from farm.results.alerts import AlertRecord
 from farm.results.verdict import SweepVerdict
-from farm.store.alerts import raise_alerts, recover_alerts
+from farm.store.alerts import mark_notified, raise_alerts, recover_alerts, told_during
 from farm.store.repository import SweepCost, history_series, job_sweeps, load_sweep, sweep_cost
 from farm.store.verdicts import get_verdict, job_verdicts, record_verdict, verdict_outcomes
 from farm.workflows.nightly import EarlierNight, NightJudgement, judge_night, last_good_night
@@ -42,11 +47,13 @@ from farm.workflows.nightly import EarlierNight, NightJudgement, judge_night, la
 __all__ = [
     "AlertCheck",
     "Baseline",
+    "CellAlerts",
     "NightlyCheck",
     "NightlyDeps",
     "NightlyOutcome",
     "NightlyRequest",
     "check_alerts",
+    "check_landed_cell",
     "check_night",
     "judge_stored",
     "publish_night",
@@ -204,6 +211,63 @@ def check_night(
     )
 
 
+class CellAlerts(BaseModel):
+    """What the check of one cell stored during a night did (:func:`check_landed_cell`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cell_id: str
+    raised: tuple[AlertRecord, ...] = ()  # the cell's alerts, raised or refreshed
+    sent: tuple[AlertRecord, ...] = ()  # handed to the channels now
+    held: tuple[AlertRecord, ...] = ()  # of a cause told earlier this night: sent at its end
+    delivered_to: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+    sent_after_s: float | None = None  # from the cell's end to the channels' answer
+    failed: str | None = None  # the check could not run; the night's end checks again
+
+
+def check_landed_cell(
+    session: Session,
+    sweep_id: int,
+    cell_id: str,
+    *,
+    notifiers: Sequence[Notifier] | None = None,
+    config: CheckConfig | None = None,
+) -> CellAlerts:
+    """Raise the alerts of ``cell_id``, just stored in running sweep ``sweep_id``, and
+    send the new ones whose cause this night has not told yet.
+
+    The cells stored so far are judged against the job's last good night (no history
+    or goldens: those read the whole night); only the findings on ``cell_id`` raise.
+    An alert of a cause already told this night waits for the night's end, where
+    :func:`check_night` raises every alert again (nothing duplicates: alerts are
+    upserted per key, a delivered one is not sent again) and sends what is pending as
+    one message per cause. Writes no verdict and recovers nothing. Raises StoreError
+    (store), NotifyError (invalid channel settings).
+    """
+    night = judge_stored(session, sweep_id, config=config)
+    keys = cell_alert_keys(night.judgement, cell_id)
+    mine = [c for c in night.alerts if c.key in keys]
+    if not mine:
+        return CellAlerts(cell_id=cell_id)
+    raised = raise_alerts(session, sweep_id, mine)
+    told = {a.cause for a in told_during(session, sweep_id)}
+    fresh = [a for a in raised if a.needs_notification]
+    now = [a for a in fresh if a.cause not in told]
+    channels = list(configured_notifiers() if notifiers is None else notifiers)
+    took, errors = deliver(channels, now) if channels and now else ([], [])
+    if now and channels and not errors:
+        mark_notified(session, [a.id for a in now])
+    return CellAlerts(
+        cell_id=cell_id,
+        raised=tuple(raised),
+        sent=tuple(now) if channels else (),
+        held=tuple(a for a in fresh if a.cause in told),
+        delivered_to=tuple(took),
+        errors=tuple(str(e) for e in errors),
+    )
+
+
 class AlertCheck(BaseModel):
     """What one check-alert-notify pass (``farm alerts check``) did."""
 
@@ -341,16 +405,27 @@ class NightlyRequest:
     goldens: tuple[GoldenCheck, ...] = ()
 
 
+# Told by the sweep each time a cell's result is stored: (sweep id, cell id, its end).
+CellStored = Callable[[int, str, datetime], None]
+
+
+def _ignore(checked: CellAlerts) -> None:
+    pass
+
+
 @dataclass(frozen=True)
 class NightlyDeps:
     """The I/O a nightly is handed: ``run_sweep`` runs a new sweep (None) or finishes
-    one, and returns its id; ``check_resume`` refuses a sweep another job or slice
-    started; ``judged`` is told the check as soon as the verdict exists."""
+    one, calling back as each cell is stored, and returns its id; ``check_resume``
+    refuses a sweep another job or slice started; ``judged`` is told the check as soon
+    as the verdict exists, ``cell_checked`` each stored cell's early check."""
 
     open_session: Callable[[str], AbstractContextManager[Session]]
-    run_sweep: Callable[[int | None], int]
+    run_sweep: Callable[[int | None, CellStored], int]
     check_resume: Callable[[int], None]
     judged: Callable[[NightlyCheck], None]
+    cell_checked: Callable[[CellAlerts], None] = _ignore
+    notifiers: Sequence[Notifier] | None = None  # None: the channels FARM_NOTIFY_* sets
 
 
 @dataclass(frozen=True)
@@ -373,7 +448,22 @@ class NightlyOutcome:
 def run_nightly(request: NightlyRequest, deps: NightlyDeps) -> NightlyOutcome:
     """Run (or finish) the job's sweep, judge it once, raise, notify, publish. A night
     already judged is not run or judged again. FarmError for a sweep to resume that does
-    not exist or is not this job's, or results that were not stored."""
+    not exist or is not this job's, or results that were not stored. Each cell's
+    alerts are raised and sent as the cell is stored (:func:`check_landed_cell`)."""
+    notifiers = deps.notifiers if request.notify else ()
+
+    def landed(sweep: int, cell_id: str, ended: datetime) -> None:
+        try:
+            with deps.open_session(request.url) as session:
+                checked = check_landed_cell(session, sweep, cell_id, notifiers=notifiers)
+        except Exception as exc:  # early and best effort: never sinks the sweep
+            failed = mask_secrets(f"{type(exc).__name__}: {exc}")
+            checked = CellAlerts(cell_id=cell_id, failed=failed)
+        if checked.sent:
+            after = (datetime.now(UTC) - ended).total_seconds()
+            checked = checked.model_copy(update={"sent_after_s": after})
+        deps.cell_checked(checked)
+
     sweep_id = _resume_id(request, deps)
     if sweep_id is not None:
         with deps.open_session(request.url) as session:
@@ -382,13 +472,12 @@ def run_nightly(request: NightlyRequest, deps: NightlyDeps) -> NightlyOutcome:
         if not judged:
             deps.check_resume(sweep_id)
         if status not in _FINISHED and not judged:
-            sweep_id = deps.run_sweep(sweep_id)
+            sweep_id = deps.run_sweep(sweep_id, landed)
     else:
-        sweep_id = deps.run_sweep(None)
+        sweep_id = deps.run_sweep(None, landed)
     pages: list[Path] = []
     page_error: str | None = None
     with deps.open_session(request.url) as session:
-        notifiers = None if request.notify else ()
         check = check_night(
             session,
             sweep_id,

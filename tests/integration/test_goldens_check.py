@@ -120,7 +120,7 @@ def test_a_nightly_verdict_holds_the_night_to_the_jobs_goldens(stored: tuple[str
         job="synthetic", url=url, history=0, resume=sweep_id, notify=False, goldens=goldens
     )
 
-    def no_run(sweep: int | None) -> int:
+    def no_run(sweep: int | None, stored: object) -> int:
         raise AssertionError("the stored night is finished: nothing runs")
 
     deps = NightlyDeps(

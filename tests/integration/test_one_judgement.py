@@ -67,7 +67,7 @@ def store_sweep(url: str, sweep: SweepRecord) -> int:
 
 
 def nightly_resume(url: str, sweep_id: int, notify: bool = False) -> NightlyOutcome:
-    def run_sweep(sweep: int | None) -> int:
+    def run_sweep(sweep: int | None, stored: object) -> int:
         raise AssertionError(f"sweep {sweep} ran: its cells had all run")
 
     @contextmanager
