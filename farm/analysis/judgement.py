@@ -194,18 +194,8 @@ def judge(
         comparisons += len(within.verdicts)
     comparison = None
     series = {k: tuple(v) for k, v in (history or {}).items()}
-    # Calibration reads the history: without one (a PR, `farm compare`, `alerts check`
-    # without --history) the fixed rule holds, as it did before calibration existed.
-    noise_rule = r.noise if history is not None else None
     if baseline is not None:
-        comparison = compare_sweeps(
-            baseline,
-            sweep,
-            config=r.check,
-            engine_map=r.engine_map,
-            noise=key_noise(series, sweep.sweep_id) if noise_rule is not None else None,
-            noise_rule=noise_rule,
-        )
+        comparison = _compare(sweep, baseline, series if history is not None else None, r)
         findings += [
             _baseline_finding(row, baseline.sweep_id, r)
             for row in comparison.rows
@@ -249,6 +239,26 @@ def judge(
         attribution=attribute(labels_from_report(within))
         if within and within.regressions
         else None,
+    )
+
+
+def _compare(
+    sweep: SweepRecord,
+    baseline: SweepRecord,
+    series: Mapping[ComparableKey, Sequence[HistoryPoint]] | None,
+    r: JudgeRules,
+) -> SweepComparison:
+    """``sweep`` against ``baseline``, each key's AL rule calibrated from ``series``.
+    Calibration reads the history: without one (a PR, `farm compare`, `alerts check`
+    without --history) the fixed rule holds, as it did before calibration existed."""
+    noise_rule = r.noise if series is not None else None
+    return compare_sweeps(
+        baseline,
+        sweep,
+        config=r.check,
+        engine_map=r.engine_map,
+        noise=key_noise(series, sweep.sweep_id) if series is not None and noise_rule else None,
+        noise_rule=noise_rule,
     )
 
 

@@ -14,7 +14,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from farm.cli.common import DbOption, db_url, fail, home, open_session, parse_pairs, say
+from farm.cli.common import (
+    DbOption,
+    OnlyOption,
+    RayOption,
+    db_url,
+    fail,
+    home,
+    open_session,
+    parse_pairs,
+    say,
+)
 from farm.cli.inputs import STORE_ID
 from farm.errors import FarmError
 
@@ -136,7 +146,7 @@ def bisect(
     engine: Annotated[str | None, typer.Option(help="the job's engine to bisect")] = None,
     good: Annotated[str | None, typer.Option(help="a ref without the drop")] = None,
     bad: Annotated[str | None, typer.Option(help="a ref with the drop")] = None,
-    only: Annotated[list[str] | None, typer.Option("--only", help="AXIS=VALUE; repeatable")] = None,
+    only: OnlyOption = None,
     from_alert: Annotated[
         int | None,
         typer.Option(
@@ -149,7 +159,7 @@ def bisect(
         typer.Option(help="continue this stored bisection from its steps", parser=STORE_ID),
     ] = None,
     db: DbOption = None,
-    ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster")] = None,
+    ray_address: RayOption = None,
     post_github: Annotated[
         str | None,
         typer.Option(help="OWNER/REPO#N: post the result as a comment (needs GITHUB_TOKEN)"),

@@ -107,6 +107,8 @@ DbOption = Annotated[
     str | None,
     typer.Option("--db", help="SQLAlchemy URL; default: FARM_DB_URL, else SQLite in FARM_HOME"),
 ]
+OnlyOption = Annotated[list[str] | None, typer.Option("--only", help="AXIS=VALUE; repeatable")]
+RayOption = Annotated[str | None, typer.Option(help="join this Ray cluster")]
 
 
 _SWEEP_FORM = (

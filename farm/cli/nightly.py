@@ -15,13 +15,28 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from farm.cli.common import DbOption, db_url, fail, home, open_session, parse_pairs, say
+from farm.cli.common import (
+    DbOption,
+    OnlyOption,
+    RayOption,
+    db_url,
+    fail,
+    home,
+    open_session,
+    parse_pairs,
+    say,
+)
 from farm.cli.inputs import LIMIT
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
     from farm.spec import JobFile
-    from farm.workflows.nightly_pipeline import CellAlerts, CellStored, NightlyCheck
+    from farm.workflows.nightly_pipeline import (
+        CellAlerts,
+        CellStored,
+        NightlyCheck,
+        NightlyRequest,
+    )
 
 __all__ = ["nightly_app"]
 
@@ -112,26 +127,43 @@ def _print_check(check: NightlyCheck) -> None:
             say((line, "red"), err=True)
 
 
+_Resume = Annotated[
+    str | None,
+    typer.Option(help="finish sweep N (or 'latest' of this job), then check it if not yet"),
+]
+_History = Annotated[
+    int | None,
+    typer.Option(help="sweeps for the history checks; default: nightly.history", parser=LIMIT),
+]
+_Publish = Annotated[
+    Path | None, typer.Option(help="report folder; default: nightly.publish of the job")
+]
+_Notify = Annotated[bool, typer.Option(help="send new alerts to the channels set in FARM_NOTIFY_*")]
+
+
+def _check_outputs(request: NightlyRequest, publish_option: bool) -> None:
+    """Everything the night needs after the sweep, checked before it: the report
+    folder and the channels (a bad FARM_NOTIFY_* fails here, not after judging)."""
+    from farm.cli.outputs import check_publish_folder
+
+    if request.folder is not None:
+        check_publish_folder(request.folder, "--publish" if publish_option else "nightly.publish")
+    if request.notify:
+        from farm.notify.registry import configured_notifiers
+
+        configured_notifiers()
+
+
 @nightly_app.command()
 def nightly(
     job_file: Annotated[Path, typer.Argument(help="job spec (YAML)")],
     db: DbOption = None,
-    only: Annotated[list[str] | None, typer.Option("--only", help="AXIS=VALUE; repeatable")] = None,
-    ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster")] = None,
-    resume: Annotated[
-        str | None,
-        typer.Option(help="finish sweep N (or 'latest' of this job), then check it if not yet"),
-    ] = None,
-    history: Annotated[
-        int | None,
-        typer.Option(help="sweeps for the history checks; default: nightly.history", parser=LIMIT),
-    ] = None,
-    publish: Annotated[
-        Path | None, typer.Option(help="report folder; default: nightly.publish of the job")
-    ] = None,
-    notify: Annotated[
-        bool, typer.Option(help="send new alerts to the channels set in FARM_NOTIFY_*")
-    ] = True,
+    only: OnlyOption = None,
+    ray_address: RayOption = None,
+    resume: _Resume = None,
+    history: _History = None,
+    publish: _Publish = None,
+    notify: _Notify = True,
 ) -> None:
     """Run the job's sweep, then judge it: within-sweep checks, every cell against the
     same cell of the job's last good night, history checks over the last N sweeps.
@@ -142,7 +174,6 @@ def nightly(
     pending), 130 / 143 interrupted by SIGINT / SIGTERM (not
     judged: --resume latest finishes it). A night already judged is not judged again.
     """
-    from farm.cli.outputs import check_publish_folder
     from farm.cli.preflight import check_job, check_resume
     from farm.goldens import job_goldens
     from farm.workflows.nightly_pipeline import NightlyDeps, NightlyRequest, run_nightly
@@ -162,15 +193,7 @@ def nightly(
             folder=publish or (Path(spec.nightly.publish) if spec.nightly.publish else None),
             goldens=job_goldens(checked),
         )
-        # Everything the night needs after the sweep is checked before it.
-        if request.folder is not None:
-            check_publish_folder(
-                request.folder, "--publish" if publish is not None else "nightly.publish"
-            )
-        if notify:
-            from farm.notify.registry import configured_notifiers
-
-            configured_notifiers()  # a bad FARM_NOTIFY_* fails here, not after judging
+        _check_outputs(request, publish is not None)
         deps = NightlyDeps(
             open_session=open_session,
             run_sweep=lambda sweep, stored: _run(

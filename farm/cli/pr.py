@@ -14,7 +14,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from farm.cli.common import DbOption, db_url, fail, home, open_session, parse_pairs, say
+from farm.cli.common import (
+    DbOption,
+    OnlyOption,
+    RayOption,
+    db_url,
+    fail,
+    home,
+    open_session,
+    parse_pairs,
+    say,
+)
 from farm.cli.inputs import STORE_ID
 from farm.errors import FarmError
 
@@ -156,43 +166,52 @@ def _print_check(check: PrCheck, setup: PrSetup) -> None:
         say(check.cost.describe())
 
 
+_Source = Annotated[
+    str | None,
+    typer.Option(help="build the candidate from this ref, tree or wheel, not the PR head"),
+]
+
+_Base = Annotated[
+    _BaseAt,
+    typer.Option(
+        help="compare with the tip of the branch the job names, or with the commit the "
+        "PR branched from (git merge-base; its base cells usually run in the sweep)",
+    ),
+]
+
+_Repo = Annotated[
+    str | None,
+    typer.Option(
+        help="OWNER/REPO of the PR; default: GITHUB_REPOSITORY, else the repository of "
+        "the source it replaces",
+    ),
+]
+
+_PublishUrl = Annotated[
+    str | None,
+    typer.Option(help="URL the publish folder is served at; default: FARM_PUBLISH_URL"),
+]
+
+
 @pr_app.command()
 def pr(
     job_file: Annotated[Path, typer.Argument(help="job spec (YAML)")],
     engine: Annotated[str, typer.Option(help="the job's engine the PR is for")],
     pr_number: Annotated[int, typer.Option("--pr", help="pull request number", parser=STORE_ID)],
-    source: Annotated[
-        str | None,
-        typer.Option(help="build the candidate from this ref, tree or wheel, not the PR head"),
-    ] = None,
-    base: Annotated[
-        _BaseAt,
-        typer.Option(
-            help="compare with the tip of the branch the job names, or with the commit the "
-            "PR branched from (git merge-base; its base cells usually run in the sweep)",
-        ),
-    ] = _BaseAt.branch,
-    only: Annotated[list[str] | None, typer.Option("--only", help="AXIS=VALUE; repeatable")] = None,
+    source: _Source = None,
+    base: _Base = _BaseAt.branch,
+    only: OnlyOption = None,
     baseline_max_age: Annotated[
         str, typer.Option(help="reuse stored base cells younger than this (s, m, h, d, w)")
     ] = "7d",
     db: DbOption = None,
-    ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster")] = None,
-    repo: Annotated[
-        str | None,
-        typer.Option(
-            help="OWNER/REPO of the PR; default: GITHUB_REPOSITORY, else the repository of "
-            "the source it replaces",
-        ),
-    ] = None,
+    ray_address: RayOption = None,
+    repo: _Repo = None,
     post: Annotated[bool, typer.Option(help="comment on the PR and set its status")] = True,
     publish: Annotated[
         Path | None, typer.Option(help="write the HTML report here; default: nightly.publish")
     ] = None,
-    publish_url: Annotated[
-        str | None,
-        typer.Option(help="URL the publish folder is served at; default: FARM_PUBLISH_URL"),
-    ] = None,
+    publish_url: _PublishUrl = None,
 ) -> None:
     """Validate pull request N of an engine: build the engine with the PR head, run its
     cells beside the base's missing cells, compare them pairwise with the base (stored

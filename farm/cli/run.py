@@ -12,6 +12,8 @@ import typer
 
 from farm.cli.common import (
     DbOption,
+    OnlyOption,
+    RayOption,
     console,
     db_url,
     fail,
@@ -32,8 +34,6 @@ if TYPE_CHECKING:
 __all__ = ["run_app"]
 
 run_app = typer.Typer(rich_markup_mode="markdown")
-
-OnlyOption = Annotated[list[str] | None, typer.Option("--only", help="AXIS=VALUE; repeatable")]
 
 
 def _only(values: list[str] | None) -> dict[str, str]:
@@ -114,7 +114,7 @@ def run(
     job_file: Annotated[Path, typer.Argument(help="job spec (YAML)")],
     db: DbOption = None,
     only: OnlyOption = None,
-    ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster")] = None,
+    ray_address: RayOption = None,
     dry_run: Annotated[bool, typer.Option(help="plan and stop")] = False,
     resume: Annotated[
         int | None,

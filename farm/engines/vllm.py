@@ -111,6 +111,24 @@ class VllmProcess(EngineProcess):
     )
 
 
+def _graph_flags(cell: ServerCell, max_num_seqs: int | None) -> tuple[list[str], int | None]:
+    """The flags of ``cell``'s planned graph mode, and the batch size it needs."""
+    if cell.planned_graph_mode == "eager":
+        return ["--enforce-eager"], max_num_seqs
+    if cell.planned_graph_mode not in _CUDAGRAPH_MODE:
+        return [], max_num_seqs
+    compilation: dict[str, Any] = {"cudagraph_mode": _CUDAGRAPH_MODE[cell.planned_graph_mode]}
+    if cell.planned_graph_mode in FULL_GRAPH_MODES and cell.speculative:
+        # A decode round of b requests holds b * (depth + 1) tokens, and a full graph
+        # replays only the sizes it captured: each capture size must be such a multiple
+        # (DESIGN.md section 4).
+        max_num_seqs = max_num_seqs or _DEFAULT_GRAPH_SEQS
+        compilation["cudagraph_capture_sizes"] = spec_decode_capture_sizes(
+            cell.mtp_depth, max_num_seqs
+        )
+    return ["--compilation-config", json.dumps(compilation)], max_num_seqs
+
+
 class VllmAdapter(EngineAdapter):
     """vLLM's OpenAI server; the CPU build and vllm-ascend differ only in capabilities."""
 
@@ -204,22 +222,8 @@ class VllmAdapter(EngineAdapter):
             "0",
             "--disable-uvicorn-access-log",
         ]
-        max_num_seqs = model.max_num_seqs
-        if cell.planned_graph_mode == "eager":
-            argv.append("--enforce-eager")
-        elif cell.planned_graph_mode in _CUDAGRAPH_MODE:
-            compilation: dict[str, Any] = {
-                "cudagraph_mode": _CUDAGRAPH_MODE[cell.planned_graph_mode]
-            }
-            if cell.planned_graph_mode in FULL_GRAPH_MODES and cell.speculative:
-                # A decode round of b requests holds b * (depth + 1) tokens, and a
-                # full graph replays only the sizes it captured: each capture size
-                # must be such a multiple (DESIGN.md section 4).
-                max_num_seqs = max_num_seqs or _DEFAULT_GRAPH_SEQS
-                compilation["cudagraph_capture_sizes"] = spec_decode_capture_sizes(
-                    cell.mtp_depth, max_num_seqs
-                )
-            argv += ["--compilation-config", json.dumps(compilation)]
+        graph, max_num_seqs = _graph_flags(cell, model.max_num_seqs)
+        argv += graph
         if max_num_seqs:
             argv += ["--max-num-seqs", str(max_num_seqs)]
         if cell.speculative:

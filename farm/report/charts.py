@@ -20,7 +20,15 @@ from typing import Literal
 from farm.analysis.check_rules import CheckReport, Verdict
 from farm.analysis.history import HistoryPoint
 from farm.analysis.summary import VariantSummary
-from farm.axes import REQUEST_AXES, SERVER_AXES, AxisValue, axes_text, axis, explicit
+from farm.axes import (
+    REQUEST_AXES,
+    SERVER_AXES,
+    AxisValue,
+    axes_text,
+    axis,
+    explicit,
+    speculates,
+)
 from farm.records import CellResult, SweepRecord
 
 __all__ = [
@@ -187,7 +195,7 @@ def al_grid(
     slots = _slots(sweep, summaries)
     first_seen = {k: list(dict.fromkeys(s.axes[k] for s in slots)) for k in _COL_AXES}
     base = base_engine or str(next(iter(first_seen["engine"]), ""))
-    spec_on = [s for s in slots if int(s.axes["mtp_depth"]) > 0]
+    spec_on = [s for s in slots if speculates(int(s.axes["mtp_depth"]))]
     rows = sorted({s.row for s in spec_on}, key=_row_order)
     cols = sorted(
         {s.col for s in spec_on},

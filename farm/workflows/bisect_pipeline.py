@@ -25,6 +25,7 @@ from sqlmodel import Session
 
 from farm import store
 from farm.analysis.check_rules import CheckConfig
+from farm.axes import speculates
 from farm.builds.cache import MARKER
 from farm.builds.venv import plan_builds
 from farm.errors import FarmError
@@ -128,8 +129,10 @@ class _Bisector:
         wanted = {c.cell_id for c in run}
         cells = (*self.setup.cells, *self.setup.outside)
         skip = tuple(cell_rule(c) for c in cells if c.cell_id not in wanted)
-        # Speed-off cells of the job (mtp_depth 0) are not measured by a bisection.
-        return job.model_copy(update={"exclude": job.exclude + skip + ({"mtp_depth": 0},)})
+        # The job's spec-off cells are not measured by a bisection: no acceptance.
+        depths = getattr(job.axes, "mtp_depth")  # noqa: B009  # a field made from farm.axes
+        spec_off = tuple({"mtp_depth": d} for d in depths if not speculates(d))
+        return job.model_copy(update={"exclude": job.exclude + skip + spec_off})
 
     def measure(self, commit: str, cell_ids: Sequence[str]) -> _Measured:
         """The cells ``cell_ids`` at ``commit``: stored ones of the same build reused,

@@ -233,6 +233,14 @@ def test_the_alert_is_stored_once_and_delivered_to_the_webhook(nights: _Nights) 
     assert body["id"] == alert.id and body["kind"] == "nightly_vs_last_good"
     positions = [f.get("position") for f in body["details"]["figures"]]
     assert positions[0] is None and 2 in positions
+    # Sent as the cell was stored, while the night ran: before the sweep ended and
+    # before its verdict was printed.
+    assert records[2].finished_at is not None and alert.notified_at is not None
+    assert alert.notified_at < records[2].finished_at
+    lines = nights.outputs[2].splitlines()
+    early = next(i for i, x in enumerate(lines) if x.startswith("alert sent (webhook)"))
+    assert early < next(i for i, x in enumerate(lines) if "nightly_vs_last_good:" in x)
+    print("early alert:", lines[early])
 
 
 def test_a_fourth_run_of_the_same_night_changes_nothing(nights: _Nights) -> None:
