@@ -443,6 +443,20 @@ def _check_identity(connection: sa.Connection, url: str, create: bool) -> str | 
     return revision
 
 
+# What SQLite says of a file that is not a database or is damaged; anything else (a
+# full disk, an I/O error, a lock) says nothing of the file itself.
+_NOT_A_STORE = frozenset({"SQLITE_NOTADB", "SQLITE_CORRUPT"})
+
+
+def _sqlite_hint(exc: sqlite3.Error) -> str:
+    name = getattr(exc, "sqlite_errorname", "")
+    if name.startswith(("SQLITE_FULL", "SQLITE_IOERR")):
+        return "is its disk full or failing? `df` shows the space left"
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return "another process holds it; try again"
+    return "check the file and its folder"
+
+
 def _check_sqlite_identity(path: Path, url: str, create: bool) -> None:
     """:func:`_check_identity` for an existing SQLite file, read through a read-only
     connection: the farm's own connections switch the file to WAL, a write that a
@@ -461,6 +475,12 @@ def _check_sqlite_identity(path: Path, url: str, create: bool) -> None:
             return
         revision = None
     except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorname", "") not in _NOT_A_STORE:
+            # The file may be fine: the disk, the folder or a lock stopped the read.
+            raise StoreError(
+                f"cannot read the farm store {path}: {exc} ({_sqlite_hint(exc)}; nothing "
+                "was changed)"
+            ) from None
         raise StoreDamagedError(
             f"{path} is not an mtp-farm store: SQLite cannot read it ({exc}); check --db "
             "or FARM_DB_URL (nothing was changed)"

@@ -9,10 +9,12 @@ command adds a sweep row. The pure cases are in tests/unit/test_bad_input.py.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
 import sqlite3
-from collections.abc import Callable
+import subprocess
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -391,6 +393,39 @@ def test_an_empty_database_file_is_no_store_for_a_read(argv: list[str], tmp_path
     result = invoke([*argv, "--db", f"sqlite:///{path}"], tmp_path)
     assert_refused(result, "no farm store at", "the database is empty")
     assert path.read_bytes() == b""
+
+
+@pytest.fixture
+def full_disk(db: Path, tmp_path: Path) -> Iterator[Path]:
+    """The template store on a real 1 MB tmpfs, the rest of it filled: a full disk."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        path = mount / "farm.db"
+        shutil.copyfile(db, path)
+        with (mount / "fill").open("wb") as fill, contextlib.suppress(OSError):
+            while True:
+                fill.write(b"\0" * 65536)
+                fill.flush()
+        yield path
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+@pytest.mark.parametrize("argv", READ_COMMANDS, ids=_ids(READ_COMMANDS))
+def test_a_full_disk_is_said_so_not_called_a_foreign_store(
+    argv: list[str], full_disk: Path, tmp_path: Path
+) -> None:
+    before = digest(full_disk)
+    result = invoke([*argv, "--db", f"sqlite:///{full_disk}"], tmp_path)
+    assert_refused(result, f"cannot read the farm store {full_disk}", "is its disk full")
+    assert "not an mtp-farm store" not in result.output
+    assert digest(full_disk) == before
 
 
 DAMAGED_COMMANDS = [["db", "upgrade"], ["sweeps"], ["report", "1"], ["alerts", "list"]]
