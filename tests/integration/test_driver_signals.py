@@ -166,21 +166,25 @@ def test_a_signalled_farm_run_is_stored_interrupted_and_resume_runs_the_rest(
         [sys.executable, "-c", FARM_CLI, "run", str(job_file), "--db", url],
         env={**os.environ, "FARM_HOME": str(home)},
         start_new_session=True,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
     try:
         sweep_id = _wait_for_cells(url, tmp_path / "farm.db", driver, 2)
+        _, stored_then, _ = _stored(url)
         if signum == signal.SIGINT:
             os.killpg(driver.pid, signum)  # Ctrl-C reaches the terminal's process group
         else:
             os.kill(driver.pid, signum)  # a scheduler signals the driver alone
-        _, err = driver.communicate(timeout=120)
+        out, err = driver.communicate(timeout=120)
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait()
-    assert driver.returncode not in (0, -signal.SIGKILL), err.decode()
+    # Seen once in CI under heavy load, not reproduced since: exit 0. What the run
+    # printed and how many cells were stored when the signal went out say why.
+    said = f"{len(stored_then)} cells stored at the signal\n{out.decode()}\n{err.decode()}"
+    assert driver.returncode not in (0, -signal.SIGKILL), said
     assert b"Traceback" not in err, err.decode()
     _, done, status = _stored(url)
     assert status == "interrupted"
