@@ -239,7 +239,8 @@ def test_the_alert_is_stored_once_and_delivered_to_the_webhook(nights: _Nights) 
     assert alert.notified_at < records[2].finished_at
     lines = nights.outputs[2].splitlines()
     early = next(i for i, x in enumerate(lines) if x.startswith("alert sent (webhook)"))
-    assert early < next(i for i, x in enumerate(lines) if "nightly_vs_last_good:" in x)
+    verdict = next(i for i, x in enumerate(lines) if x.startswith("  baseline nightly_vs_last"))
+    assert early < verdict
     print("early alert:", lines[early])
 
 
