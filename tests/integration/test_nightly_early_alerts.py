@@ -16,8 +16,6 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-import numpy as np
-
 from farm.notify.http import RetryPolicy
 from farm.notify.webhook import WebhookNotifier
 from farm.plan import Plan, ServerCell, Variant
@@ -32,8 +30,7 @@ from farm.workflows.nightly_pipeline import (
     run_nightly,
 )
 from tests.fakes.receiver import Receiver, receiver_fixture  # noqa: F401
-from tests.fakes.simulate import simulate_sweep
-from tests.integration.test_one_judgement import store_sweep
+from tests.integration.test_one_judgement import store_sweep, synthetic_night
 
 # Both full-decode-only cells with speculation regress: one cause, two cells.
 FIRST = "base.synthetic.full_decode_only.mtp3.swa-on"
@@ -45,15 +42,7 @@ def _fdo_drop(cell: ServerCell, v: Variant) -> float:
 
 
 def _night(seed: int, regressed: bool) -> SweepRecord:
-    return simulate_sweep(
-        rng=np.random.default_rng(seed),
-        graph_modes=("eager", "full_decode_only"),
-        depths=(0, 1, 3),
-        sliding_windows=("on",),
-        thinking=("off",),
-        prompts=40,
-        effect=_fdo_drop if regressed else None,
-    )
+    return synthetic_night(seed, regressed, _fdo_drop)
 
 
 @contextmanager

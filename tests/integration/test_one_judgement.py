@@ -30,7 +30,7 @@ from farm.workflows.nightly_pipeline import (
     check_alerts,
     run_nightly,
 )
-from tests.fakes.simulate import simulate_sweep
+from tests.fakes.simulate import CellEffect, simulate_sweep
 
 runner = CliRunner()
 
@@ -39,7 +39,7 @@ def _fdo_bug(cell: ServerCell, v: Variant) -> float:
     return 0.85 if cell.planned_graph_mode == "full_decode_only" and cell.mtp_depth >= 2 else 1.0
 
 
-def synthetic_night(seed: int, regressed: bool) -> SweepRecord:
+def synthetic_night(seed: int, regressed: bool, effect: CellEffect = _fdo_bug) -> SweepRecord:
     return simulate_sweep(
         rng=np.random.default_rng(seed),
         graph_modes=("eager", "full_decode_only"),
@@ -47,7 +47,7 @@ def synthetic_night(seed: int, regressed: bool) -> SweepRecord:
         sliding_windows=("on",),
         thinking=("off",),
         prompts=40,
-        effect=_fdo_bug if regressed else None,
+        effect=effect if regressed else None,
     )
 
 
