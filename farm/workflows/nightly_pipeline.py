@@ -62,8 +62,8 @@ __all__ = [
 ]
 
 # What a stored sweep is judged against: the job's last good night (as the nightly
-# does), a given sweep, or nothing.
-Baseline = Literal["last-good"] | int | None
+# does), a given sweep (by id, or read already), or nothing.
+Baseline = Literal["last-good"] | int | SweepRecord | None
 
 
 class NightlyCheck(BaseModel):
@@ -126,9 +126,11 @@ def judge_stored(
             )
     if baseline == "last-good":
         baseline = last_good_night(sweep_id, _earlier_nights(session, record))
+    if isinstance(baseline, int):
+        baseline = load_sweep(session, baseline)
     return judge_night(
         record,
-        last_good=load_sweep(session, baseline) if baseline is not None else None,
+        last_good=baseline,
         history=history_series(session, record, history) if history > 1 else None,
         base_of=base_of or patched_bases(record.builds),
         config=config,
@@ -233,6 +235,7 @@ def check_landed_cell(
     *,
     notifiers: Sequence[Notifier] | None = None,
     config: CheckConfig | None = None,
+    baseline: Baseline = "last-good",
 ) -> CellAlerts:
     """Raise the alerts of ``cell_id``, just stored in running sweep ``sweep_id``, and
     send the new ones whose cause this night has not told yet.
@@ -245,7 +248,7 @@ def check_landed_cell(
     one message per cause. Writes no verdict and recovers nothing. Raises StoreError
     (store), NotifyError (invalid channel settings).
     """
-    night = judge_stored(session, sweep_id, config=config)
+    night = judge_stored(session, sweep_id, baseline=baseline, config=config)
     keys = cell_alert_keys(night.judgement, cell_id)
     mine = [c for c in night.alerts if c.key in keys]
     if not mine:
@@ -451,11 +454,19 @@ def run_nightly(request: NightlyRequest, deps: NightlyDeps) -> NightlyOutcome:
     not exist or is not this job's, or results that were not stored. Each cell's
     alerts are raised and sent as the cell is stored (:func:`check_landed_cell`)."""
     notifiers = deps.notifiers if request.notify else ()
+    # The last good night does not change while the night runs: read once.
+    last_good: dict[int, SweepRecord | None] = {}
 
     def landed(sweep: int, cell_id: str, ended: datetime) -> None:
         try:
             with deps.open_session(request.url) as session:
-                checked = check_landed_cell(session, sweep, cell_id, notifiers=notifiers)
+                if sweep not in last_good:
+                    record = load_sweep(session, sweep)
+                    good = last_good_night(sweep, _earlier_nights(session, record))
+                    last_good[sweep] = load_sweep(session, good) if good is not None else None
+                checked = check_landed_cell(
+                    session, sweep, cell_id, notifiers=notifiers, baseline=last_good[sweep]
+                )
         except Exception as exc:  # early and best effort: never sinks the sweep
             failed = mask_secrets(f"{type(exc).__name__}: {exc}")
             checked = CellAlerts(cell_id=cell_id, failed=failed)

@@ -12,7 +12,7 @@ webhook channel.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -81,13 +81,16 @@ def _cell_by_cell(
 
 
 def _nightly(
-    url: str, night: SweepRecord, receiver: Receiver
+    url: str,
+    night: SweepRecord,
+    receiver: Receiver,
+    open_session: Callable[[str], AbstractContextManager[Session]] = _session,
 ) -> tuple[NightlyOutcome, list[CellAlerts], list[int]]:
     checks: list[CellAlerts] = []
     seen: list[int] = []
     policy = RetryPolicy(attempts=1, backoff_s=0.0, timeout_s=5.0)
     deps = NightlyDeps(
-        open_session=_session,
+        open_session=open_session,
         run_sweep=_cell_by_cell(url, night, receiver, seen),
         check_resume=lambda sweep: None,
         judged=lambda check: None,
@@ -153,9 +156,6 @@ def test_a_store_that_fails_the_early_check_does_not_sink_the_night(
 ) -> None:
     url = f"sqlite:///{tmp_path / 'farm.db'}"
     store_sweep(url, _night(1, regressed=False))
-    night = _night(2, regressed=True)
-    checks: list[CellAlerts] = []
-    seen: list[int] = []
     opened = 0
 
     @contextmanager
@@ -168,15 +168,7 @@ def test_a_store_that_fails_the_early_check_does_not_sink_the_night(
         with _session(db) as session:
             yield session
 
-    deps = NightlyDeps(
-        open_session=flaky,
-        run_sweep=_cell_by_cell(url, night, receiver, seen),
-        check_resume=lambda sweep: None,
-        judged=lambda check: None,
-        cell_checked=checks.append,
-        notifiers=(WebhookNotifier(receiver.url("/hook")),),
-    )
-    outcome = run_nightly(NightlyRequest(job="synthetic", url=url, history=0), deps)
+    outcome, checks, _ = _nightly(url, _night(2, regressed=True), receiver, flaky)
     assert checks[0].cell_id == FIRST and checks[0].failed is not None
     assert "OSError: disk I/O error" in checks[0].failed and "hunter2" not in checks[0].failed
     assert len(checks) == 6 and all(c.failed is None for c in checks[1:])
