@@ -2,16 +2,17 @@
 Slack, Feishu, WeCom and generic webhooks.
 
 It records every POST (path, headers, raw body) and answers from a script of (status,
-body, headers), 200 ``ok`` when the script is empty; a POST may first wait, as a hung
-server would. Use :func:`receiving` as a context manager, or the ``receiver`` fixture:
-import :func:`receiver_fixture` into a test module (``# noqa: F401``).
+body, headers), 200 ``ok`` when the script is empty; a POST may first hang until the
+receiver closes, as a hung server would (its request has landed; its answer never comes
+in time, however loaded the machine). Use :func:`receiving` as a context manager, or
+the ``receiver`` fixture: import :func:`receiver_fixture` into a test module
+(``# noqa: F401``).
 """
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,7 +22,10 @@ from typing import Any
 
 import pytest
 
-__all__ = ["Received", "Receiver", "receiver_fixture", "receiving", "serving"]
+# A hung answer ends when its test does; this bounds it should a test never close.
+HANG_LIMIT_S = 60.0
+
+__all__ = ["HANG_LIMIT_S", "Received", "Receiver", "receiver_fixture", "receiving", "serving"]
 
 
 @dataclass
@@ -36,13 +40,14 @@ class Received:
 
 @dataclass
 class Receiver:
-    """Records each POST and answers from a script of (status, body, headers); a POST
-    waits first for the next of ``delays`` (seconds), if any, as a hung server would."""
+    """Records each POST and answers from a script of (status, body, headers); the next
+    ``hangs`` POSTs answer only when the receiver closes, as a hung server would."""
 
     port: int = 0
     requests: list[Received] = field(default_factory=list)
     script: deque[tuple[int, str, dict[str, str]]] = field(default_factory=deque)
-    delays: deque[float] = field(default_factory=deque)
+    hangs: int = 0
+    closed: threading.Event = field(default_factory=threading.Event)
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -77,8 +82,9 @@ def receiving() -> Iterator[Receiver]:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             rec.requests.append(Received(self.path, dict(self.headers.items()), body))
             status, text, headers = rec.script.popleft() if rec.script else (200, "ok", {})
-            if rec.delays:
-                time.sleep(rec.delays.popleft())  # the client has given up by now
+            if rec.hangs:
+                rec.hangs -= 1
+                rec.closed.wait(HANG_LIMIT_S)  # the client gives up first
             data = text.encode()
             try:
                 self.send_response(status)
@@ -94,7 +100,10 @@ def receiving() -> Iterator[Receiver]:
             pass
 
     with serving(Handler) as rec.port:
-        yield rec
+        try:
+            yield rec
+        finally:
+            rec.closed.set()
 
 
 @pytest.fixture(name="receiver")

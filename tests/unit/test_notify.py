@@ -9,7 +9,7 @@ import hmac
 import json
 import logging
 import socket
-import time
+import threading
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -56,6 +56,7 @@ from farm.notify.webhook import (
 )
 from farm.settings import NotifySettings
 from tests.fakes.receiver import (  # noqa: F401  (the receiver fixture)
+    HANG_LIMIT_S,
     Receiver,
     receiver_fixture,
     serving,
@@ -64,6 +65,9 @@ from tests.fakes.receiver import (  # noqa: F401  (the receiver fixture)
 SLACK_TOKEN = "XoXbSeCrEt0123456789abcdef"
 FEISHU_SECRET = "fs-secret-9f8e7d6c5b4a"
 GITHUB_TOKEN = "ghp_TOPSECRETtoken1234567890"
+# The client's read timeout where a hung answer must make it give up; the requests that
+# follow must answer within it on a machine loaded by the engine tests (0.5 s did not).
+GIVE_UP_S = 2.0
 
 
 @dataclass
@@ -309,8 +313,8 @@ def test_gives_up_after_the_attempts_with_the_last_reason(receiver: Receiver) ->
 
 
 def test_a_webhook_post_that_timed_out_is_retried_with_the_same_key(receiver: Receiver) -> None:
-    receiver.delays.append(1.5)  # the first answer comes after the client gave up
-    WebhookNotifier(receiver.url("/w"), policy=_policy(timeout_s=0.5)).send([_alert()])
+    receiver.hangs = 1  # the first answer comes after the client gave up
+    WebhookNotifier(receiver.url("/w"), policy=_policy(timeout_s=GIVE_UP_S)).send([_alert()])
     assert len(receiver.requests) == 2
     assert len({r.headers[IDEMPOTENCY_HEADER] for r in receiver.requests}) == 1
 
@@ -327,9 +331,9 @@ def _chat_notifiers(receiver: Receiver, timeout_s: float = 5.0) -> list[Notifier
 def test_chat_posts_are_not_retried_after_a_read_timeout(receiver: Receiver) -> None:
     """Before: a read timeout was retried, and Slack (no idempotency key) showed the
     message twice when the first POST had landed after all."""
-    for notifier in _chat_notifiers(receiver, timeout_s=0.5):
+    for notifier in _chat_notifiers(receiver, timeout_s=GIVE_UP_S):
         receiver.requests.clear()
-        receiver.delays.append(1.5)
+        receiver.hangs = 1
         with pytest.raises(NotifyError, match=r"ReadTimeout.*may have reached") as info:
             notifier.send([_alert()])
         assert len(receiver.requests) == 1, notifier.name
@@ -527,14 +531,14 @@ def test_parse_pr_ref() -> None:
 @dataclass
 class FakeGitHub:
     """The two endpoints the client uses: create and list an issue's comments. The
-    first ``slow_posts`` creations answer only after ``delay`` seconds (they still land)."""
+    first ``slow_posts`` creations land but answer only when the fake closes."""
 
     port: int = 0
     comments: list[dict[str, Any]] = field(default_factory=list)
     posts: int = 0
     gets: int = 0
     slow_posts: int = 0
-    delay: float = 1.5
+    closed: threading.Event = field(default_factory=threading.Event)
     list_status: int = 200
 
     @property
@@ -569,7 +573,7 @@ def github() -> Iterator[FakeGitHub]:
             }
             gh.comments.append(comment)  # landed, whether or not the answer arrives
             if gh.posts <= gh.slow_posts:
-                time.sleep(gh.delay)
+                gh.closed.wait(HANG_LIMIT_S)
             self._answer(201, comment)
 
         def do_GET(self) -> None:
@@ -581,7 +585,10 @@ def github() -> Iterator[FakeGitHub]:
             pass
 
     with serving(Handler) as gh.port:
-        yield gh
+        try:
+            yield gh
+        finally:
+            gh.closed.set()
 
 
 def test_github_retry_after_a_timeout_finds_its_comment_instead_of_posting_twice(
@@ -591,7 +598,9 @@ def test_github_retry_after_a_timeout_finds_its_comment_instead_of_posting_twice
     twice on the pull request."""
     github.comments.append({"id": 0, "body": "someone else's comment", "html_url": "x"})
     github.slow_posts = 1
-    client = GitHubClient(token=GITHUB_TOKEN, api_url=github.api, policy=_policy(timeout_s=0.5))
+    client = GitHubClient(
+        token=GITHUB_TOKEN, api_url=github.api, policy=_policy(timeout_s=GIVE_UP_S)
+    )
     url = client.post_issue_comment(parse_pr_ref("octo/farm#5"), "### report")
     assert github.posts == 1 and github.gets == 1
     assert url == "https://github.com/octo/farm/pull/5#issuecomment-2"
@@ -601,7 +610,9 @@ def test_github_retry_after_a_timeout_finds_its_comment_instead_of_posting_twice
 def test_github_does_not_post_again_when_it_cannot_check(github: FakeGitHub) -> None:
     github.slow_posts = 1
     github.list_status = 502
-    client = GitHubClient(token=GITHUB_TOKEN, api_url=github.api, policy=_policy(timeout_s=0.5))
+    client = GitHubClient(
+        token=GITHUB_TOKEN, api_url=github.api, policy=_policy(timeout_s=GIVE_UP_S)
+    )
     with pytest.raises(GitHubError, match="not posting again") as info:
         client.post_issue_comment(parse_pr_ref("octo/farm#5"), "### report")
     assert github.posts == 1
