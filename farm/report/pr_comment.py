@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from farm.analysis.compare import SweepComparison
 from farm.inert import github_markdown as md
@@ -26,9 +26,11 @@ def render_pr_comment(
     dropped: Sequence[str] = (),
     report_url: str | None = None,
     cost: str | None = None,
+    quarantined: Mapping[str, float] | None = None,
 ) -> str:
     """The PR comment: the hidden marker, the verdict, what was built and reused,
-    the findings, then the comparison table of ``farm compare``. Everything that came
+    the keys quarantined (label -> verdict flip rate in the job's nightlies), the
+    findings, then the comparison table of ``farm compare``. Everything that came
     from an engine, a repository or a user is inert Markdown (:mod:`farm.inert`)."""
     v = verdict
     icon = {"clean": ":white_check_mark:", "regression": ":x:", "failed_cells": ":warning:"}
@@ -57,6 +59,12 @@ def render_pr_comment(
         # A link the farm was given (--publish-url), shown as a link to itself.
         link = f"<{report_url}>" if _LINKABLE.fullmatch(report_url) else md(report_url)
         lines.append(f"- report: {link}")
+    if quarantined:
+        lines.append(
+            f"- {len(quarantined)} key(s) quarantined (their nightly verdicts flip: "
+            "measured and shown, failing no PR): "
+            + "; ".join(f"{md(k)} (flip rate {r:.0%})" for k, r in sorted(quarantined.items()))
+        )
     if v.findings:
         lines += ["", "### Findings", ""]
         lines += [f"- **{md(f.shown_check)}** {md(f.summary)}" for f in v.findings]

@@ -19,7 +19,7 @@ Pure: no store, git or HTTP here (:mod:`farm.workflows.pr_pipeline` does the I/O
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -330,13 +330,17 @@ def judge_pr(
     dropped: Sequence[DroppedPatch] = (),
     config: CheckConfig | None = None,
     goldens: Sequence[GoldenCheck] = (),
+    quarantine: Mapping[str, float] | None = None,
 ) -> PrJudgement:
     """The verdict on PR sweep ``sweep``: every candidate cell against the same
     comparable cell of the base, taken from ``reused`` stored cells or from the base
     cells this sweep ran (:func:`farm.analysis.judgement.judge`, no within-sweep or
     history checks), and the candidate's variants against the job's ``goldens``.
     ``job`` is the job file's name (the verdict's ``engine`` is ``base``). Failed
-    cells of either side are findings of source ``cells``.
+    cells of either side are findings of source ``cells``. ``quarantine``: the keys
+    (base labels) flaky in the job's nightly history, with their verdict flip rates
+    (:func:`farm.workflows.nightly_pipeline.flaky_keys`): their findings are shown,
+    marked, and fail no PR.
     """
     base_cells = [s for s in sweep.cells if s.cell.engine == base]
     cand_cells = [s for s in sweep.cells if s.cell.engine == candidate]
@@ -355,6 +359,7 @@ def judge_pr(
         baseline_side="baseline",
         require_comparison=True,
         goldens=tuple(goldens),
+        quarantine=dict(quarantine or {}),
     )
     judgement = judge(cand, baseline, None, rules)
     assert judgement.comparison is not None

@@ -45,6 +45,7 @@ from farm.spec import (
 from farm.store.baselines import cells_of_build
 from farm.store.repository import SweepCost, load_sweep, sweep_cost
 from farm.store.verdicts import record_verdict
+from farm.workflows.nightly_pipeline import flaky_keys
 from farm.workflows.pr import (
     BaselineSelection,
     DroppedPatch,
@@ -347,9 +348,13 @@ def check_pr(
     goldens: Sequence[GoldenCheck] = (),
 ) -> PrCheck:
     """Judge PR sweep ``sweep_id`` (the candidate against the base and the job's
-    ``goldens``) and store its verdict (once); render the comment."""
+    ``goldens``) and store its verdict (once); render the comment. A key the job's
+    nightlies found flaky is quarantined here as there: shown, failing no PR."""
+    record = load_sweep(session, sweep_id)
+    # The base's keys are the nightly's (same engine name): its history says which flip.
+    flaky = flaky_keys(session, record.model_copy(update={"job": setup.job}))
     judgement = judge_pr(
-        load_sweep(session, sweep_id),
+        record,
         base=setup.base.name,
         candidate=setup.candidate.name,
         reused=baseline.reused,
@@ -359,6 +364,7 @@ def check_pr(
         dropped=setup.dropped,
         config=config,
         goldens=goldens,
+        quarantine=flaky,
     )
     verdict, new = record_verdict(session, judgement.verdict)
     judgement = judgement.model_copy(update={"verdict": verdict})
@@ -372,6 +378,11 @@ def check_pr(
         dropped=[d.describe() for d in setup.dropped],
         report_url=report_url,
         cost=cost.describe(),
+        quarantined={
+            r.key.label: flaky[r.key.label]
+            for r in judgement.comparison.rows
+            if r.key.label in flaky
+        },
     )
     return PrCheck(judgement=judgement, judged=new, comment=comment, cost=cost)
 
