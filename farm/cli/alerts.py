@@ -8,7 +8,9 @@ raises the alerts of its findings, notifies, and prints what it did.
 from __future__ import annotations
 
 import getpass
+from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
@@ -26,12 +28,15 @@ from farm.cli.common import (
     resolve_sweep,
 )
 from farm.cli.inputs import LIMIT, STORE_ID, plain_text
-from farm.errors import FarmError
+from farm.errors import FarmError, SpecError
 from farm.inert import terminal
 from farm.masking import mask_secrets
 from farm.results.alerts import ALERT_STATES, OPEN_STATES, TRIAGE_STATES
 
 if TYPE_CHECKING:
+    from sqlmodel import Session
+
+    from farm.goldens import GoldenCheck
     from farm.workflows.nightly_pipeline import AlertCheck
 
 __all__ = ["alerts_app"]
@@ -196,11 +201,13 @@ def check_command(
         typer.Option(help="PATCHED=BASE engine pair; default: inferred from the builds"),
     ] = None,
     history: Annotated[
-        int,
+        int | None,
         typer.Option(
-            help="also look for change points over this many sweeps of the job", parser=LIMIT
+            help="also look for change points over this many sweeps of the job; default: "
+            "nightly.history of the job",
+            parser=LIMIT,
         ),
-    ] = 0,
+    ] = None,
     baseline: Annotated[
         str,
         typer.Option(
@@ -208,6 +215,14 @@ def check_command(
             "farm nightly does) or 'none'"
         ),
     ] = "last-good",
+    job_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--job",
+            help="the sweep's job file: its nightly.history and goldens, as farm nightly "
+            "reads them; default: the job text stored with the sweep (no goldens)",
+        ),
+    ] = None,
     notify: Annotated[
         bool, typer.Option(help="send new alerts to the channels set in FARM_NOTIFY_*")
     ] = True,
@@ -225,13 +240,17 @@ def check_command(
     against = _baseline(baseline)
     try:
         with open_session(db) as session:
+            sweep_id = resolve_sweep(session, sweep)
+            judged_as = _judged_as(session, sweep_id, job_file, history)
+            console.print(Text(judged_as.describe()))
             outcome = check_alerts(
                 session,
-                resolve_sweep(session, sweep),
+                sweep_id,
                 baseline=against,
                 base_of=pairs or None,
-                history=history,
+                history=judged_as.history,
                 notifiers=None if notify else (),
+                goldens=judged_as.goldens,
             )
     except FarmError as exc:
         raise fail(exc) from None
@@ -240,6 +259,71 @@ def check_command(
         from farm.notify.delivery import EXIT_UNDELIVERED
 
         raise typer.Exit(EXIT_UNDELIVERED)
+
+
+@dataclass(frozen=True)
+class _JudgedAs:
+    """What `alerts check` takes from the sweep's job, as `farm nightly` would."""
+
+    history: int
+    goldens: tuple[GoldenCheck, ...]
+    source: str  # where the settings came from
+    unchecked_goldens: int = 0  # goldens the stored job names that cannot be read
+
+    def describe(self) -> str:
+        text = f"judged as farm nightly does: history {self.history} sweep(s) ({self.source})"
+        if self.goldens:
+            text += f", {len(self.goldens)} golden check(s)"
+        if self.unchecked_goldens:
+            text += (
+                f"; the job names {self.unchecked_goldens} golden file(s), not checked "
+                "without --job FILE"
+            )
+        return text
+
+
+def _judged_as(
+    session: Session, sweep_id: int, job_file: Path | None, history: int | None
+) -> _JudgedAs:
+    """The history and goldens of the sweep's job: from ``job_file`` (FarmError when it
+    is another job's), else from the job text stored with the sweep (its goldens'
+    paths were relative to a file the store does not know: they are named, not read);
+    ``history`` given wins."""
+    from farm.goldens import job_goldens
+    from farm.spec import read_job
+    from farm.spec.files import parse_job
+    from farm.store.repository import load_sweep, sweep_job_yaml
+
+    job = load_sweep(session, sweep_id).job
+    if job_file is not None:
+        checked = read_job(job_file)
+        if checked.spec.name != job:
+            raise FarmError(
+                f"--job {job_file}: that is job {checked.spec.name!r}; sweep {sweep_id} "
+                f"is of job {job!r}"
+            )
+        configured = checked.spec.nightly.history
+        return _JudgedAs(
+            history=configured if history is None else history,
+            goldens=job_goldens(checked),
+            source="--history" if history is not None else f"nightly.history of {job_file}",
+        )
+    try:
+        spec = parse_job(sweep_job_yaml(session, sweep_id), f"sweep {sweep_id}'s job")
+    except SpecError:
+        spec = None  # a job text the farm of today cannot read: nothing taken from it
+    if history is not None:
+        source = "--history"
+    elif spec is not None:
+        source = "nightly.history of the job stored with the sweep"
+    else:
+        source = "its stored job text cannot be read; give --job FILE or --history"
+    return _JudgedAs(
+        history=history if history is not None else spec.nightly.history if spec else 0,
+        goldens=(),
+        source=source,
+        unchecked_goldens=len(spec.goldens) if spec else 0,
+    )
 
 
 def _baseline(value: str) -> int | Literal["last-good"] | None:

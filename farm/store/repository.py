@@ -80,6 +80,7 @@ __all__ = [
     "record_build_location",
     "save_cell_result",
     "sweep_cost",
+    "sweep_job_yaml",
 ]
 
 
@@ -525,6 +526,11 @@ def reopen_sweep(session: Session, sweep_id: int) -> None:
 def latest_sweep_id(session: Session) -> int | None:
     """Id of the most recently created sweep, or None for an empty store."""
     return session.exec(select(sa.func.max(SweepRow.id))).one()
+
+
+def sweep_job_yaml(session: Session, sweep_id: int) -> str:
+    """The job text stored with sweep ``sweep_id`` (credentials masked when stored)."""
+    return _require_sweep(session, sweep_id).job_yaml
 
 
 def list_sweeps(session: Session, limit: int = 20) -> list[SweepSummary]:

