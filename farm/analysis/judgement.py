@@ -38,6 +38,7 @@ from farm.analysis.golden_check import GOLDEN_CHECK, check_goldens
 from farm.analysis.history import HistoryAnalysis, HistoryConfig, HistoryPoint, analyze_histories
 from farm.analysis.noise import NoiseRule, key_noise
 from farm.analysis.stats import Interval
+from farm.analysis.summary import patched_bases
 from farm.comparable import ComparableKey
 from farm.goldens import GoldenCheck
 from farm.records import StoredCell, SweepRecord
@@ -60,6 +61,7 @@ __all__ = [
     "JudgeRules",
     "Judgement",
     "judge",
+    "judge_within",
     "position_text",
 ]
 
@@ -260,6 +262,14 @@ def _compare(
         noise=key_noise(series, sweep.sweep_id) if series is not None and noise_rule else None,
         noise_rule=noise_rule,
     )
+
+
+def judge_within(sweep: SweepRecord) -> CheckReport:
+    """The within-sweep part of ``sweep``'s judgement as every report shows it: each
+    patched engine against its base build (:func:`farm.analysis.summary.patched_bases`)."""
+    within = judge(sweep, None, None, JudgeRules(base_of=patched_bases(sweep.builds))).within
+    assert within is not None  # JudgeRules.within defaults to True
+    return within
 
 
 def _quarantine(

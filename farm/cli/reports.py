@@ -50,13 +50,13 @@ reports_app = typer.Typer(rich_markup_mode="markdown")
 
 def show_sweep(record: SweepRecord, title: str) -> None:
     """Print ``record`` as a matrix, then the within-sweep checks' findings."""
-    from farm.analysis.checks import check_sweep
-    from farm.analysis.summary import patched_bases, summarize_sweep
+    from farm.analysis.judgement import judge_within
+    from farm.analysis.summary import summarize_sweep
     from farm.report.findings import render_findings
     from farm.report.table import render_matrix
 
     console.print(render_matrix(title, summarize_sweep(record)))
-    checks = check_sweep(record, patched_bases(record.builds))
+    checks = judge_within(record)
     if checks.regressions:
         console.print(render_findings(checks))
     else:
@@ -68,14 +68,14 @@ def render_report(
 ) -> tuple[int, str]:
     """Render stored sweep ``sweep`` (id or ``'latest'``) as Markdown or HTML.
 
-    Runs the within-sweep checks (patched engines against their base builds, see
-    :func:`farm.analysis.summary.patched_bases`) and, with ``history`` > 1, draws AL
+    Shows the within-sweep part of the sweep's judgement
+    (:func:`farm.analysis.judgement.judge_within`) and, with ``history`` > 1, draws AL
     trends over the last ``history`` sweeps of the same job. The HTML page opens with
     the sweep's stored verdict (a nightly's, else a PR run's) when it has one, as the
     published page does. Returns (sweep id, text). Raises FarmError.
     """
-    from farm.analysis.checks import check_sweep
-    from farm.analysis.summary import patched_bases, summarize_sweep
+    from farm.analysis.judgement import judge_within
+    from farm.analysis.summary import summarize_sweep
     from farm.report.html import render_html
     from farm.report.markdown import render_markdown
     from farm.store.repository import history_series, load_sweep
@@ -88,7 +88,7 @@ def render_report(
         # From the per-variant summaries: trends read no request of earlier sweeps.
         trends = history_series(session, record, history) if history > 1 else None
         stored = list_verdicts(session, [sweep_id]).get(sweep_id, [])
-    report = check_sweep(record, patched_bases(record.builds))
+    report = judge_within(record)
     summaries = summarize_sweep(record)
     if fmt == "html":
         verdict = stored[0] if stored else None

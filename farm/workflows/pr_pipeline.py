@@ -438,8 +438,8 @@ def write_pr_report(session: Session, check: PrCheck, folder: Path) -> Path:
     """Write the PR sweep's HTML report (with its verdict) into ``folder``; its path.
     Raises OutputError when the folder cannot be written."""
     # Imported here: the HTML report pulls in the figures only a published run needs.
-    from farm.analysis.checks import check_sweep
-    from farm.analysis.summary import patched_bases, summarize_sweep
+    from farm.analysis.judgement import judge_within
+    from farm.analysis.summary import summarize_sweep
     from farm.errors import OutputError
     from farm.report.html import render_html
     from farm.workflows.nightly_pipeline import write_page
@@ -449,7 +449,7 @@ def write_pr_report(session: Session, check: PrCheck, folder: Path) -> Path:
     page = render_html(
         record,
         summarize_sweep(record),
-        check_sweep(record, patched_bases(record.builds)),
+        judge_within(record),
         verdict=verdict,
     )
     assert verdict.pr_number is not None
