@@ -2,8 +2,9 @@
 # The test suite as two pytest runs side by side: the real-engine tests (marker
 # `engine`) one after another, and everything else. Two vLLM servers on two cores
 # would only slow each other down (tried: two engine runs beside the rest ran a
-# selftest cell in 3.6 minutes instead of 50 s and left the rest at 14% after 22); the rest (mostly waiting on subprocesses, Ray and
-# databases) runs beside them. Each run has its own FARM_HOME below the caller's (or a
+# selftest cell in 3.6 minutes instead of about 50 s, and the rest was at 14% after 22
+# minutes). The rest (mostly waiting on subprocesses, Ray and databases) runs beside
+# the one engine run. Each run has its own FARM_HOME below the caller's (or a
 # fresh one): engine builds, the host's Ray cluster per FARM_HOME and logs never mix
 # between tests running at the same time. Lines are prefixed with their run; the exit
 # status is the first failing run's. A failing run's short summary is printed again
