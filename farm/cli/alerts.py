@@ -292,9 +292,9 @@ def _judged_as(
     from farm.goldens import job_goldens
     from farm.spec import read_job
     from farm.spec.files import parse_job
-    from farm.store.repository import load_sweep, sweep_job_yaml
+    from farm.store.repository import sweep_job
 
-    job = load_sweep(session, sweep_id).job
+    job, stored_yaml = sweep_job(session, sweep_id)
     if job_file is not None:
         checked = read_job(job_file)
         if checked.spec.name != job:
@@ -309,7 +309,7 @@ def _judged_as(
             source="--history" if history is not None else f"nightly.history of {job_file}",
         )
     try:
-        spec = parse_job(sweep_job_yaml(session, sweep_id), f"sweep {sweep_id}'s job")
+        spec = parse_job(stored_yaml, f"sweep {sweep_id}'s job")
     except SpecError:
         spec = None  # a job text the farm of today cannot read: nothing taken from it
     if history is not None:

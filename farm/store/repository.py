@@ -80,7 +80,7 @@ __all__ = [
     "record_build_location",
     "save_cell_result",
     "sweep_cost",
-    "sweep_job_yaml",
+    "sweep_job",
 ]
 
 
@@ -528,9 +528,11 @@ def latest_sweep_id(session: Session) -> int | None:
     return session.exec(select(sa.func.max(SweepRow.id))).one()
 
 
-def sweep_job_yaml(session: Session, sweep_id: int) -> str:
-    """The job text stored with sweep ``sweep_id`` (credentials masked when stored)."""
-    return _require_sweep(session, sweep_id).job_yaml
+def sweep_job(session: Session, sweep_id: int) -> tuple[str, str]:
+    """The job name of sweep ``sweep_id`` and the job text stored with it (credentials
+    masked when stored), without reading its cells."""
+    row = _require_sweep(session, sweep_id)
+    return row.job, row.job_yaml
 
 
 def list_sweeps(session: Session, limit: int = 20) -> list[SweepSummary]:
