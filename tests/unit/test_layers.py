@@ -17,9 +17,13 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(os.environ.get("FARM_LAYERS_ROOT", Path(__file__).resolve().parents[2]))
 
-# Lowest floor first. A module takes the floor of the longest prefix listed.
+# Lowest floor first. A module takes the floor of the longest prefix listed; the bare
+# package ``farm`` stands for its __init__ alone, so a new top-level module must be
+# placed.
 FLOORS: tuple[tuple[str, ...], ...] = (
     # 0: base: errors, settings, files, the axis and family lists (data); the pure
     # checks of bad input every layer shares (bounds, inert text, masking, job text)
@@ -111,7 +115,8 @@ def floor_of(module: str) -> int:
     best, floor = -1, -1
     for i, prefixes in enumerate(FLOORS):
         for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+            below = module.startswith(prefix + ".") and prefix != "farm"
+            if (module == prefix or below) and len(prefix) > best:
                 best, floor = len(prefix), i
     assert floor >= 0, f"{module} stands on no floor: add it to FLOORS"
     return floor
@@ -120,6 +125,15 @@ def floor_of(module: str) -> int:
 def test_every_module_has_a_floor() -> None:
     for module in MODULES:
         floor_of(module)
+
+
+def test_a_module_nobody_placed_has_no_floor() -> None:
+    """Before: the base floor's ``farm`` prefix took any module, so the test above
+    could not fail."""
+    for unplaced in ("farm.nosuch", "farm.nosuch.deeper"):
+        with pytest.raises(AssertionError, match="stands on no floor"):
+            floor_of(unplaced)
+    assert floor_of("farm") == 0 and floor_of("farm.analysis.judgement") == 3
 
 
 def test_no_import_runs_up_a_floor() -> None:
