@@ -295,6 +295,8 @@ def _judged_as(
     from farm.store.repository import sweep_job
 
     job, stored_yaml = sweep_job(session, sweep_id)
+    goldens: tuple[GoldenCheck, ...] = ()
+    unchecked = 0
     if job_file is not None:
         checked = read_job(job_file)
         if checked.spec.name != job:
@@ -302,27 +304,21 @@ def _judged_as(
                 f"--job {job_file}: that is job {checked.spec.name!r}; sweep {sweep_id} "
                 f"is of job {job!r}"
             )
-        configured = checked.spec.nightly.history
-        return _JudgedAs(
-            history=configured if history is None else history,
-            goldens=job_goldens(checked),
-            source="--history" if history is not None else f"nightly.history of {job_file}",
-        )
-    try:
-        spec = parse_job(stored_yaml, f"sweep {sweep_id}'s job")
-    except SpecError:
-        spec = None  # a job text the farm of today cannot read: nothing taken from it
-    if history is not None:
-        source = "--history"
-    elif spec is not None:
-        source = "nightly.history of the job stored with the sweep"
+        configured, goldens = checked.spec.nightly.history, job_goldens(checked)
+        source = f"nightly.history of {job_file}"
     else:
-        source = "its stored job text cannot be read; give --job FILE or --history"
+        try:
+            spec = parse_job(stored_yaml, f"sweep {sweep_id}'s job")
+        except SpecError:  # a job text the farm of today cannot read: nothing taken
+            configured = 0
+            source = "its stored job text cannot be read; give --job FILE or --history"
+        else:
+            configured, unchecked = spec.nightly.history, len(spec.goldens)
+            source = "nightly.history of the job stored with the sweep"
+    if history is not None:
+        configured, source = history, "--history"
     return _JudgedAs(
-        history=history if history is not None else spec.nightly.history if spec else 0,
-        goldens=(),
-        source=source,
-        unchecked_goldens=len(spec.goldens) if spec else 0,
+        history=configured, goldens=goldens, source=source, unchecked_goldens=unchecked
     )
 
 
