@@ -254,6 +254,12 @@ class VllmAdapter(EngineAdapter):
             argv.append("--no-enable-prefix-caching")
         argv += list(engine.extra_args)
         env = dict(engine.env)
+        if _is_cpu_build(engine) and len(npu_ids) <= 1:
+            # One worker process fewer: the CPU build's single worker runs inside the
+            # engine core (vllm/platforms/cpu.py keeps the "uni" executor only then).
+            # Each process imports vLLM anew; measured on 2 cores, the tiny model was
+            # ready in 26 s instead of 53 s, with the same tokens and draft counters.
+            env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if npu_ids:
             env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(str(i) for i in npu_ids)
         return ServerLaunch(argv=tuple(argv), env=env)

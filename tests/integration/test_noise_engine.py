@@ -6,12 +6,12 @@ top. The rates over unseeded nights, the lossless late-draft canary's included, 
 bench/detection.py's (tables 8-9).
 
 The cell is the shared one (eager, MTP 3, window on) with thinking on and off: the
-unconfident thinking-off variant is where noise moves acceptance most. Against clean
-nights the prompt-only rule (the fixed 2% floor with a prompt-resampling interval)
-raises false alarms; the farm's nightly, with thresholds calibrated from each key's
-earlier nights (five: the sixth night is the first judged so), raises none once the
-history is there, and catches the canary (AL -25 to -30%, wrong answers) on its first
-night.
+unconfident thinking-off variant is where noise moves acceptance most. The clean
+nights differ; the prompt-only rule's (the fixed 2% floor with a prompt-resampling
+interval) false alarms on them are counted; the farm's nightly, with thresholds
+calibrated from each key's earlier nights (five: the sixth night is the first judged
+so), raises none once the history is there, and catches the canary (AL -25 to -30%,
+wrong answers) on its first night.
 """
 
 from __future__ import annotations
@@ -105,16 +105,27 @@ def _flagged(
     ]
 
 
-def test_the_prompt_only_rule_false_alarms_on_clean_nights(nights: _Nights) -> None:
+def test_clean_nights_differ_and_the_prompt_only_rules_alarms_are_counted(
+    nights: _Nights,
+) -> None:
     clean = nights.records[:CLEAN_NIGHTS]
+    # The noise is there: no key's acceptance length is the same every night.
+    for key in ("on", "off"):
+        lengths = {round(_al(night)[key], 6) for night in clean}
+        print(f"thinking {key}: {len(lengths)} distinct AL over {CLEAN_NIGHTS} nights")
+        assert len(lengths) > 1, f"thinking {key}: every clean night had the same AL"
+    # Whether a pair of six clean nights crosses the fixed 2% floor is a draw (stop 27's
+    # CI: one pair of 15; the next run: none), so it is counted here, not asserted; the
+    # rate over many unseeded nights is bench/detection.py's.
+    pairs = list(itertools.combinations(clean, 2))
     alarms = [
         (a.sweep_id, b.sweep_id, summary)
-        for a, b in itertools.combinations(clean, 2)
+        for a, b in pairs
         for summary in _flagged(b, a, [a, b], None)
     ]
     for alarm in alarms:
         print("prompt-only false alarm:", alarm)
-    assert alarms, "no clean pair differed by more than the prompt-only rule allows"
+    print(f"prompt-only rule: {len(alarms)} alarm(s) over {len(pairs)} pairs of clean nights")
 
 
 def test_calibrated_nights_raise_no_false_alarm_once_the_history_is_there(nights: _Nights) -> None:

@@ -163,6 +163,17 @@ def test_launch_flags_follow_the_cell() -> None:
     assert npu.env["ASCEND_RT_VISIBLE_DEVICES"] == "4,5"
 
 
+def test_the_cpu_builds_worker_runs_in_the_engine_core_unless_the_job_says_otherwise() -> None:
+    env = adapter.launch(_cell("eager", 3), CPU, MODEL, "/m", "py", 1).env
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    own = CPU.model_copy(update={"env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}})
+    assert adapter.launch(_cell("eager", 3), own, MODEL, "/m", "py", 1).env == {
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "1"
+    }
+    ascend = adapter.launch(_cell("eager", 3), ASCEND, MODEL, "/m", "py", 1, npu_ids=(0,))
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in ascend.env
+
+
 def test_thinking_is_a_request_field() -> None:
     w = WorkloadSpec(name="w", prompts="p", max_tokens=7)
     body = adapter.chat_request("tiny", "1+1?", Variant(thinking="off", workload="w"), w)
