@@ -114,8 +114,8 @@ def test_clean_nights_differ_and_the_prompt_only_rules_alarms_are_counted(
         lengths = {round(_al(night)[key], 6) for night in clean}
         print(f"thinking {key}: {len(lengths)} distinct AL over {CLEAN_NIGHTS} nights")
         assert len(lengths) > 1, f"thinking {key}: every clean night had the same AL"
-    # Whether a pair of six clean nights crosses the fixed 2% floor is a draw (stop 27's
-    # CI: one pair of 15; the next run: none), so it is counted here, not asserted; the
+    # Whether a pair of six clean nights crosses the fixed 2% floor is a draw (one CI run:
+    # one pair of 15; the next: none), so it is counted here, not asserted; the
     # rate over many unseeded nights is bench/detection.py's.
     pairs = list(itertools.combinations(clean, 2))
     alarms = [
