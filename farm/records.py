@@ -22,8 +22,12 @@ __all__ = [
     "BuildInfo",
     "CellResult",
     "CellStatus",
+    "Decision",
     "EffectiveConfig",
+    "LookDecision",
+    "LookStatistics",
     "RequestRecord",
+    "SequentialRecord",
     "SpecCounters",
     "StoredCell",
     "SweepRecord",
@@ -113,6 +117,60 @@ class RequestRecord(_Frozen):
     counters: SpecCounters | None = None
 
 
+# What a sequential look decided (farm.analysis.sequential).
+Decision = Literal["regress", "pass", "continue"]
+
+
+class LookStatistics(_Frozen):
+    """The paired comparison over the first ``prompts`` prompts (delta-method SE)."""
+
+    prompts: int
+    reference_al: float
+    candidate_al: float
+    difference: float  # candidate - reference AL
+    se: float
+    min_effect: float
+
+
+class LookDecision(_Frozen):
+    """What look ``look`` (0-based) decided, with its boundaries in AL-difference units:
+    regress when ``difference <= regress_at``, pass when ``difference >= pass_at``."""
+
+    look: int
+    prompts: int
+    decision: Decision
+    statistics: LookStatistics
+    regress_at: float
+    pass_at: float
+
+
+class SequentialRecord(_Frozen):
+    """The stored record of one sequential comparison, made by the runner as a
+    variant's looks went (:mod:`farm.analysis.sequential`): the rule, each look, and
+    the reference run it was paired with (that cell of ``reference_sweep_id``)."""
+
+    rule: str
+    parameters: dict[str, float | int | str]
+    decision: Decision
+    prompts_used: int
+    max_prompts: int
+    planned_looks: tuple[int, ...]
+    looks: tuple[LookDecision, ...]
+    reference_sweep_id: int | None = None
+    reference_cell_id: str | None = None
+
+    @property
+    def stopped_early(self) -> bool:
+        return self.decision != "continue" and self.prompts_used < self.max_prompts
+
+    def describe(self) -> str:
+        """One line, e.g. ``regress: decided after 64 of 200 prompts (look 4 of 13)``."""
+        return (
+            f"{self.decision}: decided after {self.prompts_used} of {self.max_prompts} "
+            f"prompts (look {len(self.looks)} of {len(self.planned_looks)})"
+        )
+
+
 class VariantResult(_Frozen):
     """One request-level variant (a value of each request axis) run against a cell's
     server; ``axes`` as in :class:`farm.plan.Variant`."""
@@ -122,6 +180,8 @@ class VariantResult(_Frozen):
     requests: tuple[RequestRecord, ...]
     elapsed_s: float
     concurrency: int
+    # Run in looks against a reference (the workload's ``sequential``): what decided.
+    sequential: SequentialRecord | None = None
 
     @model_validator(mode="before")
     @classmethod

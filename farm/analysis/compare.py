@@ -19,7 +19,7 @@ from farm.analysis.check_rules import CheckConfig, classify_difference
 from farm.analysis.noise import KeyNoise, NoiseRule, Threshold, calibrated
 from farm.analysis.stats import AcceptanceDifference, AcceptanceSample, Interval, compare_acceptance
 from farm.comparable import ComparableKey
-from farm.records import StoredCell, SweepRecord, VariantResult
+from farm.records import SequentialRecord, StoredCell, SweepRecord, VariantResult
 from farm.results.verdict import PositionChange
 
 __all__ = ["CompareOutcome", "ComparedVariant", "SweepComparison", "compare_sweeps"]
@@ -54,6 +54,9 @@ class ComparedVariant(_Frozen):
     note: str | None = None
     threshold: Threshold | None = None  # where min_effect came from, under a noise rule
     positions: tuple[PositionChange, ...] = ()
+    # The candidate ran in looks against this baseline and a look decided early:
+    # "regress: decided after 32 of 96 prompts (look 2 of 6)".
+    decided: str | None = None
 
 
 class SweepComparison(_Frozen):
@@ -142,7 +145,7 @@ def compare_sweeps(
             )
             continue
         calibration = None if noise_rule is None else ((noise or {}).get(key), noise_rule)
-        rows.append(_compare_one(key, b, c, cfg, calibration))
+        rows.append(_compare_one(key, b, c, cfg, baseline.sweep_id, calibration))
     return SweepComparison(
         baseline_id=baseline.sweep_id,
         candidate_id=candidate.sweep_id,
@@ -158,6 +161,7 @@ def _compare_one(
     b: _Unit,
     c: _Unit,
     cfg: CheckConfig,
+    baseline_id: int,
     calibration: tuple[KeyNoise | None, NoiseRule] | None = None,
 ) -> ComparedVariant:
     sides = {"baseline_label": b.label, "cell_id": c.stored.cell.cell_id}
@@ -178,8 +182,15 @@ def _compare_one(
             note="no per-request speculative counters",
             **sides,
         )
+    # A variant run in looks stopped at a look: its prompts are the first of the
+    # baseline's, paired as the looks paired them.
     d = compare_acceptance(
-        ref, cand, rng=cfg.rng(key.label), resamples=cfg.resamples, level=cfg.level
+        ref,
+        cand,
+        rng=cfg.rng(key.label),
+        paired=True if c.variant.sequential is not None else None,
+        resamples=cfg.resamples,
+        level=cfg.level,
     )
     diff = d.mean_acceptance_length
     min_effect = cfg.min_al_effect(d.reference_al.estimate)
@@ -188,7 +199,10 @@ def _compare_one(
         diff, rule = calibrated(diff, min_effect, *calibration)
         min_effect, threshold = rule.min_effect, rule
     outcome: CompareOutcome = "pass"
-    if classify_difference(diff, min_effect, "lower")[1]:
+    looks = _early_decision(c.variant, b.stored.cell.cell_id, baseline_id, threshold)
+    if looks is not None:
+        outcome = "regress" if looks.decision == "regress" else "pass"
+    elif classify_difference(diff, min_effect, "lower")[1]:
         outcome = "regress"
     elif classify_difference(diff, min_effect, "higher")[1]:
         outcome = "improve"
@@ -205,8 +219,27 @@ def _compare_one(
         paired=d.paired,
         pairs=d.pairs,
         positions=_positions(d, cfg),
+        decided=looks.describe() if looks is not None else None,
         **sides,
     )
+
+
+def _early_decision(
+    candidate: VariantResult,
+    baseline_cell: str,
+    baseline_id: int,
+    threshold: Threshold | None,
+) -> SequentialRecord | None:
+    """The candidate's sequential record when it stopped early against this very
+    baseline cell: its decision is the verdict (the sequential rule's error rates are
+    those of the fixed rule it was designed from; the prompts it skipped cannot be
+    judged). Not where a noise rule calibrated the key's threshold: the looks carry no
+    run-level variance, and the fixed rule judges the prompts that ran."""
+    record = candidate.sequential
+    if record is None or not record.stopped_early or (threshold and threshold.calibrated):
+        return None
+    same = (record.reference_sweep_id, record.reference_cell_id) == (baseline_id, baseline_cell)
+    return record if same else None
 
 
 def _positions(d: AcceptanceDifference, cfg: CheckConfig) -> tuple[PositionChange, ...]:

@@ -368,6 +368,8 @@ def _baseline_finding(row: ComparedVariant, baseline_id: int, r: JudgeRules) -> 
     )
     if row.threshold is not None:
         summary += f"; {row.threshold.describe()}"
+    if row.decided is not None:
+        summary += f"; {row.decided}"
     reference = f"{row.baseline_label} in sweep {baseline_id}"
     figures = [
         AlertFigure(
@@ -426,6 +428,14 @@ def _baseline_notes(comparison: SweepComparison, baseline_id: int, r: JudgeRules
             f"AL thresholds from each key's own nights: {len(rules) - len(short)} key(s) "
             f"calibrated, {len(short)} with insufficient history (fewer than "
             f"{rules[0].min_nights} nights: the floor rule)"
+        )
+    early = [row for row in comparison.rows if row.decided is not None]
+    if early:
+        passed = sum(row.outcome == "pass" for row in early)
+        pairs = sum(row.pairs for row in early)
+        notes.append(
+            f"sequential looks: {len(early)} variant(s) decided early on {pairs} paired "
+            f"prompts ({passed} pass, {len(early) - passed} regress)"
         )
     return notes
 

@@ -65,6 +65,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from farm.analysis.check_rules import CheckConfig, classify_difference
 from farm.analysis.stats import AcceptanceSample, Interval, compare_acceptance
+from farm.records import Decision, LookDecision, LookStatistics, SequentialRecord
 
 __all__ = [
     "RULE_NAME",
@@ -84,7 +85,6 @@ __all__ = [
 ]
 
 RULE_NAME = "group-sequential OBF-type alpha/beta spending (Lan-DeMets), paired AL"
-Decision = Literal["regress", "pass", "continue"]
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 # Codes of the vectorised core, in the order of Decision.
@@ -163,52 +163,6 @@ class SequentialDesign(_Frozen):
             "min_al_absolute": self.check.min_al_absolute,
             "spending": "obrien-fleming (lan-demets)",
         }
-
-
-class LookStatistics(_Frozen):
-    """The paired comparison over the first ``prompts`` prompts (delta-method SE)."""
-
-    prompts: int
-    reference_al: float
-    candidate_al: float
-    difference: float  # candidate - reference AL
-    se: float
-    min_effect: float
-
-
-class LookDecision(_Frozen):
-    """What look ``look`` (0-based) decided, with its boundaries in AL-difference units:
-    regress when ``difference <= regress_at``, pass when ``difference >= pass_at``."""
-
-    look: int
-    prompts: int
-    decision: Decision
-    statistics: LookStatistics
-    regress_at: float
-    pass_at: float
-
-
-class SequentialRecord(_Frozen):
-    """The stored record of one sequential comparison (``farm`` verdict storage)."""
-
-    rule: str
-    parameters: dict[str, float | int | str]
-    decision: Decision
-    prompts_used: int
-    max_prompts: int
-    planned_looks: tuple[int, ...]
-    looks: tuple[LookDecision, ...]
-
-    @property
-    def stopped_early(self) -> bool:
-        return self.decision != "continue" and self.prompts_used < self.max_prompts
-
-    def describe(self) -> str:
-        """One line, e.g. ``regress: decided after 64 of 200 prompts (look 4 of 13)``."""
-        return (
-            f"{self.decision}: decided after {self.prompts_used} of {self.max_prompts} "
-            f"prompts (look {len(self.looks)} of {len(self.planned_looks)})"
-        )
 
 
 def _sf(x: FloatArray) -> FloatArray:

@@ -30,6 +30,8 @@ from farm.cli.inputs import LIMIT
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
+    from farm.comparable import ComparableKey
+    from farm.runner import ReferenceRun
     from farm.spec import JobFile
     from farm.workflows.nightly_pipeline import (
         CellAlerts,
@@ -69,8 +71,21 @@ def _run(
     """Run (or finish) the sweep; its id. FarmError when some result was not stored."""
     from farm.cli.run import run_stored
     from farm.orchestrate.driver import SweepOptions
+    from farm.workflows.nightly_pipeline import sequential_references
 
-    options = SweepOptions(db_url=url, ray_address=ray, only=only, home=home(), resume=resume)
+    def references(sweep: int) -> dict[ComparableKey, ReferenceRun]:
+        with open_session(url) as session:
+            return sequential_references(session, sweep)
+
+    looks = any(w.sequential is not None for w in job.spec.workloads)
+    options = SweepOptions(
+        db_url=url,
+        ray_address=ray,
+        only=only,
+        home=home(),
+        resume=resume,
+        references=references if looks else None,
+    )
     return run_stored(
         job.spec,
         job_file.read_text(),

@@ -31,6 +31,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from farm import store
 from farm.builds.cache import use_build
+from farm.comparable import ComparableKey
 from farm.engines import job_capabilities
 from farm.errors import FarmError, StoreError
 from farm.orchestrate import (
@@ -46,7 +47,7 @@ from farm.orchestrate.lease import Lease
 from farm.paths import farm_home
 from farm.plan import Plan, ServerCell, expand_matrix, parse_only, select
 from farm.records import BuildInfo, CellResult, CellStatus, SweepRecord, SweepStatus
-from farm.runner import CellTask
+from farm.runner import CellTask, ReferenceRun, sequential_looks
 from farm.schedule import estimate_cells
 from farm.settings import get_settings
 from farm.spec import EngineSpec, JobSpec
@@ -73,6 +74,9 @@ class SweepOptions(BaseModel):
     resume: int | None = None
     runner: CellRunner | None = None  # None: the real engine runner
     builder: BuildRunner | None = None  # None: the real build (farm.builds.ensure_build)
+    # The stored runs a sweep's variants are paired with in sequential looks, by
+    # comparable key, given the sweep's id (a nightly's last good night); None: none.
+    references: Callable[[int], Mapping[ComparableKey, ReferenceRun]] | None = None
 
 
 class SweepOutcome(BaseModel):
@@ -357,8 +361,12 @@ class _Sweep:
                 options.builder or default_build,
                 self.events.build_line,
             )
+            references = options.references(self.sweep_id) if options.references else {}
             tasks = [
-                (_task(job, cell, workloads, log_dir), placements[cell.engine, cell.model])
+                (
+                    _task(job, cell, workloads, log_dir, references),
+                    placements[cell.engine, cell.model],
+                )
                 for cell in placeable
             ]
             self.events.cells_started(len(tasks))
@@ -431,7 +439,11 @@ class _Sweep:
 
 
 def _task(
-    job: JobSpec, cell: ServerCell, workloads: tuple[LoadedWorkload, ...], log_dir: Path
+    job: JobSpec,
+    cell: ServerCell,
+    workloads: tuple[LoadedWorkload, ...],
+    log_dir: Path,
+    references: Mapping[ComparableKey, ReferenceRun],
 ) -> CellTask:
     model = next(m for m in job.models if m.name == cell.model)
     return CellTask(
@@ -442,6 +454,7 @@ def _task(
         workloads=workloads,
         timeouts=job.timeouts,
         log_dir=str(log_dir),
+        sequential=sequential_looks(cell, workloads, references),
     )
 
 

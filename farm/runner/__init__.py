@@ -6,6 +6,19 @@ release), ``variants`` (requests, harness runs, counters) and ``cell``.
 """
 
 from farm.runner.cell import run_cell
-from farm.runner.task import CellTask
+from farm.runner.task import (
+    CellTask,
+    ReferenceRun,
+    SequentialLooks,
+    reference_runs,
+    sequential_looks,
+)
 
-__all__ = ["CellTask", "run_cell"]
+__all__ = [
+    "CellTask",
+    "ReferenceRun",
+    "SequentialLooks",
+    "reference_runs",
+    "run_cell",
+    "sequential_looks",
+]

@@ -2,20 +2,51 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pydantic import BaseModel, ConfigDict
 
-from farm.plan import ServerCell
-from farm.records import BuildInfo
+from farm.analysis.sequential import SequentialDesign
+from farm.analysis.stats import AcceptanceSample
+from farm.comparable import ComparableKey
+from farm.plan import ServerCell, Variant
+from farm.records import BuildInfo, SpecCounters, SweepRecord
 from farm.spec import EngineSpec, ModelSpec, TimeoutSpec
 from farm.workload.prompts import LoadedWorkload
 
-__all__ = ["CellTask"]
+__all__ = ["CellTask", "ReferenceRun", "SequentialLooks", "reference_runs", "sequential_looks"]
 
 
-class CellTask(BaseModel):
-    """Everything a worker needs to run one cell, with no access to the job file."""
-
+class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ReferenceRun(_Frozen):
+    """A stored variant a candidate is paired with: where it ran and its per-request
+    counters (the requests that succeeded with counters, in stored order)."""
+
+    sweep_id: int
+    cell_id: str
+    prompt_ids: tuple[str, ...]
+    counters: tuple[SpecCounters, ...]
+
+    def sample(self) -> AcceptanceSample:
+        return AcceptanceSample.from_counters(self.prompt_ids, self.counters)
+
+
+class SequentialLooks(_Frozen):
+    """Run variant ``variant`` (its :attr:`farm.plan.Variant.key`) in the looks of
+    ``design``, each decided against ``reference``; ``name`` seeds the last look's
+    bootstrap as the sweep comparison seeds it (the variant's comparable-key label)."""
+
+    variant: str
+    name: str
+    design: SequentialDesign
+    reference: ReferenceRun
+
+
+class CellTask(_Frozen):
+    """Everything a worker needs to run one cell, with no access to the job file."""
 
     cell: ServerCell
     engine: EngineSpec
@@ -26,3 +57,56 @@ class CellTask(BaseModel):
     build: BuildInfo | None = None
     timeouts: TimeoutSpec
     log_dir: str
+    sequential: tuple[SequentialLooks, ...] = ()
+
+    def looks_for(self, variant: Variant) -> SequentialLooks | None:
+        """The sequential plan of ``variant``, None when it runs every prompt at once."""
+        return next((s for s in self.sequential if s.variant == variant.key), None)
+
+
+def sequential_looks(
+    cell: ServerCell,
+    workloads: tuple[LoadedWorkload, ...],
+    references: Mapping[ComparableKey, ReferenceRun],
+) -> tuple[SequentialLooks, ...]:
+    """The looks of each variant of ``cell`` whose workload asks for them and whose
+    comparable key has a reference run; the last look at the workload's prompt count."""
+    if not cell.speculative:
+        return ()
+    by_name = {w.spec.name: w for w in workloads}
+    out = []
+    for variant in cell.variants:
+        workload = by_name.get(variant.workload)
+        key = cell.variant_key(variant.axes)
+        reference = references.get(key)
+        if workload is None or workload.spec.sequential is None or reference is None:
+            continue
+        spec = workload.spec.sequential
+        if spec.look_every >= len(workload.prompts):
+            continue  # fewer prompts than a look: the fixed-sample rule
+        design = SequentialDesign(
+            look_every=spec.look_every, max_prompts=len(workload.prompts), power=spec.power
+        )
+        out.append(
+            SequentialLooks(variant=variant.key, name=key.label, design=design, reference=reference)
+        )
+    return tuple(out)
+
+
+def reference_runs(sweep: SweepRecord) -> dict[ComparableKey, ReferenceRun]:
+    """Every spec-on variant of ``sweep`` that ran, as a reference for sequential looks."""
+    out = {}
+    for stored in sweep.cells:
+        result = stored.result
+        if result is None or result.status != "ok" or not stored.cell.speculative:
+            continue
+        for variant in result.variants:
+            kept = [r for r in variant.requests if r.error is None and r.counters is not None]
+            if kept:
+                out[stored.cell.variant_key(variant.axes)] = ReferenceRun(
+                    sweep_id=sweep.sweep_id,
+                    cell_id=stored.cell.cell_id,
+                    prompt_ids=tuple(r.prompt_id for r in kept),
+                    counters=tuple(r.counters for r in kept if r.counters is not None),
+                )
+    return out

@@ -25,12 +25,14 @@ from typing import Any
 
 import httpx
 
+from farm.analysis.sequential import decide_look, sequential_record
+from farm.analysis.stats import AcceptanceSample
 from farm.engines import EngineAdapter, EngineProcess, ServerLaunch
 from farm.engines.base import EngineOutputError
 from farm.errors import EngineError
 from farm.plan import Variant
-from farm.records import RequestRecord, SpecCounters, VariantResult
-from farm.runner.task import CellTask
+from farm.records import LookDecision, RequestRecord, SequentialRecord, SpecCounters, VariantResult
+from farm.runner.task import CellTask, SequentialLooks
 from farm.spec import WorkloadSpec
 from farm.workload.harness import (
     HarnessError,
@@ -126,20 +128,26 @@ async def run_variant(
     async with httpx.AsyncClient(
         base_url=engine.url, timeout=task.timeouts.request_s, limits=limits
     ) as client:
-        chat = _Chat(client, engine, adapter, launch, variant, spec, served, score, gate, silence)
+        log_path = Path(task.log_dir) / f"{task.cell.cell_id}.log"
+        chat = _Chat(
+            client, engine, adapter, launch, variant, spec, served, score, gate, silence, log_path
+        )
         before = await _scrape(client, adapter, launch, engine, task)
         t0 = time.monotonic()
-        conversations = await asyncio.gather(*(chat.converse(p) for p in workload.prompts))
-        records = [r for turns in conversations for r in turns]
+        looks = task.looks_for(variant)
+        sequential = None
+        if looks is None:
+            conversations = await asyncio.gather(*(chat.converse(p) for p in workload.prompts))
+            records = chat.with_counters([r for turns in conversations for r in turns])
+        else:
+            records, sequential = await _in_looks(chat, workload.prompts, looks)
         elapsed = time.monotonic() - t0
         after = await _scrape(client, adapter, launch, engine, task)
-    if chat.logged_ids:
-        log_path = Path(task.log_dir) / f"{task.cell.cell_id}.log"
-        records = counters_from_log(adapter, log_path, records, chat.logged_ids)
     failed = sum(r.error is not None for r in records)
+    decided = f"; {sequential.describe()}" if sequential is not None else ""
     print(
         f"[{task.cell.cell_id}] {variant.key}: {len(records)} requests ({failed} failed) "
-        f"in {elapsed:.1f} s",
+        f"in {elapsed:.1f} s{decided}",
         flush=True,
     )
     metrics, unusable = server_counters(before, after)
@@ -150,8 +158,51 @@ async def run_variant(
             requests=tuple(records),
             elapsed_s=elapsed,
             concurrency=spec.concurrency,
+            sequential=sequential,
         ),
         counters_unusable=unusable,
+    )
+
+
+async def _in_looks(
+    chat: _Chat, prompts: Sequence[Prompt], looks: SequentialLooks
+) -> tuple[list[RequestRecord], SequentialRecord | None]:
+    """Send ``prompts`` look by look, deciding after each, until a look decides.
+
+    Each look's prompts go out together (``concurrency`` at a time) and are all
+    answered before the look is judged, so the server stays up between looks and a
+    look sees exactly the prompts of its planned count (fewer where requests
+    failed). None when no look had two prompts with counters on both sides.
+    """
+    design = looks.design
+    reference = looks.reference.sample()
+    known = set(reference.prompt_ids)
+    records: list[RequestRecord] = []
+    made: list[LookDecision] = []
+    sent = 0
+    for look, until in enumerate(design.looks):
+        conversations = await asyncio.gather(*(chat.converse(p) for p in prompts[sent:until]))
+        sent = until
+        records = chat.with_counters(records + [r for turns in conversations for r in turns])
+        candidate = AcceptanceSample.from_requests(records)
+        shared = [p for p in candidate.prompt_ids if p in known]
+        try:
+            decision = decide_look(
+                reference.take(shared), candidate.take(shared), design, look, name=looks.name
+            )
+        except ValueError:
+            continue  # too few prompts with drafts on both sides to judge this look
+        made.append(decision)
+        if decision.decision != "continue":
+            break
+    if not made:
+        return records, None
+    record = sequential_record(design, tuple(made))
+    return records, record.model_copy(
+        update={
+            "reference_sweep_id": looks.reference.sweep_id,
+            "reference_cell_id": looks.reference.cell_id,
+        }
     )
 
 
@@ -174,7 +225,14 @@ class _Chat:
     score: Scorer | None
     gate: asyncio.Semaphore
     silence: _Silence
+    log_path: Path
     logged_ids: dict[str, str] = field(default_factory=dict)
+
+    def with_counters(self, records: list[RequestRecord]) -> list[RequestRecord]:
+        """``records`` with the counters the engine wrote to its log filled in."""
+        if not self.logged_ids:
+            return records
+        return counters_from_log(self.adapter, self.log_path, records, self.logged_ids)
 
     async def converse(self, prompt: Prompt) -> list[RequestRecord]:
         """The records of every turn of one prompt record, in order. A turn that fails

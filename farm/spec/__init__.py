@@ -13,7 +13,14 @@ from farm.spec.base import is_distribution_name
 from farm.spec.files import load_job, parse_job, parse_job_file, read_job
 from farm.spec.job import GoldenRef, JobFile, JobSpec, NightlySpec, ResourceSpec, TimeoutSpec
 from farm.spec.matrix import AxesSpec
-from farm.spec.parts import EngineSpec, HarnessSpec, ModelSpec, OverlaySpec, WorkloadSpec
+from farm.spec.parts import (
+    EngineSpec,
+    HarnessSpec,
+    ModelSpec,
+    OverlaySpec,
+    SequentialSpec,
+    WorkloadSpec,
+)
 from farm.spec.paths import check_job_paths
 from farm.spec.sources import (
     BuildSource,
@@ -41,6 +48,7 @@ __all__ = [
     "PullRequestSource",
     "PypiSource",
     "ResourceSpec",
+    "SequentialSpec",
     "TimeoutSpec",
     "TreeSource",
     "WheelSource",

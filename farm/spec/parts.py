@@ -268,6 +268,21 @@ class HarnessSpec(_Spec):
         return value
 
 
+class SequentialSpec(_Spec):
+    """Run a workload's prompts in looks against a reference run, and stop at a verdict.
+
+    After every ``look_every`` prompts the variant is compared, paired by prompt, with
+    the same variant of the reference (a nightly's last good night): a group-sequential
+    rule (:mod:`farm.analysis.sequential`) decides regress, pass or continue; the last
+    look, at the workload's ``count``, is the fixed-sample rule. ``power``: the fixed
+    rule's power at the drop the pass boundary is built on. With no reference stored,
+    the workload runs all its prompts as usual.
+    """
+
+    look_every: int = Field(gt=1, le=_MAX_COUNT)
+    power: float = Field(default=0.8, gt=0.5, lt=1.0)
+
+
 class WorkloadSpec(_Spec):
     """A prompt set and how to send it (request-level: one server serves all workloads).
 
@@ -290,6 +305,7 @@ class WorkloadSpec(_Spec):
         description="a system message sent first in every request: a prefix they all "
         "share, which the engine's prefix cache can reuse",
     )
+    sequential: SequentialSpec | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadSpec:
@@ -297,4 +313,12 @@ class WorkloadSpec(_Spec):
             raise ValueError("give either prompts (a JSON-lines file) or harness, not both")
         if self.harness is not None and self.system_prompt is not None:
             raise ValueError("system_prompt goes with prompts: a harness writes its own messages")
+        if self.sequential is not None:
+            if self.harness is not None:
+                raise ValueError("sequential goes with prompts: a harness sends its own requests")
+            if self.sequential.look_every >= self.count:
+                raise ValueError(
+                    f"sequential.look_every ({self.sequential.look_every}) must be below count "
+                    f"({self.count}): a single look is the fixed-sample rule"
+                )
         return self

@@ -332,6 +332,7 @@ def _insert_variants(
             key_label=key.label,
             concurrency=v.concurrency,
             elapsed_s=v.elapsed_s,
+            sequential=v.sequential.model_dump(mode="json") if v.sequential else None,
         )
         for i, v in enumerate(variants)
         for key in (cell.variant_key(v.axes),)
@@ -699,7 +700,8 @@ def _variant_result(
     run: VariantRunRow, metrics: list[MetricRow], requests: list[RequestRecord]
 ) -> VariantResult:
     axes = read_column(dict[str, Any], run.axes, table="variant_run", row=run.id, column="axes")
-    with reading_row("variant_run", run.id, fields={"axes": "axes"}, default=""):
+    fields = {"axes": "axes", "sequential": "sequential"}
+    with reading_row("variant_run", run.id, fields=fields, default=""):
         return VariantResult.model_validate(
             {
                 "axes": axes,
@@ -707,6 +709,7 @@ def _variant_result(
                 "requests": tuple(requests),
                 "elapsed_s": run.elapsed_s,
                 "concurrency": run.concurrency,
+                "sequential": run.sequential,
             }
         )
 

@@ -219,6 +219,8 @@ class VariantRunRow(_Table, table=True):
     key_label: str | None = None
     concurrency: int
     elapsed_s: float
+    # farm.records.SequentialRecord when the variant ran in looks; NULL otherwise.
+    sequential: dict[str, Any] | None = Field(default=None, sa_type=sa.JSON(none_as_null=True))
 
 
 class MetricRow(_Table, table=True):

@@ -30,6 +30,7 @@ from farm.analysis.check_rules import CheckConfig, CheckReport
 from farm.analysis.judgement import Judgement
 from farm.analysis.noise import QuarantineRule, quarantined
 from farm.analysis.summary import patched_bases, summarize_sweep
+from farm.comparable import ComparableKey
 from farm.errors import FarmError, OutputError
 from farm.goldens import GoldenCheck
 from farm.masking import mask_secrets
@@ -39,6 +40,7 @@ from farm.records import SweepRecord
 from farm.report.html import render_html, render_verdict_index
 from farm.results.alerts import AlertRecord
 from farm.results.verdict import SweepVerdict
+from farm.runner import ReferenceRun, reference_runs
 from farm.store.alerts import mark_notified, raise_alerts, recover_alerts, told_during
 from farm.store.repository import SweepCost, history_series, job_sweeps, load_sweep, sweep_cost
 from farm.store.verdicts import get_verdict, job_verdicts, record_verdict, verdict_outcomes
@@ -96,6 +98,13 @@ def _earlier_nights(session: Session, record: SweepRecord) -> list[EarlierNight]
         EarlierNight(sweep_id=s.id, status=s.status, verdict=outcomes.get(s.id))
         for s in job_sweeps(session, record.job, before=record.sweep_id)
     ]
+
+
+def sequential_references(session: Session, sweep_id: int) -> dict[ComparableKey, ReferenceRun]:
+    """The variants of night ``sweep_id``'s last good night, by comparable key: what its
+    workloads with ``sequential`` looks are paired with. Empty on a job's first night."""
+    good = last_good_night(sweep_id, _earlier_nights(session, load_sweep(session, sweep_id)))
+    return reference_runs(load_sweep(session, good)) if good is not None else {}
 
 
 def judge_stored(

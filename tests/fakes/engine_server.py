@@ -19,6 +19,11 @@ Usage: ``python engine_server.py PORT [MODE...]``; modes combine:
 - ``die``: a chat request for a prompt that starts with ``die`` makes the server print
   a traceback ending as vLLM CPU's does on a hybrid model with MTP and prefix caching
   (models/README.md) and exit 1 without answering.
+- ``spec-counters``: every good answer carries vLLM's per-request
+  ``metrics.speculative_decoding``: 24 verify steps of 3 drafts, each draft accepted
+  with a probability set by the prompt (0.45 to 0.85, the same on every run) and
+  drawn afresh on each request, so two runs of a prompt differ a little.
+  ``spec-drop`` (with it): every draft's probability a third lower, as a regressed build.
 - ``print-env``: print the environment as one line ``FAKE-ENV {json}`` at start.
 - ``spawn-children``: before serving, start two children that sleep (one by
   multiprocessing, as vLLM starts its EngineCore) and print ``FAKE-CHILDREN pids``.
@@ -29,10 +34,12 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import random
 import subprocess
 import sys
 import threading
 import time
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 _DEATH = """(EngineCore pid=1) ERROR Traceback (most recent call last):
@@ -47,6 +54,27 @@ _state = {"served": 0, "scrapes": 0}
 
 def _sleep_forever() -> None:
     time.sleep(3600)
+
+
+def _spec_metrics(prompt: str) -> dict[str, object]:
+    """Per-request counters as vLLM writes them (``acceptance_histogram[j]``: steps
+    that accepted exactly j drafts)."""
+    rate = 0.45 + (zlib.crc32(prompt.encode()) % 41) / 100
+    if "spec-drop" in MODES:
+        rate *= 2 / 3
+    histogram = [0, 0, 0, 0]
+    for _ in range(24):
+        accepted = 0
+        while accepted < 3 and random.random() < rate:
+            accepted += 1
+        histogram[accepted] += 1
+    return {
+        "num_spec_steps": 24,
+        "num_spec_tokens": 3,
+        "num_draft_tokens": 72,
+        "num_accepted_draft_tokens": sum(j * n for j, n in enumerate(histogram)),
+        "acceptance_histogram": histogram,
+    }
 
 
 def _completion(prompt: str) -> bytes:
@@ -74,6 +102,11 @@ def _completion(prompt: str) -> bytes:
                 }
             ],
             "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+            **(
+                {"metrics": {"speculative_decoding": _spec_metrics(prompt)}}
+                if "spec-counters" in MODES
+                else {}
+            ),
         }
     ).encode()
 

@@ -1,0 +1,174 @@
+"""Sequential looks in the runner (issue 25, item 1): a variant runs in looks against a
+reference run and stops sending prompts once a look decides.
+
+The engine is the FAKE server of ``tests/fakes/engine_server.py`` (no engine can be
+told to drop acceptance by a third on demand), in mode ``spec-counters``: vLLM's
+per-request speculative counters, drawn afresh on every request; ``spec-drop`` lowers
+every draft's acceptance by a third, as a regressed build. The runner (``run_cell``:
+looks, counters, the record), the store's round trip and the sweep comparison are
+the real code.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from farm import store
+from farm.analysis.compare import compare_sweeps
+from farm.analysis.sequential import SequentialDesign
+from farm.plan import Plan, ServerCell
+from farm.records import CellResult, StoredCell, SweepRecord
+from farm.runner import CellTask, ReferenceRun, SequentialLooks, reference_runs, sequential_looks
+from farm.spec import SequentialSpec, WorkloadSpec
+from farm.workload.prompts import LoadedWorkload, Prompt
+from tests.unit.test_engine_faults import _FakeEngineAdapter, _run, _task
+
+PROMPTS = 64
+LOOK_EVERY = 8
+
+
+def _workload(sequential: bool = True) -> LoadedWorkload:
+    spec = WorkloadSpec(
+        name="arith",
+        prompts="arith.jsonl",
+        count=PROMPTS,
+        concurrency=4,
+        sequential=SequentialSpec(look_every=LOOK_EVERY) if sequential else None,
+    )
+    prompts = tuple(Prompt(id=f"p{i:02d}", prompt=f"what is {i} + {i}?") for i in range(PROMPTS))
+    return LoadedWorkload(spec=spec, prompts=prompts)
+
+
+def _record(sweep_id: int, task: CellTask, result: CellResult) -> SweepRecord:
+    return SweepRecord(
+        sweep_id=sweep_id,
+        job="seq",
+        started_at=datetime.now(UTC),
+        status="ok",
+        cells=(StoredCell(cell=task.cell, result=result),),
+    )
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[SweepRecord, ReferenceRun]:
+    """The reference night: every prompt, no looks (nothing to pair with yet)."""
+    monkeypatch = pytest.MonkeyPatch()
+    task = _task(tmp_path_factory.mktemp("ref"), [_workload()])
+    assert sequential_looks(task.cell, task.workloads, {}) == ()
+    result = _run(monkeypatch, _FakeEngineAdapter("spec-counters"), task)
+    monkeypatch.undo()
+    assert result.status == "ok", result.error
+    (variant,) = result.variants
+    assert len(variant.requests) == PROMPTS and variant.sequential is None
+    record = _record(1, task, result)
+    (run,) = reference_runs(record).values()
+    return record, run
+
+
+def _candidate(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, reference: ReferenceRun, *modes: str
+) -> tuple[CellTask, CellResult]:
+    task = _task(tmp_path, [_workload()])
+    key = task.cell.variant_key(task.cell.variants[0].axes)
+    task = task.model_copy(
+        update={"sequential": sequential_looks(task.cell, task.workloads, {key: reference})}
+    )
+    assert [s.design.looks[-1] for s in task.sequential] == [PROMPTS]
+    return task, _run(monkeypatch, _FakeEngineAdapter(*modes), task)
+
+
+def test_a_regressed_build_stops_at_an_early_look_and_the_comparison_takes_its_verdict(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, reference: tuple[SweepRecord, ReferenceRun]
+) -> None:
+    baseline, run = reference
+    task, result = _candidate(monkeypatch, tmp_path, run, "spec-counters", "spec-drop")
+    assert result.status == "ok", result.error
+    (variant,) = result.variants
+    record = variant.sequential
+    assert record is not None and record.decision == "regress" and record.stopped_early
+    # Only the looks' prompts were sent: the rest of the 64 never reached the engine.
+    assert len(variant.requests) == record.prompts_used < PROMPTS
+    assert record.prompts_used % LOOK_EVERY == 0
+    assert (record.reference_sweep_id, record.reference_cell_id) == (1, run.cell_id)
+    assert record.looks[-1].statistics.difference < 0
+    print(record.describe())
+
+    (row,) = compare_sweeps(baseline, _record(2, task, result)).rows
+    assert row.outcome == "regress" and row.decided == record.describe()
+    assert row.pairs == record.prompts_used
+
+
+def test_the_same_build_passes_early_and_a_comparison_with_another_baseline_ignores_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, reference: tuple[SweepRecord, ReferenceRun]
+) -> None:
+    baseline, run = reference
+    task, result = _candidate(monkeypatch, tmp_path, run, "spec-counters")
+    (variant,) = result.variants
+    record = variant.sequential
+    assert record is not None, result.error
+    print(record.describe())
+    assert record.decision == "pass" and record.stopped_early
+    assert len(variant.requests) == record.prompts_used < PROMPTS
+    candidate = _record(2, task, result)
+    (row,) = compare_sweeps(baseline, candidate).rows
+    assert row.outcome == "pass" and row.decided is not None
+    # Against a baseline the looks were not paired with, the fixed rule judges.
+    other = baseline.model_copy(update={"sweep_id": 7})
+    (row,) = compare_sweeps(other, candidate).rows
+    assert row.decided is None and row.outcome in ("pass", "improve", "regress")
+
+
+def test_the_record_survives_the_store(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, reference: tuple[SweepRecord, ReferenceRun]
+) -> None:
+    _, run = reference
+    task, result = _candidate(monkeypatch, tmp_path, run, "spec-counters", "spec-drop")
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    with store.Session(store.open_store(url)) as session:
+        sweep = store.create_sweep(session, Plan(job="seq", cells=(task.cell,)), "x", "host")
+        store.save_cell_result(session, sweep, result)
+        (stored,) = store.load_sweep(session, sweep).cells
+    assert stored.result is not None
+    assert stored.result.variants[0].sequential == result.variants[0].sequential
+
+
+def test_looks_are_planned_only_where_the_workload_asks_and_a_reference_exists(
+    tmp_path: Path, reference: tuple[SweepRecord, ReferenceRun]
+) -> None:
+    _, run = reference
+    task = _task(tmp_path, [_workload(sequential=False)])
+    key = task.cell.variant_key(task.cell.variants[0].axes)
+    assert sequential_looks(task.cell, task.workloads, {key: run}) == ()
+    task = _task(tmp_path, [_workload()])
+    (looks,) = sequential_looks(task.cell, task.workloads, {key: run})
+    assert looks == SequentialLooks(
+        variant="think-on.arith",
+        name=key.label,
+        design=SequentialDesign(look_every=LOOK_EVERY, max_prompts=PROMPTS),
+        reference=run,
+    )
+    spec_off = task.cell.model_copy(update={"axes": {**task.cell.axes, "mtp_depth": 0}})
+    assert isinstance(spec_off, ServerCell) and not spec_off.speculative
+    assert sequential_looks(spec_off, task.workloads, {key: run}) == ()
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"sequential": {"look_every": 16}, "count": 16}, "must be below count"),
+        ({"sequential": {"look_every": 1}}, "greater than 1"),
+        (
+            {"sequential": {"look_every": 4}, "prompts": None, "harness": {"task": "gsm8k"}},
+            "sequential goes with prompts",
+        ),
+        ({"sequential": {"look_every": 4, "max": 200}}, "max"),
+    ],
+)
+def test_a_bad_sequential_block_is_refused_with_what_is_wrong(
+    fields: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        WorkloadSpec.model_validate({"name": "w", "prompts": "p.jsonl", "count": 32, **fields})
