@@ -7,6 +7,9 @@ reads them back. They are frozen so a result cannot change after it was measured
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, cast, get_args
 
@@ -33,6 +36,7 @@ __all__ = [
     "SweepRecord",
     "SweepStatus",
     "VariantResult",
+    "counters_digest",
 ]
 
 # Status words, defined here only. A planned cell has no outcome yet; a sweep is
@@ -147,7 +151,8 @@ class LookDecision(_Frozen):
 class SequentialRecord(_Frozen):
     """The stored record of one sequential comparison, made by the runner as a
     variant's looks went (:mod:`farm.analysis.sequential`): the rule, each look, and
-    the reference run it was paired with (that cell of ``reference_sweep_id``)."""
+    the reference run it was paired with: that cell of ``reference_sweep_id``, whose
+    per-request counters have digest ``reference_digest`` (:func:`counters_digest`)."""
 
     rule: str
     parameters: dict[str, float | int | str]
@@ -158,6 +163,7 @@ class SequentialRecord(_Frozen):
     looks: tuple[LookDecision, ...]
     reference_sweep_id: int | None = None
     reference_cell_id: str | None = None
+    reference_digest: str | None = None
 
     @property
     def stopped_early(self) -> bool:
@@ -169,6 +175,18 @@ class SequentialRecord(_Frozen):
             f"{self.decision}: decided after {self.prompts_used} of {self.max_prompts} "
             f"prompts (look {len(self.looks)} of {len(self.planned_looks)})"
         )
+
+
+def counters_digest(requests: Sequence[RequestRecord]) -> str:
+    """16 hex digits naming a run's per-request counters (the requests that succeeded
+    with counters, in order): what a sequential record was paired with, told apart
+    from any other run however the baseline of a comparison was assembled."""
+    kept = [
+        (r.prompt_id, r.counters.model_dump(mode="json"))
+        for r in requests
+        if r.error is None and r.counters is not None
+    ]
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
 class VariantResult(_Frozen):

@@ -19,7 +19,13 @@ from farm.analysis.check_rules import CheckConfig, classify_difference
 from farm.analysis.noise import KeyNoise, NoiseRule, Threshold, calibrated
 from farm.analysis.stats import AcceptanceDifference, AcceptanceSample, Interval, compare_acceptance
 from farm.comparable import ComparableKey
-from farm.records import SequentialRecord, StoredCell, SweepRecord, VariantResult
+from farm.records import (
+    SequentialRecord,
+    StoredCell,
+    SweepRecord,
+    VariantResult,
+    counters_digest,
+)
 from farm.results.verdict import PositionChange
 
 __all__ = ["CompareOutcome", "ComparedVariant", "SweepComparison", "compare_sweeps"]
@@ -145,7 +151,7 @@ def compare_sweeps(
             )
             continue
         calibration = None if noise_rule is None else ((noise or {}).get(key), noise_rule)
-        rows.append(_compare_one(key, b, c, cfg, baseline.sweep_id, calibration))
+        rows.append(_compare_one(key, b, c, cfg, calibration))
     return SweepComparison(
         baseline_id=baseline.sweep_id,
         candidate_id=candidate.sweep_id,
@@ -161,7 +167,6 @@ def _compare_one(
     b: _Unit,
     c: _Unit,
     cfg: CheckConfig,
-    baseline_id: int,
     calibration: tuple[KeyNoise | None, NoiseRule] | None = None,
 ) -> ComparedVariant:
     sides = {"baseline_label": b.label, "cell_id": c.stored.cell.cell_id}
@@ -199,7 +204,7 @@ def _compare_one(
         diff, rule = calibrated(diff, min_effect, *calibration)
         min_effect, threshold = rule.min_effect, rule
     outcome: CompareOutcome = "pass"
-    looks = _early_decision(c.variant, b.stored.cell.cell_id, baseline_id, threshold)
+    looks = _early_decision(c.variant, b.variant, threshold)
     if looks is not None:
         outcome = "regress" if looks.decision == "regress" else "pass"
     elif classify_difference(diff, min_effect, "lower")[1]:
@@ -225,21 +230,18 @@ def _compare_one(
 
 
 def _early_decision(
-    candidate: VariantResult,
-    baseline_cell: str,
-    baseline_id: int,
-    threshold: Threshold | None,
+    candidate: VariantResult, baseline: VariantResult, threshold: Threshold | None
 ) -> SequentialRecord | None:
     """The candidate's sequential record when it stopped early against this very
-    baseline cell: its decision is the verdict (the sequential rule's error rates are
-    those of the fixed rule it was designed from; the prompts it skipped cannot be
-    judged). Not where a noise rule calibrated the key's threshold: the looks carry no
-    run-level variance, and the fixed rule judges the prompts that ran."""
+    baseline run (the same per-request counters): its decision is the verdict (the
+    sequential rule's error rates are those of the fixed rule it was designed from;
+    the prompts it skipped cannot be judged). Not where a noise rule calibrated the
+    key's threshold: the looks carry no run-level variance, and the fixed rule judges
+    the prompts that ran."""
     record = candidate.sequential
     if record is None or not record.stopped_early or (threshold and threshold.calibrated):
         return None
-    same = (record.reference_sweep_id, record.reference_cell_id) == (baseline_id, baseline_cell)
-    return record if same else None
+    return record if record.reference_digest == counters_digest(baseline.requests) else None
 
 
 def _positions(d: AcceptanceDifference, cfg: CheckConfig) -> tuple[PositionChange, ...]:

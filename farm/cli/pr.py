@@ -7,7 +7,7 @@ module loads only typer, rich and the CLI's common parts.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -29,7 +29,9 @@ from farm.cli.inputs import STORE_ID
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
+    from farm.comparable import ComparableKey
     from farm.notify.github import GitHubClient, PullRequestRef
+    from farm.runner import ReferenceRun
     from farm.spec import JobSpec
     from farm.workflows.pr_pipeline import PrCheck, PrSetup
     from farm.workflows.pr_run import PrDeps, PrOutcome
@@ -121,12 +123,21 @@ def _job_text(job: JobSpec, source: Path) -> str:
     return f"# farm pr: derived from {source}\n" + yaml.safe_dump(data, sort_keys=False)
 
 
-def _run(job: JobSpec, job_file: Path, url: str, only: dict[str, str], ray: str | None) -> int:
+def _run(
+    job: JobSpec,
+    references: Mapping[ComparableKey, ReferenceRun],
+    job_file: Path,
+    url: str,
+    only: dict[str, str],
+    ray: str | None,
+) -> int:
     """Run the PR sweep; its id. FarmError when some result was not stored."""
     from farm.cli.run import run_stored
     from farm.orchestrate.driver import SweepOptions
 
-    options = SweepOptions(db_url=url, ray_address=ray, only=only, home=home())
+    options = SweepOptions(
+        db_url=url, ray_address=ray, only=only, home=home(), references=lambda _: references
+    )
     return run_stored(
         job,
         _job_text(job, job_file),
@@ -137,11 +148,16 @@ def _run(job: JobSpec, job_file: Path, url: str, only: dict[str, str], ray: str 
 
 def _runner(
     job_file: Path, url: str, only: dict[str, str], ray: str | None
-) -> Callable[[JobSpec], int]:
-    return lambda job: _run(job, job_file, url, only, ray)
+) -> Callable[[JobSpec, Mapping[ComparableKey, ReferenceRun]], int]:
+    return lambda job, references: _run(job, references, job_file, url, only, ray)
 
 
-def _deps(run: Callable[[JobSpec], int], repo: str | None, number: int, post: bool) -> PrDeps:
+def _deps(
+    run: Callable[[JobSpec, Mapping[ComparableKey, ReferenceRun]], int],
+    repo: str | None,
+    number: int,
+    post: bool,
+) -> PrDeps:
     """What the PR workflow is handed: the console, the sweep runner with its progress
     display, the store session, the GitHub client (None when nothing is posted)."""
     from farm.workflows.pr_run import PrDeps

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
@@ -10,7 +10,7 @@ from farm.analysis.sequential import SequentialDesign
 from farm.analysis.stats import AcceptanceSample
 from farm.comparable import ComparableKey
 from farm.plan import ServerCell, Variant
-from farm.records import BuildInfo, SpecCounters, SweepRecord
+from farm.records import BuildInfo, SpecCounters, StoredCell, counters_digest
 from farm.spec import EngineSpec, ModelSpec, TimeoutSpec
 from farm.workload.prompts import LoadedWorkload
 
@@ -22,13 +22,15 @@ class _Frozen(BaseModel):
 
 
 class ReferenceRun(_Frozen):
-    """A stored variant a candidate is paired with: where it ran and its per-request
-    counters (the requests that succeeded with counters, in stored order)."""
+    """A stored variant a candidate is paired with: where it ran, its per-request
+    counters (the requests that succeeded with counters, in stored order) and their
+    :func:`farm.records.counters_digest`."""
 
     sweep_id: int
     cell_id: str
     prompt_ids: tuple[str, ...]
     counters: tuple[SpecCounters, ...]
+    digest: str
 
     def sample(self) -> AcceptanceSample:
         return AcceptanceSample.from_counters(self.prompt_ids, self.counters)
@@ -93,20 +95,29 @@ def sequential_looks(
     return tuple(out)
 
 
-def reference_runs(sweep: SweepRecord) -> dict[ComparableKey, ReferenceRun]:
-    """Every spec-on variant of ``sweep`` that ran, as a reference for sequential looks."""
+def reference_runs(
+    cells: Iterable[tuple[int, StoredCell]], engine_map: Mapping[str, str] | None = None
+) -> dict[ComparableKey, ReferenceRun]:
+    """Every spec-on variant that ran in ``cells`` ((sweep id, stored cell) pairs), as
+    a reference for sequential looks, by comparable key; ``engine_map`` names the
+    engine a key is given under (a PR's candidate for its base's cells)."""
+    rename = engine_map or {}
     out = {}
-    for stored in sweep.cells:
+    for sweep_id, stored in cells:
         result = stored.result
         if result is None or result.status != "ok" or not stored.cell.speculative:
             continue
         for variant in result.variants:
             kept = [r for r in variant.requests if r.error is None and r.counters is not None]
-            if kept:
-                out[stored.cell.variant_key(variant.axes)] = ReferenceRun(
-                    sweep_id=sweep.sweep_id,
-                    cell_id=stored.cell.cell_id,
-                    prompt_ids=tuple(r.prompt_id for r in kept),
-                    counters=tuple(r.counters for r in kept if r.counters is not None),
-                )
+            if not kept:
+                continue
+            key = stored.cell.variant_key(variant.axes)
+            key = key.model_copy(update={"engine": rename.get(key.engine, key.engine)})
+            out[key] = ReferenceRun(
+                sweep_id=sweep_id,
+                cell_id=stored.cell.cell_id,
+                prompt_ids=tuple(r.prompt_id for r in kept),
+                counters=tuple(r.counters for r in kept if r.counters is not None),
+                digest=counters_digest(kept),
+            )
     return out

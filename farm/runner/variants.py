@@ -202,6 +202,7 @@ async def _in_looks(
         update={
             "reference_sweep_id": looks.reference.sweep_id,
             "reference_cell_id": looks.reference.cell_id,
+            "reference_digest": looks.reference.digest,
         }
     )
 

@@ -104,7 +104,9 @@ def sequential_references(session: Session, sweep_id: int) -> dict[ComparableKey
     """The variants of night ``sweep_id``'s last good night, by comparable key: what its
     workloads with ``sequential`` looks are paired with. Empty on a job's first night."""
     good = last_good_night(sweep_id, _earlier_nights(session, load_sweep(session, sweep_id)))
-    return reference_runs(load_sweep(session, good)) if good is not None else {}
+    if good is None:
+        return {}
+    return reference_runs((good, stored) for stored in load_sweep(session, good).cells)
 
 
 def judge_stored(

@@ -8,7 +8,7 @@ the console, the store session, the GitHub client) as :class:`PrDeps`, and print
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -17,11 +17,13 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from farm.comparable import ComparableKey
 from farm.goldens import GoldenCheck
 from farm.masking import mask_secrets
 from farm.notify.github import GitHubClient, PullRequestRef
 from farm.orchestrate.driver import plan_job
 from farm.plan import ServerCell
+from farm.runner import ReferenceRun, reference_runs
 from farm.spec import JobSpec
 from farm.store import normalize_url
 from farm.workflows.pr import pr_job
@@ -65,12 +67,13 @@ class PrRequest:
 
 @dataclass(frozen=True)
 class PrDeps:
-    """The I/O a PR run is handed: ``run_sweep`` runs a job's sweep and returns its id;
-    ``github`` the client and PR to post to (None: nothing is posted); ``judged`` is
-    told the check as soon as the verdict exists (before GitHub is told)."""
+    """The I/O a PR run is handed: ``run_sweep`` runs a job's sweep, its sequential
+    looks paired with the given reference runs, and returns its id; ``github`` the
+    client and PR to post to (None: nothing is posted); ``judged`` is told the check
+    as soon as the verdict exists (before GitHub is told)."""
 
     say: Say
-    run_sweep: Callable[[JobSpec], int]
+    run_sweep: Callable[[JobSpec, Mapping[ComparableKey, ReferenceRun]], int]
     open_session: Callable[[str], AbstractContextManager[Session]]
     github: Callable[[PrSetup], GitHubTarget | None]
     judged: Callable[[PrCheck, PrSetup], None]
@@ -108,7 +111,12 @@ def run_pr(request: PrRequest, deps: PrDeps) -> PrOutcome:
     github = deps.github(setup)
     sha = _head_sha(github, setup, deps.say)
     baseline, job = _plan_sweep(request, setup, deps)
-    sweep_id = deps.run_sweep(job)
+    # The reused base cells are known before the candidate runs: its looks pair with
+    # them (base cells run in the same sweep are not, and the candidate runs whole).
+    references = reference_runs(
+        ((c.sweep_id, c.stored) for c in baseline.reused), {setup.base.name: setup.candidate.name}
+    )
+    sweep_id = deps.run_sweep(job, references)
     report_url = (
         # The comment and the status are public: a credential in the URL is masked.
         mask_secrets(f"{request.publish_url.rstrip('/')}/{report_name(request.number, sweep_id)}")

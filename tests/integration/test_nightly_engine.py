@@ -8,7 +8,9 @@ a real HTTP receiver started here (the generic webhook channel). A fourth run of
 same night (``--resume`` of night 3) must change nothing. Night 5 runs another build
 with another canary (``canary-batch-slot-alias``: a larger drop, at every position,
 and wrong answers) on the same cell while its alert is open: news, notified again.
-Night 6 runs the clean build again: the cell's alerts recover, and say so.
+Night 6 runs the clean build again: the cell's alerts recover, and say so. Nights 5
+and 6 run their prompts in sequential looks of 4 against the last good night (night 2)
+and stop at the look that decides.
 """
 
 from __future__ import annotations
@@ -36,15 +38,19 @@ from tests.integration.tiny_job import tiny_job
 CANARY = "canary-late-draft-token"
 SECOND = "canary-batch-slot-alias"
 CELL = "vllm-cpu.tiny-step.eager.mtp3.swa-on"
+LOOK_EVERY = 4
 pytestmark = pytest.mark.engine
 
 # One server cell: eager, MTP depth 3 (the canary needs a third draft position), one
 # variant (thinking on: long scratchpads, so each request verifies many drafts).
 
 
-def _job(*patches: str) -> str:
+def _job(*patches: str, look_every: int | None = None) -> str:
     return tiny_job(
-        "nightly-engine", patches=patches, extra="nightly: {history: 14, publish: site}\n"
+        "nightly-engine",
+        patches=patches,
+        extra="nightly: {history: 14, publish: site}\n",
+        look_every=look_every,
     )
 
 
@@ -101,9 +107,12 @@ def nights(
     got, hook = receiver
     folder = tmp_path_factory.mktemp("nightly")
     clean, canary, second = folder / "clean.yaml", folder / "canary.yaml", folder / "2.yaml"
+    looked = folder / "clean-looks.yaml"
     clean.write_text(_job())
     canary.write_text(_job(CANARY))
-    second.write_text(_job(SECOND))
+    # Nights 5 and 6 run in looks of 4 prompts against the last good night (night 2).
+    second.write_text(_job(SECOND, look_every=LOOK_EVERY))
+    looked.write_text(_job(look_every=LOOK_EVERY))
     url = f"sqlite:///{folder / 'farm.db'}"
     env = {
         "COLUMNS": "200",
@@ -118,7 +127,7 @@ def nights(
         ["nightly", str(canary), "--db", url],
         ["nightly", str(canary), "--db", url, "--resume", "latest"],
         ["nightly", str(second), "--db", url],
-        ["nightly", str(clean), "--db", url],
+        ["nightly", str(looked), "--db", url],
     ]
     codes, outputs, sent, mtimes, fourth = [], [], [], {}, {}
     alerts_after, sweeps_after = [], []
@@ -300,3 +309,31 @@ def test_the_report_folder_and_farm_sweeps_show_the_verdicts(nights: _Nights) ->
     lines = {int(x.split()[0]): x for x in listed.output.splitlines() if x.strip()}
     assert lines[ids[2]].endswith("nightly: regression (1)")
     assert lines[ids[0]].endswith("nightly: clean")
+
+
+def test_nights_in_looks_stop_at_the_look_that_decides(nights: _Nights) -> None:
+    records, verdicts = _stored(nights.url)
+    night2, night5, night6 = records[1], records[3], records[4]
+    decided = {}
+    for night, record in (("5", night5), ("6", night6)):
+        [stored] = record.cells
+        assert stored.result is not None
+        [v] = stored.result.variants
+        looks = v.sequential
+        assert looks is not None, f"night {night} ran no looks"
+        assert (looks.reference_sweep_id, looks.reference_cell_id) == (night2.sweep_id, CELL)
+        # The prompts after the deciding look were never sent.
+        assert len(v.requests) == looks.prompts_used
+        assert looks.prompts_used % LOOK_EVERY == 0 and looks.max_prompts == 12
+        decided[night] = looks
+        print(
+            f"night {night}: {looks.describe()}; generation {stored.result.generation_s:.1f} s "
+            f"vs {night2.cells[0].result.generation_s:.1f} s for night 2's 12 prompts"
+            if stored.result.generation_s and night2.cells[0].result
+            else looks.describe()
+        )
+    assert decided["5"].decision == "regress" and decided["6"].decision == "pass"
+    night5_verdict = verdicts[3]
+    assert night5_verdict is not None and night5_verdict.outcome == "regression"
+    [finding] = [f for f in night5_verdict.findings if f.check == "nightly_vs_last_good"]
+    assert (decided["5"].describe() in finding.summary) == decided["5"].stopped_early

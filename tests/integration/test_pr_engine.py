@@ -8,7 +8,8 @@ bundled patches of the plugin show the patch rules: one the PR already contains
 (dropped as "already upstream") and one whose lines the PR changed ("conflict").
 
 Run 1 has no stored baseline: the base cell runs in the same sweep as the candidate's.
-Run 2 reuses that base cell: only the candidate's cell runs. The comment is created
+Run 2 reuses that base cell: only the candidate's cell runs, in sequential looks of 4
+prompts paired with the stored base cell. The comment is created
 by run 1 and updated by run 2; each run sets the commit status of the PR head. Bad
 input (a PR that does not exist, an engine the job lacks, a base that cannot be
 built, GitHub refusing the token or unreachable) exits 2 and writes nothing.
@@ -106,6 +107,7 @@ def _job(plugin: Path, ref: str) -> str:
         engine=engine,
         count=8,
         max_tokens=128,
+        look_every=4,
     )
 
 
@@ -228,6 +230,8 @@ def test_without_a_baseline_the_base_cells_run_in_the_same_sweep(pr_runs: _Pr) -
     assert engines == ["vllm-cpu", "vllm-cpu-pr7"]
     assert pr_runs.cells_run[0] == 2
     assert all(c.result is not None and c.result.status == "ok" for c in record.cells)
+    # The base ran beside the candidate: nothing stored to pair looks with.
+    assert all(v.sequential is None for c in record.cells if c.result for v in c.result.variants)
     verdict = _verdict(pr_runs.url, sweep)
     assert verdict.outcome == "clean" and verdict.reused_cells == ()
     assert verdict.pr_number == 7 and verdict.head_sha == pr_runs.head
@@ -243,6 +247,14 @@ def test_with_a_stored_baseline_only_the_candidate_cells_run(pr_runs: _Pr) -> No
     with store.Session(store.open_store(pr_runs.url)) as session:
         record = store.load_sweep(session, second_id)
     assert [c.cell.engine for c in record.cells] == ["vllm-cpu-pr7"]
+    # The candidate ran in looks of 4 against the reused base cell.
+    [cell] = record.cells
+    assert cell.result is not None
+    [variant] = cell.result.variants
+    looks = variant.sequential
+    assert looks is not None and looks.reference_sweep_id == first_id
+    assert looks.decision == "pass" and len(variant.requests) == looks.prompts_used
+    print("candidate:", looks.describe())
     verdict = _verdict(pr_runs.url, second_id)
     [reused] = verdict.reused_cells
     assert reused.sweep_id == first_id and reused.cell_id.startswith("vllm-cpu.")

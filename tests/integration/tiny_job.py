@@ -26,10 +26,13 @@ def tiny_job(
     count: int = 12,
     max_tokens: int = 192,
     extra: str = "",
+    look_every: int | None = None,
 ) -> str:
     """The job file's text; ``patches``: applied after the fix, ``engine``: more keys of
-    the engine (YAML at its indent, e.g. overlays), ``extra``: more top-level sections."""
+    the engine (YAML at its indent, e.g. overlays), ``extra``: more top-level sections,
+    ``look_every``: run the workload in sequential looks of that many prompts."""
     series = ", ".join([FIX, *patches])
+    looks = f"    sequential: {{look_every: {look_every}}}\n" if look_every else ""
     return f"""\
 name: {name}
 engines:
@@ -60,5 +63,5 @@ workloads:
     temperature: 0
     seed: 0
     scorer: arith
-resources: {{cpus: 2}}
+{looks}resources: {{cpus: 2}}
 {extra}"""

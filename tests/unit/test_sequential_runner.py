@@ -52,19 +52,24 @@ def _record(sweep_id: int, task: CellTask, result: CellResult) -> SweepRecord:
     )
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[SweepRecord, ReferenceRun]:
-    """The reference night: every prompt, no looks (nothing to pair with yet)."""
-    monkeypatch = pytest.MonkeyPatch()
-    task = _task(tmp_path_factory.mktemp("ref"), [_workload()])
+def _night(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, sweep_id: int) -> SweepRecord:
+    """A night of the clean build with every prompt and no looks."""
+    task = _task(tmp_path, [_workload()])
     assert sequential_looks(task.cell, task.workloads, {}) == ()
     result = _run(monkeypatch, _FakeEngineAdapter("spec-counters"), task)
-    monkeypatch.undo()
     assert result.status == "ok", result.error
     (variant,) = result.variants
     assert len(variant.requests) == PROMPTS and variant.sequential is None
-    record = _record(1, task, result)
-    (run,) = reference_runs(record).values()
+    return _record(sweep_id, task, result)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[SweepRecord, ReferenceRun]:
+    """The reference night (the last good one) and its run as the looks get it."""
+    monkeypatch = pytest.MonkeyPatch()
+    record = _night(monkeypatch, tmp_path_factory.mktemp("ref"), 1)
+    monkeypatch.undo()
+    (run,) = reference_runs((1, c) for c in record.cells).values()
     return record, run
 
 
@@ -93,6 +98,7 @@ def test_a_regressed_build_stops_at_an_early_look_and_the_comparison_takes_its_v
     assert len(variant.requests) == record.prompts_used < PROMPTS
     assert record.prompts_used % LOOK_EVERY == 0
     assert (record.reference_sweep_id, record.reference_cell_id) == (1, run.cell_id)
+    assert record.reference_digest == run.digest
     assert record.looks[-1].statistics.difference < 0
     print(record.describe())
 
@@ -115,10 +121,11 @@ def test_the_same_build_passes_early_and_a_comparison_with_another_baseline_igno
     candidate = _record(2, task, result)
     (row,) = compare_sweeps(baseline, candidate).rows
     assert row.outcome == "pass" and row.decided is not None
-    # Against a baseline the looks were not paired with, the fixed rule judges.
-    other = baseline.model_copy(update={"sweep_id": 7})
+    # Against a run the looks were not paired with (another night of the same
+    # build), the fixed rule judges the prompts that ran.
+    other = _night(monkeypatch, tmp_path / "other", 7)
     (row,) = compare_sweeps(other, candidate).rows
-    assert row.decided is None and row.outcome in ("pass", "improve", "regress")
+    assert row.decided is None and row.pairs == record.prompts_used
 
 
 def test_the_record_survives_the_store(
