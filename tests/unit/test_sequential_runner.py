@@ -23,6 +23,7 @@ from farm.plan import Plan, ServerCell
 from farm.records import CellResult, StoredCell, SweepRecord
 from farm.runner import CellTask, ReferenceRun, SequentialLooks, reference_runs, sequential_looks
 from farm.spec import SequentialSpec, WorkloadSpec
+from farm.store.repository import sweep_cost
 from farm.workload.prompts import LoadedWorkload, Prompt
 from tests.unit.test_engine_faults import _FakeEngineAdapter, _run, _task
 
@@ -179,3 +180,23 @@ def test_a_bad_sequential_block_is_refused_with_what_is_wrong(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         WorkloadSpec.model_validate({"name": "w", "prompts": "p.jsonl", "count": 32, **fields})
+
+
+def test_the_sweeps_cost_says_what_the_fixed_sample_would_have_taken(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, reference: tuple[SweepRecord, ReferenceRun]
+) -> None:
+    _, run = reference
+    task, result = _candidate(monkeypatch, tmp_path, run, "spec-counters", "spec-drop")
+    (variant,) = result.variants
+    looks = variant.sequential
+    assert looks is not None and looks.stopped_early
+    result = result.model_copy(update={"startup_s": 10.0, "generation_s": 30.0})
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    with store.Session(store.open_store(url)) as session:
+        sweep = store.create_sweep(session, Plan(job="seq", cells=(task.cell,)), "x", "host")
+        store.save_cell_result(session, sweep, result)
+        cost = sweep_cost(session, sweep)
+    unsent = variant.elapsed_s * (PROMPTS / looks.prompts_used - 1)
+    assert cost.stopped_early == 1
+    assert cost.fixed_generation_s == pytest.approx(30.0 + unsent)
+    assert "1 variant(s) stopped early by their looks" in cost.describe()
