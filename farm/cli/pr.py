@@ -7,7 +7,7 @@ module loads only typer, rich and the CLI's common parts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -29,10 +29,9 @@ from farm.cli.inputs import STORE_ID
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
-    from farm.comparable import ComparableKey
     from farm.notify.github import GitHubClient, PullRequestRef
-    from farm.runner import ReferenceRun
     from farm.spec import JobSpec
+    from farm.workflows.pr_order import PrSweepPlan
     from farm.workflows.pr_pipeline import PrCheck, PrSetup
     from farm.workflows.pr_run import PrDeps, PrOutcome
 
@@ -123,24 +122,23 @@ def _job_text(job: JobSpec, source: Path) -> str:
     return f"# farm pr: derived from {source}\n" + yaml.safe_dump(data, sort_keys=False)
 
 
-def _run(
-    job: JobSpec,
-    references: Mapping[ComparableKey, ReferenceRun],
-    job_file: Path,
-    url: str,
-    only: dict[str, str],
-    ray: str | None,
-) -> int:
+def _run(plan: PrSweepPlan, job_file: Path, url: str, only: dict[str, str], ray: str | None) -> int:
     """Run the PR sweep; its id. FarmError when some result was not stored."""
     from farm.cli.run import run_stored
     from farm.orchestrate.driver import SweepOptions
 
     options = SweepOptions(
-        db_url=url, ray_address=ray, only=only, home=home(), references=lambda _: references
+        db_url=url,
+        ray_address=ray,
+        only=only,
+        home=home(),
+        references=lambda _: plan.references,
+        first=plan.first,
+        stop_after=plan.stop_after,
     )
     return run_stored(
-        job,
-        _job_text(job, job_file),
+        plan.job,
+        _job_text(plan.job, job_file),
         options,
         then="the PR cannot be judged; store them (`farm spool flush`) and run `farm pr` again",
     )
@@ -148,12 +146,12 @@ def _run(
 
 def _runner(
     job_file: Path, url: str, only: dict[str, str], ray: str | None
-) -> Callable[[JobSpec, Mapping[ComparableKey, ReferenceRun]], int]:
-    return lambda job, references: _run(job, references, job_file, url, only, ray)
+) -> Callable[[PrSweepPlan], int]:
+    return lambda plan: _run(plan, job_file, url, only, ray)
 
 
 def _deps(
-    run: Callable[[JobSpec, Mapping[ComparableKey, ReferenceRun]], int],
+    run: Callable[[PrSweepPlan], int],
     repo: str | None,
     number: int,
     post: bool,
@@ -228,6 +226,13 @@ def pr(
         Path | None, typer.Option(help="write the HTML report here; default: nightly.publish")
     ] = None,
     publish_url: _PublishUrl = None,
+    fail_fast: Annotated[
+        bool,
+        typer.Option(
+            help="stop starting cells at the first candidate cell confirmed below its base "
+            "(the likeliest regressions, by the job's past ones, start first)"
+        ),
+    ] = False,
 ) -> None:
     """Validate pull request N of an engine: build the engine with the PR head, run its
     cells beside the base's missing cells, compare them pairwise with the base (stored
@@ -275,6 +280,7 @@ def pr(
             folder=folder,
             publish_url=publish_url or get_settings().github.publish_url,
             goldens=job_goldens(checked),
+            fail_fast=fail_fast,
         )
         run = _runner(job_file, url, pairs, ray_address)
         outcome = run_pr(request, _deps(run, repo, pr_number, post))

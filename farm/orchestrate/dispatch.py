@@ -136,6 +136,11 @@ class _Dispatch:
             else:
                 yield _failed(job.key, "no live node that holds its build can hold it any more")
 
+    def drop_waiting(self) -> None:
+        """Start no more cells: forget every cell not yet started."""
+        for job in self.dispatcher.pending:
+            self.dispatcher.drop(job.key)
+
     def submit_starts(self) -> None:
         """Submit each cell the dispatcher starts now, pinned to its node."""
         builds = self.builds

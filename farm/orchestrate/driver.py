@@ -77,6 +77,12 @@ class SweepOptions(BaseModel):
     # The stored runs a sweep's variants are paired with in sequential looks, by
     # comparable key, given the sweep's id (a nightly's last good night); None: none.
     references: Callable[[int], Mapping[ComparableKey, ReferenceRun]] | None = None
+    # Start the cells in this order (cell ids; the others after them, longest first)
+    # instead of longest first: a fail-fast PR's likeliest regressions first.
+    first: tuple[str, ...] = ()
+    # Told of each result landed; a reason it returns stops the sweep from starting
+    # more cells (those running finish): a fail-fast PR's first confirmed regression.
+    stop_after: Callable[[ServerCell, CellResult], str | None] | None = None
 
 
 class SweepOutcome(BaseModel):
@@ -88,6 +94,7 @@ class SweepOutcome(BaseModel):
     spooled: tuple[str, ...] = ()  # files still on disk: the store refused them to the end
     flushed: tuple[str, ...] = ()  # spooled earlier, stored now
     unsaved: tuple[str, ...] = ()  # cell ids neither stored nor spooled: --resume reruns them
+    stopped: str | None = None  # why ``stop_after`` stopped it; its other cells never ran
 
 
 class SweepEvents:
@@ -143,7 +150,8 @@ def run_sweep(
     except BaseException:
         sweep.finish("interrupted")
         raise
-    sweep.finish("failed" if sweep.failed else "ok")
+    # Stopped on purpose with cells never run: `farm run --resume` can run them.
+    sweep.finish("interrupted" if sweep.stopped else "failed" if sweep.failed else "ok")
     return sweep.outcome()
 
 
@@ -178,6 +186,7 @@ class _Sweep:
         self.driver = f"{platform.node()}:{os.getpid()}"
         self.ok: list[str] = []
         self.failed: list[str] = []
+        self.stopped: str | None = None
         self.spooled: list[str] = []
         self.flushed: list[str] = []
         # Results neither stored nor spooled, with why: tried again at the end.
@@ -371,18 +380,31 @@ class _Sweep:
             ]
             self.events.cells_started(len(tasks))
             by_id = {t.cell.cell_id: t.cell for t, _ in tasks}
+            if options.first:
+                rank = {cell_id: i for i, cell_id in enumerate(options.first)}
+                tasks.sort(key=lambda t: rank.get(t[0].cell.cell_id, len(rank)))
             results = pool.run(
                 tasks,
                 runner=options.runner,
                 estimates=estimates,
+                order="given" if options.first else "lpt",
                 builds=builds,
                 on_start=lambda cell_id, node: self.events.cell_started(by_id[cell_id], node),
                 on_build=_BuildRecorder(
                     builds, self.db, self.sweep_id, self.events, self.hold_build
                 ),
+                stop=lambda: self.stopped is not None,
             )
             for result in results:
-                self.land(by_id[result.cell_id], result)
+                cell = by_id[result.cell_id]
+                self.land(cell, result)
+                if options.stop_after is not None and self.stopped is None:
+                    self.stopped = options.stop_after(cell, result)
+                    if self.stopped is not None:
+                        self.events.notice(
+                            f"stopping: {self.stopped}; the cells running finish, "
+                            "no other cell starts"
+                        )
 
     def finish(self, status: SweepStatus) -> None:
         """Stop the heartbeat, stamp the sweep's end (unless another driver took it over)
@@ -435,6 +457,7 @@ class _Sweep:
             spooled=tuple(self.spooled),
             flushed=tuple(self.flushed),
             unsaved=tuple(self.unsaved),
+            stopped=self.stopped,
         )
 
 

@@ -133,6 +133,7 @@ class RayPool:
         builds: NodeBuilds | None = None,
         on_start: Callable[[str, str], None] | None = None,
         on_build: Callable[[BuildOutcome], None] | None = None,
+        stop: Callable[[], bool] | None = None,
     ) -> Iterator[CellResult]:
         """Dispatch every task and yield each result as soon as its cell finishes.
 
@@ -143,7 +144,8 @@ class RayPool:
         A cell whose engine failed to build on every node it may use comes back
         ``build_failed``. ``on_start(cell_id, node label)`` is called as each cell
         is sent to its node. ``runner`` runs one cell on the worker (default: the
-        real engine runner); tests pass a fake one.
+        real engine runner); tests pass a fake one. Once ``stop()`` is true no further
+        cell starts: the cells running finish and are yielded, the others are not.
         """
         nodes = {n["NodeID"]: n for n in _alive_nodes()}
         dispatch = _Dispatch(
@@ -160,6 +162,8 @@ class RayPool:
             if recheck:
                 yield from dispatch.drop_unplaceable()
             recheck = False
+            if stop is not None and stop():
+                dispatch.drop_waiting()
             dispatch.submit_starts()
             if dispatch.finished:
                 return

@@ -8,7 +8,7 @@ the console, the store session, the GitHub client) as :class:`PrDeps`, and print
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -17,16 +17,16 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from farm.comparable import ComparableKey
 from farm.goldens import GoldenCheck
 from farm.masking import mask_secrets
 from farm.notify.github import GitHubClient, PullRequestRef
 from farm.orchestrate.driver import plan_job
 from farm.plan import ServerCell
-from farm.runner import ReferenceRun, reference_runs
+from farm.runner import reference_runs
 from farm.spec import JobSpec
 from farm.store import normalize_url
 from farm.workflows.pr import pr_job
+from farm.workflows.pr_order import FailFast, PrSweepPlan, likely_first, past_regressions
 from farm.workflows.pr_pipeline import (
     BaseAt,
     PrBaseline,
@@ -63,17 +63,18 @@ class PrRequest:
     folder: Path | None = None
     publish_url: str | None = None
     goldens: tuple[GoldenCheck, ...] = ()
+    fail_fast: bool = False
 
 
 @dataclass(frozen=True)
 class PrDeps:
-    """The I/O a PR run is handed: ``run_sweep`` runs a job's sweep, its sequential
-    looks paired with the given reference runs, and returns its id; ``github`` the
+    """The I/O a PR run is handed: ``run_sweep`` runs a PR's sweep (its order, looks
+    and fail-fast stop as planned) and returns its id; ``github`` the
     client and PR to post to (None: nothing is posted); ``judged`` is told the check
     as soon as the verdict exists (before GitHub is told)."""
 
     say: Say
-    run_sweep: Callable[[JobSpec, Mapping[ComparableKey, ReferenceRun]], int]
+    run_sweep: Callable[[PrSweepPlan], int]
     open_session: Callable[[str], AbstractContextManager[Session]]
     github: Callable[[PrSetup], GitHubTarget | None]
     judged: Callable[[PrCheck, PrSetup], None]
@@ -111,12 +112,7 @@ def run_pr(request: PrRequest, deps: PrDeps) -> PrOutcome:
     github = deps.github(setup)
     sha = _head_sha(github, setup, deps.say)
     baseline, job = _plan_sweep(request, setup, deps)
-    # The reused base cells are known before the candidate runs: its looks pair with
-    # them (base cells run in the same sweep are not, and the candidate runs whole).
-    references = reference_runs(
-        ((c.sweep_id, c.stored) for c in baseline.reused), {setup.base.name: setup.candidate.name}
-    )
-    sweep_id = deps.run_sweep(job, references)
+    sweep_id = deps.run_sweep(_sweep_plan(request, setup, deps, baseline, job))
     report_url = (
         # The comment and the status are public: a credential in the URL is masked.
         mask_secrets(f"{request.publish_url.rstrip('/')}/{report_name(request.number, sweep_id)}")
@@ -177,6 +173,28 @@ def _plan_sweep(request: PrRequest, setup: PrSetup, deps: PrDeps) -> tuple[PrBas
         f"{len(baseline.selection.missing)} to run"
     )
     return baseline, pr_job(spec, setup.base, setup.candidate, number, reused)
+
+
+def _sweep_plan(
+    request: PrRequest, setup: PrSetup, deps: PrDeps, baseline: PrBaseline, job: JobSpec
+) -> PrSweepPlan:
+    """The sweep's order (likeliest regressions first), the stored runs the candidate's
+    looks pair with (the reused base cells: known before it runs; base cells run in the
+    same sweep are not, and the candidate runs whole) and, fail-fast, its stop."""
+    references = reference_runs(
+        ((c.sweep_id, c.stored) for c in baseline.reused), {setup.base.name: setup.candidate.name}
+    )
+    regressed = []
+    if not _no_store_yet(request.url):
+        with deps.open_session(request.url) as session:
+            regressed = past_regressions(session, request.spec.name, request.number)
+    first = likely_first(plan_job(job, request.only).cells, regressed)
+    if first:
+        deps.say(f"order: {len(regressed)} past regression(s) of the job put {first[0]} first")
+    stop = None
+    if request.fail_fast:
+        stop = FailFast(setup.base.name, setup.candidate.name, [c.stored for c in baseline.reused])
+    return PrSweepPlan(job=job, references=references, first=first, stop_after=stop)
 
 
 def _no_store_yet(url: str) -> bool:

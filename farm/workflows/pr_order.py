@@ -1,0 +1,110 @@
+"""A PR sweep's order and its fail-fast stop (`farm pr --fail-fast`).
+
+The cells likeliest to regress start first (:mod:`farm.analysis.risk`, from the job's
+own past regressions: its nightly verdicts and this PR's earlier runs); with
+``--fail-fast`` the sweep starts no more cells once a candidate cell is confirmed
+below its base, paired as the verdict pairs it (:func:`farm.analysis.compare_sweeps`,
+its sequential decision included). The verdict then says what was not run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sqlmodel import Session
+
+from farm.analysis.compare import compare_sweeps
+from farm.analysis.risk import regression_risk, risk_order
+from farm.comparable import ComparableKey
+from farm.plan import ServerCell
+from farm.records import CellResult, StoredCell, SweepRecord
+from farm.runner import ReferenceRun
+from farm.spec import JobSpec
+from farm.store.verdicts import job_verdicts
+from farm.workflows.pr import pr_job_name
+
+__all__ = ["FailFast", "PrSweepPlan", "likely_first", "past_regressions"]
+
+# How many of the job's newest verdicts of each kind the order reads.
+_VERDICTS = 50
+
+
+@dataclass(frozen=True)
+class PrSweepPlan:
+    """What a PR's sweep is run with: its job, the stored runs its looks pair with,
+    the cells to start first and, fail-fast, what stops it."""
+
+    job: JobSpec
+    references: Mapping[ComparableKey, ReferenceRun] = field(default_factory=dict)
+    first: tuple[str, ...] = ()
+    stop_after: Callable[[ServerCell, CellResult], str | None] | None = None
+
+
+def past_regressions(session: Session, job: str, number: int) -> list[ComparableKey]:
+    """The keys of every regression finding of ``job``'s newest nightly verdicts and
+    of PR ``number``'s earlier runs (a key once per verdict that found it)."""
+    verdicts = [
+        *job_verdicts(session, job, "nightly", _VERDICTS),
+        *job_verdicts(session, pr_job_name(job, number), "pr", _VERDICTS),
+    ]
+    return [
+        key
+        for v in verdicts
+        for key in dict.fromkeys(f.key for f in v.findings if f.key is not None)
+    ]
+
+
+def likely_first(
+    cells: Sequence[ServerCell], regressed: Sequence[ComparableKey]
+) -> tuple[str, ...]:
+    """The cells' ids riskiest first; empty when the history makes none riskier."""
+    risk = regression_risk(cells, regressed)
+    if not any(risk.values()):
+        return ()
+    return tuple(c.cell_id for c in risk_order(cells, risk))
+
+
+def _same_axes(cell: ServerCell) -> tuple[tuple[str, str], ...]:
+    return tuple((k, str(v)) for k, v in cell.axes.items() if k != "engine")
+
+
+@dataclass
+class FailFast:
+    """Told of each landed cell; the first candidate cell paired with a base (stored
+    and reused, or landed in this sweep) that regresses stops the sweep."""
+
+    base: str
+    candidate: str
+    reused: Iterable[StoredCell]
+    landed: dict[tuple[tuple[str, str], ...], dict[str, StoredCell]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for stored in self.reused:
+            self.landed.setdefault(_same_axes(stored.cell), {})[self.base] = stored
+
+    def __call__(self, cell: ServerCell, result: CellResult) -> str | None:
+        pair = self.landed.setdefault(_same_axes(cell), {})
+        pair[cell.engine] = StoredCell(cell=cell, result=result)
+        if self.base not in pair or self.candidate not in pair:
+            return None
+        now = datetime.now(UTC)
+
+        def one(stored: StoredCell) -> SweepRecord:
+            return SweepRecord(sweep_id=0, job="", started_at=now, status="ok", cells=(stored,))
+
+        comparison = compare_sweeps(
+            one(pair[self.base]),
+            one(pair[self.candidate]),
+            engine_map={self.candidate: self.base},
+        )
+        bad = [r for r in comparison.rows if r.outcome == "regress"]
+        if not bad:
+            return None
+        row = bad[0]
+        decided = f", {row.decided}" if row.decided else ""
+        return (
+            f"{row.label} regressed: AL {row.candidate_al} vs {row.baseline_al} at the base"
+            f"{decided}"
+        )
