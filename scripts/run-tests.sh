@@ -5,15 +5,19 @@
 # selftest cell in 3.6 minutes instead of about 50 s, and the rest was at 14% after 22
 # minutes). The rest (mostly waiting on subprocesses, Ray and databases) runs beside
 # the one engine run. Each run has its own FARM_HOME below the caller's (or a
-# fresh one): engine builds, the host's Ray cluster per FARM_HOME and logs never mix
-# between tests running at the same time. Lines are prefixed with their run; the exit
-# status is the first failing run's. A failing run's short summary is printed again
-# at the very end: a CI log that keeps only its tail still names what failed.
+# fresh one): the host's Ray cluster per FARM_HOME and logs never mix between tests
+# running at the same time; the build cache is shared. Lines are prefixed with their
+# run; the exit status is the first failing run's. A failing run's short summary is
+# printed again at the very end: a CI log that keeps only its tail still names what
+# failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTEST=${PYTEST:-.venv/bin/pytest}
 base=${FARM_HOME:-$(mktemp -d /tmp/farm-test.XXXXXX)}
-mkdir -p "$base/engine" "$base/rest"
+mkdir -p "$base/engine/cache" "$base/rest"
+# One build cache for both runs: the vLLM CPU build both need is made once (its lock
+# holds the second run until the first has built it), not twice at once on two cores.
+[ -e "$base/rest/cache" ] || ln -s ../engine/cache "$base/rest/cache"
 
 # Subshells: `wait` then reports each pipeline's status (pipefail), not sed's.
 (FARM_HOME="$base/engine" "$PYTEST" -m engine "$@" tests 2>&1 \
