@@ -35,6 +35,8 @@ class VariantSummary(BaseModel):
     # engine step, and the prefix cache's hit rate.
     verifies_per_step: float | None = None
     prefix_hit_rate: float | None = None
+    # Its sequential looks stopped early: "regress at 16 of 64 prompts".
+    decided: str | None = None
 
     @property
     def engine(self) -> str:
@@ -128,9 +130,17 @@ def summarize_sweep(sweep: SweepRecord) -> tuple[VariantSummary, ...]:
                     output_tokens_per_s=tokens / v.elapsed_s if v.elapsed_s > 0 else None,
                     verifies_per_step=v.counters.verifies_per_step,
                     prefix_hit_rate=v.counters.prefix_hit_rate,
+                    decided=_decided(v),
                 )
             )
     return tuple(rows)
+
+
+def _decided(variant: VariantResult) -> str | None:
+    looks = variant.sequential
+    if looks is None or not looks.stopped_early:
+        return None
+    return f"{looks.decision} at {looks.prompts_used} of {looks.max_prompts} prompts"
 
 
 def patched_bases(builds: tuple[BuildInfo, ...]) -> dict[str, str]:

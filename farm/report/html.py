@@ -329,6 +329,8 @@ def _matrix(rows: Sequence[VariantSummary]) -> str:
             status += f": {_e(r.error.splitlines()[0][:120])}"
         if r.failed_requests:
             status += f" ({r.failed_requests} requests failed)"
+        if r.decided:
+            status += f" ({_e(r.decided)})"
         cells = [*(_e(a) for a in row_axes(r, shown)), status, *row_figures(r)]
         body.append(("failed" if r.status != "ok" else "", cells))
     return "<h2>Matrix</h2>" + _table(head, body, right)

@@ -86,6 +86,8 @@ def render_plan(plan: Plan, build_ids: dict[str, str] | None = None) -> list[Tab
 
 def _status(r: VariantSummary) -> str:
     status = r.status if not r.failed_requests else f"{r.status} ({r.failed_requests} req failed)"
+    if r.decided:
+        status += f" ({r.decided})"
     if r.error:
         status += f": {r.error[:60]}"
     return status

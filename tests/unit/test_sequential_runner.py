@@ -15,12 +15,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from farm import store
 from farm.analysis.compare import compare_sweeps
 from farm.analysis.sequential import SequentialDesign
+from farm.analysis.summary import summarize_sweep
 from farm.plan import Plan, ServerCell
 from farm.records import CellResult, StoredCell, SweepRecord
+from farm.report.table import render_matrix
 from farm.runner import CellTask, ReferenceRun, SequentialLooks, reference_runs, sequential_looks
 from farm.spec import SequentialSpec, WorkloadSpec
 from farm.store.repository import sweep_cost
@@ -103,9 +106,16 @@ def test_a_regressed_build_stops_at_an_early_look_and_the_comparison_takes_its_v
     assert record.looks[-1].statistics.difference < 0
     print(record.describe())
 
-    (row,) = compare_sweeps(baseline, _record(2, task, result)).rows
+    candidate = _record(2, task, result)
+    (row,) = compare_sweeps(baseline, candidate).rows
     assert row.outcome == "regress" and row.decided == record.describe()
     assert row.pairs == record.prompts_used
+    # The matrix says where the looks stopped.
+    (summary,) = summarize_sweep(candidate)
+    assert summary.decided == f"regress at {record.prompts_used} of {PROMPTS} prompts"
+    console = Console(width=250, record=True)
+    console.print(render_matrix("candidate", [summary]))
+    assert f"(regress at {record.prompts_used} of {PROMPTS} prompts)" in console.export_text()
 
 
 def test_the_same_build_passes_early_and_a_comparison_with_another_baseline_ignores_it(
