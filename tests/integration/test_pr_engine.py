@@ -254,7 +254,15 @@ def test_with_a_stored_baseline_only_the_candidate_cells_run(pr_runs: _Pr) -> No
     looks = variant.sequential
     assert looks is not None and looks.reference_sweep_id == first_id
     assert looks.decision == "pass" and len(variant.requests) == looks.prompts_used
-    print("candidate:", looks.describe())
+    with store.Session(store.open_store(pr_runs.url)) as session:
+        first = store.load_sweep(session, first_id)
+    [whole] = [c.result for c in first.cells if c.cell.engine == "vllm-cpu-pr7" and c.result]
+    print(
+        f"candidate: {looks.describe()}; generation {cell.result.generation_s:.1f} s in looks "
+        f"vs {whole.generation_s:.1f} s for all 8 prompts in run 1"
+        if cell.result.generation_s and whole.generation_s
+        else looks.describe()
+    )
     verdict = _verdict(pr_runs.url, second_id)
     [reused] = verdict.reused_cells
     assert reused.sweep_id == first_id and reused.cell_id.startswith("vllm-cpu.")
