@@ -19,8 +19,9 @@ from farm.orchestrate.fake import fake_build, fake_run_cell
 from farm.plan import ServerCell
 from farm.records import CellResult
 from farm.spec import parse_job
-from farm.workflows.pr_order import FailFast, likely_first
+from farm.workflows.pr_order import FailFast, likely_first, past_regressions
 from tests.fakes.simulate import simulate_sweep
+from tests.integration.test_one_judgement import nightly_resume, store_sweep, synthetic_night
 
 JOB = """\
 name: ff
@@ -140,3 +141,22 @@ def test_fail_fast_stops_at_a_candidate_cell_below_its_base() -> None:
     print(reason)
     assert reason is not None and "regressed" in reason
     assert cell["cand", "on"].cell.cell_id in reason
+
+
+def test_the_order_comes_from_the_jobs_stored_regressions(tmp_path: Path) -> None:
+    # Two synthetic nights judged as `farm nightly` judges them: the second's
+    # full_decode_only cells regressed (a real SQLite store, real verdicts).
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    good, bad = synthetic_night(1, regressed=False), synthetic_night(2, regressed=True)
+    for night in (good, bad):
+        nightly_resume(url, store_sweep(url, night))
+    with store.Session(store.open_store(url)) as session:
+        regressed = past_regressions(session, bad.job, 7)
+    assert regressed and {dict(k.axes)["graph_mode"] for k in regressed} == {"full_decode_only"}
+    cells = [c.cell for c in bad.cells]
+    first = likely_first(cells, regressed)
+    by_id = {c.cell_id: c for c in cells}
+    spec_on = [by_id[i] for i in first if by_id[i].speculative]
+    print("order:", first)
+    assert spec_on[0].graph_mode == "full_decode_only"
+    assert set(first) == set(by_id)
