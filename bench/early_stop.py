@@ -14,6 +14,11 @@ cells, each judged against the stored base cells by the verdict's own comparison
 - fail-fast: looks, and no cell started after the first confirmed regression (in the
   plan's order: no history here; the order by history is tests/integration/test_fail_fast.py's).
 
+With ``--nightly`` it then runs `farm nightly` (the CLI) on the candidate alone, four
+cells, a clean night and a canary night, with the generic webhook pointed at a real
+local receiver, and prints when each regressed cell ended, when its alert was sent
+and when the night's last cell ended.
+
 Prints per run the verdict (cells regressed / compared), cells and prompts run,
 generation and device seconds, and the ratio of device seconds to the fixed run's.
 Cells: eager, MTP depth 1 and 3, window on and off (4 per engine); the canary lowers
@@ -23,6 +28,8 @@ acceptance at draft positions >= 2, so only depth 3 can show it.
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -37,6 +44,7 @@ from farm.paths import farm_home
 from farm.records import SweepRecord
 from farm.runner import reference_runs
 from farm.spec import parse_job
+from farm.store.alerts import list_alerts
 from farm.workflows.pr_order import FailFast
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,12 +108,68 @@ def _run(name: str, text: str, url: str, base: SweepRecord, **options: Any) -> R
     )
 
 
+def _nightly(count: int, look_every: int) -> None:
+    """Two nights through the CLI; when the canary night's alerts went out."""
+    from tests.fakes.receiver import receiving
+
+    folder = Path(tempfile.mkdtemp(prefix="early-nightly-"))
+    url = f"sqlite:///{folder / 'farm.db'}"
+    with receiving() as receiver:
+        env = {
+            **os.environ,
+            "FARM_NOTIFY_WEBHOOK_URL": receiver.url("/farm"),
+            "NO_PROXY": "127.0.0.1",
+        }
+        for name, patches in (("clean", []), ("canary", [CANARY])):
+            job = folder / f"{name}.yaml"
+            job.write_text(_one_engine(_job(patches, count, look_every)))
+            done = subprocess.run(
+                [str(Path(sys.executable).with_name("farm")), "nightly", str(job), "--db", url],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            sent = [x for x in done.stdout.splitlines() if x.startswith("alert sent")]
+            print(f"night {name}: exit {done.returncode}; {len(sent)} alert line(s)")
+            for line in sent:
+                print("  " + line[:150])
+        print(f"receiver: {len(receiver.requests)} POST(s)")
+    with store.Session(store.open_store(url)) as session:
+        night = store.load_sweep(session, store.latest_sweep_id(session) or 0)
+        alerts = list_alerts(session)
+    ends = sorted(
+        (c.result.finished_at, c.cell.cell_id) for c in night.cells if c.result is not None
+    )
+    for finished, cell in ends:
+        print(f"  cell {cell} ended {finished:%H:%M:%S.%f}")
+    for alert in alerts:
+        when = f"{alert.notified_at:%H:%M:%S.%f}" if alert.notified_at else "never"
+        print(f"  alert {alert.kind} on {alert.summary[:60]}... notified {when}")
+    last = ends[-1][0]
+    early = [a for a in alerts if a.notified_at is not None and a.notified_at < last]
+    print(f"alerts notified before the night's last cell ended: {len(early)} of {len(alerts)}")
+
+
+def _one_engine(text: str) -> str:
+    """The job with the candidate engine alone (a nightly of one engine line)."""
+    lines = text.splitlines(keepends=True)
+    return "".join(x for x in lines if "name: base," not in x).replace(
+        "name: cand,", "name: nightly,"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=24)
     ap.add_argument("--look-every", type=int, default=6)
     ap.add_argument("--db", default=None, help="store URL (default: a new SQLite file)")
+    ap.add_argument("--nightly", action="store_true", help="also the two nights of the CLI")
+    ap.add_argument("--nightly-only", action="store_true", help="only the two nights")
     args = ap.parse_args()
+    if args.nightly_only:
+        _nightly(args.count, args.look_every)
+        return
     url = args.db or f"sqlite:///{tempfile.mkdtemp(prefix='early-stop-')}/farm.db"
 
     clean_text = _job([], args.count, args.look_every)
@@ -142,6 +206,8 @@ def main() -> None:
             f"{r.name:18} {r.regressed:>3}/{r.compared:<5} {r.cells:>5} {r.prompts:>7} "
             f"{r.generation_s:>7.1f} {r.device_s:>7.1f} {r.device_s / fixed.device_s:>6.2f}"
         )
+    if args.nightly:
+        _nightly(args.count, args.look_every)
 
 
 if __name__ == "__main__":
