@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -55,6 +56,7 @@ def _converse(handler: Any) -> list[Any]:
                 scorer_for("arith"),
                 asyncio.Semaphore(2),
                 _Silence(2, 30),
+                Path("no-log"),  # read only for counters the engine logged
             )
             return await chat.converse(RECORD)
 
