@@ -36,6 +36,7 @@ __all__ = [
     "SweepRecord",
     "SweepStatus",
     "VariantResult",
+    "counted",
     "counters_digest",
 ]
 
@@ -177,15 +178,19 @@ class SequentialRecord(_Frozen):
         )
 
 
-def counters_digest(requests: Sequence[RequestRecord]) -> str:
-    """16 hex digits naming a run's per-request counters (the requests that succeeded
-    with counters, in order): what a sequential record was paired with, told apart
-    from any other run however the baseline of a comparison was assembled."""
-    kept = [
-        (r.prompt_id, r.counters.model_dump(mode="json"))
-        for r in requests
-        if r.error is None and r.counters is not None
+def counted(requests: Sequence[RequestRecord]) -> list[tuple[str, SpecCounters]]:
+    """(prompt id, counters) of the requests that succeeded with counters, in order:
+    what every acceptance statistic is computed from."""
+    return [
+        (r.prompt_id, r.counters) for r in requests if r.error is None and r.counters is not None
     ]
+
+
+def counters_digest(requests: Sequence[RequestRecord]) -> str:
+    """16 hex digits naming a run's per-request counters (:func:`counted`): what a
+    sequential record was paired with, told apart from any other run however the
+    baseline of a comparison was assembled."""
+    kept = [(p, c.model_dump(mode="json")) for p, c in counted(requests)]
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 

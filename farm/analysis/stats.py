@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
-from farm.records import RequestRecord, SpecCounters
+from farm.records import RequestRecord, SpecCounters, counted
 
 __all__ = [
     "DEFAULT_LEVEL",
@@ -169,10 +169,8 @@ class AcceptanceSample:
     @classmethod
     def from_requests(cls, requests: Sequence[RequestRecord]) -> AcceptanceSample:
         """Requests that succeeded and carry counters; the others are left out."""
-        kept = [r for r in requests if r.error is None and r.counters is not None]
-        return cls.from_counters(
-            [r.prompt_id for r in kept], [r.counters for r in kept if r.counters is not None]
-        )
+        kept = counted(requests)
+        return cls.from_counters([p for p, _ in kept], [c for _, c in kept])
 
     def __len__(self) -> int:
         return len(self.prompt_ids)

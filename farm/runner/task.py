@@ -10,7 +10,7 @@ from farm.analysis.sequential import SequentialDesign
 from farm.analysis.stats import AcceptanceSample
 from farm.comparable import ComparableKey
 from farm.plan import ServerCell, Variant
-from farm.records import BuildInfo, SpecCounters, StoredCell, counters_digest
+from farm.records import BuildInfo, SpecCounters, StoredCell, counted, counters_digest
 from farm.spec import EngineSpec, ModelSpec, TimeoutSpec
 from farm.workload.prompts import LoadedWorkload
 
@@ -108,7 +108,7 @@ def reference_runs(
         if result is None or result.status != "ok" or not stored.cell.speculative:
             continue
         for variant in result.variants:
-            kept = [r for r in variant.requests if r.error is None and r.counters is not None]
+            kept = counted(variant.requests)
             if not kept:
                 continue
             key = stored.cell.variant_key(variant.axes)
@@ -116,8 +116,8 @@ def reference_runs(
             out[key] = ReferenceRun(
                 sweep_id=sweep_id,
                 cell_id=stored.cell.cell_id,
-                prompt_ids=tuple(r.prompt_id for r in kept),
-                counters=tuple(r.counters for r in kept if r.counters is not None),
-                digest=counters_digest(kept),
+                prompt_ids=tuple(p for p, _ in kept),
+                counters=tuple(c for _, c in kept),
+                digest=counters_digest(variant.requests),
             )
     return out

@@ -183,7 +183,7 @@ async def _in_looks(
     for look, until in enumerate(design.looks):
         conversations = await asyncio.gather(*(chat.converse(p) for p in prompts[sent:until]))
         sent = until
-        records = chat.with_counters(records + [r for turns in conversations for r in turns])
+        records += chat.with_counters([r for turns in conversations for r in turns])
         candidate = AcceptanceSample.from_requests(records)
         shared = [p for p in candidate.prompt_ids if p in known]
         try:

@@ -42,7 +42,14 @@ from farm.results.alerts import AlertRecord
 from farm.results.verdict import SweepVerdict
 from farm.runner import ReferenceRun, reference_runs
 from farm.store.alerts import mark_notified, raise_alerts, recover_alerts, told_during
-from farm.store.repository import SweepCost, history_series, job_sweeps, load_sweep, sweep_cost
+from farm.store.repository import (
+    SweepCost,
+    history_series,
+    job_sweeps,
+    load_sweep,
+    sweep_cost,
+    sweep_job,
+)
 from farm.store.verdicts import get_verdict, job_verdicts, record_verdict, verdict_outcomes
 from farm.workflows.nightly import EarlierNight, NightJudgement, judge_night, last_good_night
 
@@ -92,18 +99,24 @@ def _recover(session: Session, sweep_id: int, night: NightJudgement) -> list[Ale
     return recover_alerts(session, sweep_id, night.judgement.checked, raised)
 
 
-def _earlier_nights(session: Session, record: SweepRecord) -> list[EarlierNight]:
-    outcomes = verdict_outcomes(session, record.job, "nightly", record.sweep_id)
+def _earlier_nights(session: Session, job: str, sweep_id: int) -> list[EarlierNight]:
+    outcomes = verdict_outcomes(session, job, "nightly", sweep_id)
     return [
         EarlierNight(sweep_id=s.id, status=s.status, verdict=outcomes.get(s.id))
-        for s in job_sweeps(session, record.job, before=record.sweep_id)
+        for s in job_sweeps(session, job, before=sweep_id)
     ]
+
+
+def _last_good(session: Session, sweep_id: int) -> int | None:
+    """The last good night before night ``sweep_id`` (its cells are not read)."""
+    job, _ = sweep_job(session, sweep_id)
+    return last_good_night(sweep_id, _earlier_nights(session, job, sweep_id))
 
 
 def sequential_references(session: Session, sweep_id: int) -> dict[ComparableKey, ReferenceRun]:
     """The variants of night ``sweep_id``'s last good night, by comparable key: what its
     workloads with ``sequential`` looks are paired with. Empty on a job's first night."""
-    good = last_good_night(sweep_id, _earlier_nights(session, load_sweep(session, sweep_id)))
+    good = _last_good(session, sweep_id)
     if good is None:
         return {}
     return reference_runs((good, stored) for stored in load_sweep(session, good).cells)
@@ -136,7 +149,7 @@ def judge_stored(
                 f"(it ran {', '.join(sorted(ran)) or 'none'})"
             )
     if baseline == "last-good":
-        baseline = last_good_night(sweep_id, _earlier_nights(session, record))
+        baseline = last_good_night(sweep_id, _earlier_nights(session, record.job, sweep_id))
     if isinstance(baseline, int):
         baseline = load_sweep(session, baseline)
     return judge_night(
@@ -479,8 +492,7 @@ def run_nightly(request: NightlyRequest, deps: NightlyDeps) -> NightlyOutcome:
         try:
             with deps.open_session(request.url) as session:
                 if sweep not in last_good:
-                    record = load_sweep(session, sweep)
-                    good = last_good_night(sweep, _earlier_nights(session, record))
+                    good = _last_good(session, sweep)
                     last_good[sweep] = load_sweep(session, good) if good is not None else None
                 checked = check_landed_cell(
                     session, sweep, cell_id, notifiers=notifiers, baseline=last_good[sweep]
