@@ -166,6 +166,11 @@ class RayPool:
                 dispatch.drop_waiting()
             dispatch.submit_starts()
             if dispatch.finished:
+                # Builds that landed while the last cells ran are recorded too; the
+                # ones still running are not waited for.
+                for outcome in builds.take() if builds else ():
+                    if on_build:
+                        on_build(outcome)
                 return
             done = dispatch.wait()
             if time.monotonic() - checked >= _NODE_CHECK_S:

@@ -189,7 +189,8 @@ def test_builds_once_per_node_where_cells_may_run(
     cluster: Cluster, homes: Path, tmp_path: Path
 ) -> None:
     (tmp_path / "p.jsonl").write_text('{"id": "p0", "prompt": "1+1"}\n')
-    job_text = JOB.format(seconds=0, started=tmp_path, pools="[a3]", depths="[0, 1, 2, 3]", npus=2)
+    # Cells of 2 s: the sweep outlasts both fake builds, so both land and are recorded.
+    job_text = JOB.format(seconds=2, started=tmp_path, pools="[a3]", depths="[0, 1, 2, 3]", npus=2)
     job = parse_job(job_text, base_dir=str(tmp_path))
     url = f"sqlite:///{tmp_path / 'farm.db'}"
     options = SweepOptions(
