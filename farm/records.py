@@ -38,6 +38,7 @@ __all__ = [
     "VariantResult",
     "counted",
     "counters_digest",
+    "summed_counters",
 ]
 
 # Status words, defined here only. A planned cell has no outcome yet; a sweep is
@@ -120,6 +121,8 @@ class RequestRecord(_Frozen):
     correct: bool | None = None
     error: str | None = None
     counters: SpecCounters | None = None
+    # The prompt set's own category (MT-Bench, SPEED-Bench), for acceptance by category.
+    category: str | None = None
 
 
 # What a sequential look decided (farm.analysis.sequential).
@@ -184,6 +187,22 @@ def counted(requests: Sequence[RequestRecord]) -> list[tuple[str, SpecCounters]]
     return [
         (r.prompt_id, r.counters) for r in requests if r.error is None and r.counters is not None
     ]
+
+
+def summed_counters(counters: Sequence[SpecCounters]) -> SpecCounters:
+    """The speculative counters of ``counters`` added up (per position too, a shorter
+    per-position list counting 0 past its end); engine-wide ones (steps, prefix cache)
+    are not per request and stay 0."""
+    width = max((len(c.accepted_per_pos) for c in counters), default=0)
+    return SpecCounters(
+        drafts=sum(c.drafts for c in counters),
+        draft_tokens=sum(c.draft_tokens for c in counters),
+        accepted=sum(c.accepted for c in counters),
+        accepted_per_pos=tuple(
+            sum(c.accepted_per_pos[i] for c in counters if i < len(c.accepted_per_pos))
+            for i in range(width)
+        ),
+    )
 
 
 def counters_digest(requests: Sequence[RequestRecord]) -> str:

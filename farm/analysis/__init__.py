@@ -37,7 +37,13 @@ from farm.analysis.stats import (
     greedy_divergence,
     wilson_interval,
 )
-from farm.analysis.summary import VariantSummary, patched_bases, summarize_sweep
+from farm.analysis.summary import (
+    CategoryAcceptance,
+    VariantSummary,
+    acceptance_by_category,
+    patched_bases,
+    summarize_sweep,
+)
 from farm.comparable import ComparableKey
 
 __all__ = [
@@ -46,6 +52,7 @@ __all__ = [
     "AcceptanceStats",
     "Attribution",
     "BranchTable",
+    "CategoryAcceptance",
     "ChangePoint",
     "CheckConfig",
     "CheckReport",
@@ -60,6 +67,7 @@ __all__ = [
     "VariantRef",
     "VariantSummary",
     "Verdict",
+    "acceptance_by_category",
     "acceptance_stats",
     "accuracy",
     "analyze_histories",

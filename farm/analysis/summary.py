@@ -2,12 +2,62 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import BaseModel, ConfigDict
 
 from farm.axes import REQUEST_AXES, AxisValue, variant_label
-from farm.records import BuildInfo, StoredCell, SweepRecord, VariantResult
+from farm.records import (
+    BuildInfo,
+    RequestRecord,
+    SpecCounters,
+    StoredCell,
+    SweepRecord,
+    VariantResult,
+    summed_counters,
+)
 
-__all__ = ["VariantSummary", "patched_bases", "summarize_sweep"]
+__all__ = [
+    "CategoryAcceptance",
+    "VariantSummary",
+    "acceptance_by_category",
+    "patched_bases",
+    "summarize_sweep",
+]
+
+
+class CategoryAcceptance(BaseModel):
+    """A variant's acceptance over the requests of one prompt-set category (MT-Bench's
+    writing, SPEED-Bench's coding, ...), from the requests' own counters."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    category: str
+    requests: int
+    drafts: int
+    mean_acceptance_length: float | None
+    per_position: tuple[float, ...]
+
+
+def acceptance_by_category(requests: Sequence[RequestRecord]) -> tuple[CategoryAcceptance, ...]:
+    """Acceptance per category of the successful requests that carry a category and
+    per-request counters, by category name; empty when none
+    does (a farm-format prompt set, or an engine without per-request counters)."""
+    by_category: dict[str, list[SpecCounters]] = {}
+    for r in requests:
+        if r.category is not None and r.counters is not None and r.error is None:
+            by_category.setdefault(r.category, []).append(r.counters)
+    sums = {name: (len(cs), summed_counters(cs)) for name, cs in by_category.items()}
+    return tuple(
+        CategoryAcceptance(
+            category=name,
+            requests=n,
+            drafts=c.drafts,
+            mean_acceptance_length=c.mean_acceptance_length,
+            per_position=c.per_position_rate,
+        )
+        for name, (n, c) in sorted(sums.items())
+    )
 
 
 class VariantSummary(BaseModel):
@@ -37,6 +87,8 @@ class VariantSummary(BaseModel):
     prefix_hit_rate: float | None = None
     # Its sequential looks stopped early: "regress at 16 of 64 prompts".
     decided: str | None = None
+    # Acceptance per category of its prompt set (MT-Bench, SPEED-Bench).
+    categories: tuple[CategoryAcceptance, ...] = ()
 
     @property
     def engine(self) -> str:
@@ -131,6 +183,7 @@ def summarize_sweep(sweep: SweepRecord) -> tuple[VariantSummary, ...]:
                     verifies_per_step=v.counters.verifies_per_step,
                     prefix_hit_rate=v.counters.prefix_hit_rate,
                     decided=_decided(v),
+                    categories=acceptance_by_category(v.requests),
                 )
             )
     return tuple(rows)

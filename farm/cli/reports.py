@@ -52,10 +52,15 @@ def show_sweep(record: SweepRecord, title: str) -> None:
     """Print ``record`` as a matrix, then the within-sweep checks' findings."""
     from farm.analysis.judgement import judge_within
     from farm.analysis.summary import summarize_sweep
+    from farm.report.categories import render_category_table
     from farm.report.findings import render_findings
     from farm.report.table import render_matrix
 
-    console.print(render_matrix(title, summarize_sweep(record)))
+    summaries = summarize_sweep(record)
+    console.print(render_matrix(title, summaries))
+    by_category = render_category_table(summaries)
+    if by_category is not None:
+        console.print(by_category)
     checks = judge_within(record)
     if checks.regressions:
         console.print(render_findings(checks))

@@ -177,5 +177,21 @@ def acceptance_overview() -> Dashboard:
                     ),
                 ),
             ),
+            (
+                Panel(
+                    title="Latest sweep: AL by prompt category",
+                    kind="table",
+                    sql=q.LATEST_SWEEP_BY_CATEGORY,
+                    description=(
+                        "For workloads whose prompt set has categories (MT-Bench, "
+                        "SPEED-Bench): AL over each category's requests, from their own "
+                        "counters. A drop confined to one kind of prompt shows here first."
+                    ),
+                    width=24,
+                    height=9,
+                    decimals=3,
+                    options={"showHeader": True, "cellHeight": "sm"},
+                ),
+            ),
         ),
     )

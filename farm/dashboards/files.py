@@ -17,7 +17,7 @@ import yaml
 from farm.dashboards.acceptance import acceptance_overview
 from farm.dashboards.alerting import alert_provisioning
 from farm.dashboards.health import farm_health
-from farm.dashboards.model import Dashboard
+from farm.dashboards.model import Dashboard, sdk_problems
 from farm.dashboards.provisioning import dashboard_provider, datasource_provisioning
 
 __all__ = [
@@ -111,8 +111,9 @@ def write_files(out: Path) -> list[Path]:
 
 def stale_files(out: Path) -> dict[str, str]:
     """Relative path -> problem, for each file under ``out`` that drifted from the code:
-    ``missing``, ``differs``, or ``not generated`` (a dashboard JSON the code no longer
-    makes, which Grafana would still load)."""
+    ``missing``, ``differs``, ``not generated`` (a dashboard JSON the code no longer
+    makes, which Grafana would still load), or a dashboard whose keys do not survive a
+    round trip through the SDK's dashboard model (:func:`sdk_problems`)."""
     files = render_files()
     stale = {}
     for rel, text in files.items():
@@ -124,4 +125,23 @@ def stale_files(out: Path) -> dict[str, str]:
     for path in sorted(out.glob("*.json")):
         if path.name not in files:
             stale[path.name] = "not generated"
+        elif path.name not in stale:
+            problems = _sdk_check(path)
+            if problems:
+                shown = "; ".join(problems[:3]) + (" ..." if len(problems) > 3 else "")
+                stale[path.name] = f"not what Grafana's SDK models hold: {shown}"
     return stale
+
+
+def _sdk_check(path: Path) -> list[str]:
+    """What the SDK's dashboard model loses or changes of the file (see sdk_problems)."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return [f"unreadable ({exc})"]
+    if not isinstance(document, dict):
+        return ["not a dashboard (a JSON object)"]
+    try:
+        return sdk_problems(document)
+    except (KeyError, TypeError, ValueError) as exc:
+        return [f"the SDK cannot read it ({type(exc).__name__}: {exc})"]

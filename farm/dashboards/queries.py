@@ -43,6 +43,7 @@ __all__ = [
     "FAILED_CELLS",
     "LATEST_FAILED_CELLS",
     "LATEST_SWEEP",
+    "LATEST_SWEEP_BY_CATEGORY",
     "LATEST_SWEEP_CELLS",
     "LATEST_SWEEP_PER_POSITION",
     "OPEN_ALERTS",
@@ -246,6 +247,33 @@ FROM positions p
 JOIN drafts d ON d.cell_key = p.cell_key
 WHERE d.drafts > 0
 ORDER BY p.cell_key, p.position"""
+
+# Each request's category, drafts and accepted tokens, unpacked from the packed row by
+# position (farm.store.tables.RequestNumbersRow); only the latest sweep's rows are read.
+LATEST_SWEEP_BY_CATEGORY = f"""WITH {_LATEST},
+requests AS (
+  SELECT v.key_label AS cell_key, k.category, d.drafts::float8 AS drafts,
+    a.accepted::float8 AS accepted
+  FROM latest l
+  JOIN cell c ON c.sweep_id = l.sweep_id
+  JOIN variant_run v ON v.cell_row_id = c.id
+  JOIN request_numbers n ON n.variant_run_id = v.id
+  CROSS JOIN LATERAL json_array_elements_text(n.categories) WITH ORDINALITY AS k(category, i)
+  JOIN LATERAL json_array_elements_text(n.drafts) WITH ORDINALITY AS d(drafts, i) ON d.i = k.i
+  JOIN LATERAL json_array_elements_text(n.accepted) WITH ORDINALITY AS a(accepted, i)
+    ON a.i = k.i
+  WHERE c.status = 'ok'
+    AND n.categories IS NOT NULL
+    AND n.drafts IS NOT NULL
+    AND {_axis_filters("v.thinking")}
+)
+SELECT cell_key AS cell, category, count(*) AS requests, sum(drafts) AS drafts,
+  1 + sum(accepted) / sum(drafts) AS "AL"
+FROM requests
+WHERE category IS NOT NULL AND drafts IS NOT NULL
+GROUP BY cell_key, category
+HAVING sum(drafts) > 0
+ORDER BY cell_key, category"""
 
 # --- Farm health ----------------------------------------------------------------------
 

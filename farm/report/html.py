@@ -14,6 +14,7 @@ from farm.analysis.attribution import attribute, labels_from_report
 from farm.analysis.check_rules import CheckReport, Verdict
 from farm.analysis.summary import VariantSummary
 from farm.records import SweepRecord
+from farm.report.categories import CATEGORY_HEADINGS, category_rows
 from farm.report.charts import (
     Grid,
     GridMode,
@@ -192,6 +193,7 @@ def render_html(
     if history:
         parts.append(_trends(sweep, check_report, history))
     parts.append(_matrix(summaries))
+    parts.append(_categories(summaries))
     parts.append(_notes(sweep, check_report))
     if check_report.verdicts:
         shown = check_report.verdicts[:_MAX_VERDICT_ROWS]
@@ -334,6 +336,14 @@ def _matrix(rows: Sequence[VariantSummary]) -> str:
         cells = [*(_e(a) for a in row_axes(r, shown)), status, *row_figures(r)]
         body.append(("failed" if r.status != "ok" else "", cells))
     return "<h2>Matrix</h2>" + _table(head, body, right)
+
+
+def _categories(summaries: Sequence[VariantSummary]) -> str:
+    rows = category_rows(summaries)
+    if not rows:
+        return ""
+    body = [("", [_e(x) for x in row]) for row in rows]
+    return "<h2>Acceptance by category</h2>" + _table(CATEGORY_HEADINGS, body, {2, 3})
 
 
 def _notes(sweep: SweepRecord, report: CheckReport) -> str:

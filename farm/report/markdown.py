@@ -21,6 +21,7 @@ from farm.analysis.summary import VariantSummary
 from farm.comparable import ComparableKey
 from farm.inert import cut, github_cell, github_markdown
 from farm.records import SweepRecord
+from farm.report.categories import CATEGORY_HEADINGS, category_rows
 from farm.report.charts import al_grid
 from farm.report.figures import (
     FIGURE_HEADINGS,
@@ -216,6 +217,9 @@ def render_markdown(
             "</details>",
         ]
     lines += ["", "### Matrix", "", *_matrix(summaries)]
+    by_category = category_rows(summaries)
+    if by_category:
+        lines += ["", "### Acceptance by category", "", *_table(CATEGORY_HEADINGS, by_category)]
     if history:
         lines += _trends(sweep, check_report, history)
     if check_report.notes or sweep.excluded:

@@ -31,7 +31,14 @@ from farm.engines import EngineAdapter, EngineProcess, ServerLaunch
 from farm.engines.base import EngineOutputError
 from farm.errors import EngineError
 from farm.plan import Variant
-from farm.records import LookDecision, RequestRecord, SequentialRecord, SpecCounters, VariantResult
+from farm.records import (
+    LookDecision,
+    RequestRecord,
+    SequentialRecord,
+    SpecCounters,
+    VariantResult,
+    summed_counters,
+)
 from farm.runner.task import CellTask, SequentialLooks
 from farm.spec import WorkloadSpec
 from farm.workload.harness import (
@@ -247,7 +254,9 @@ class _Chat:
                 continue
             records.append(await self.send(request_id, turn, history))
             history.append((turn.prompt, records[-1].output_text or ""))
-        return records
+        if prompt.category is None:
+            return records
+        return [r.model_copy(update={"category": prompt.category}) for r in records]
 
     async def send(
         self, request_id: str, turn: Turn, history: Sequence[tuple[str, str]] = ()
@@ -405,18 +414,14 @@ def variant_counters(metrics: SpecCounters, records: Sequence[RequestRecord]) ->
     differencable counters (sglang before 0.5.14 has only gauges)."""
     if metrics.drafts or not any(r.counters for r in records):
         return metrics
-    counted = [r.counters for r in records if r.counters is not None]
-    width = max(len(c.accepted_per_pos) for c in counted)
+    summed = summed_counters([r.counters for r in records if r.counters is not None])
     # The engine-wide counters (steps, prefix cache) stay the metrics delta's.
     return metrics.model_copy(
         update={
-            "drafts": sum(c.drafts for c in counted),
-            "draft_tokens": sum(c.draft_tokens for c in counted),
-            "accepted": sum(c.accepted for c in counted),
-            "accepted_per_pos": tuple(
-                sum(c.accepted_per_pos[i] for c in counted if i < len(c.accepted_per_pos))
-                for i in range(width)
-            ),
+            "drafts": summed.drafts,
+            "draft_tokens": summed.draft_tokens,
+            "accepted": summed.accepted,
+            "accepted_per_pos": summed.accepted_per_pos,
         }
     )
 

@@ -268,6 +268,10 @@ class HarnessSpec(_Spec):
         return value
 
 
+# The prompt-file formats a workload reads (farm.workload.formats).
+PromptFormat = Literal["farm", "mt-bench", "speed-bench"]
+
+
 class SequentialSpec(_Spec):
     """Run a workload's prompts in looks against a reference run, and stop at a verdict.
 
@@ -292,6 +296,11 @@ class WorkloadSpec(_Spec):
 
     name: Name
     prompts: str | None = Field(default=None, min_length=1)
+    format: PromptFormat = Field(
+        default="farm",
+        description="how the prompts file is written: the farm's own records, MT-Bench's "
+        "question.jsonl or a prepared SPEED-Bench subset (farm.workload.formats)",
+    )
     harness: HarnessSpec | None = None
     count: int = Field(default=16, gt=0, le=_MAX_COUNT)
     max_tokens: int = Field(default=256, gt=0, le=_MAX_COUNT)
@@ -311,6 +320,8 @@ class WorkloadSpec(_Spec):
     def _one_source(self) -> WorkloadSpec:
         if (self.prompts is None) == (self.harness is None):
             raise ValueError("give either prompts (a JSON-lines file) or harness, not both")
+        if self.harness is not None and self.format != "farm":
+            raise ValueError("format goes with prompts: a harness reads its own dataset")
         if self.harness is not None and self.system_prompt is not None:
             raise ValueError("system_prompt goes with prompts: a harness writes its own messages")
         if self.sequential is not None:

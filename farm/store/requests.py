@@ -68,6 +68,7 @@ PACKED_COLUMNS = (
     "draft_tokens",
     "accepted",
     "accepted_per_pos",
+    "categories",
 )
 _REQUIRED = frozenset({"prompt_ids", "completion_tokens", "latencies_s"})
 _COUNTERS = ("drafts", "draft_tokens", "accepted", "accepted_per_pos")
@@ -80,6 +81,7 @@ _FIELD_COLUMNS = {
     "latency_s": "latencies_s",
     "correct": "correct",
     "error": "errors",
+    "category": "categories",
 }
 _KINDS = {"float": "a number", "int": "a whole number", "bool": "a boolean", "string": "text"}
 
@@ -215,6 +217,7 @@ def pack_requests(
         "draft_tokens": [c and c.draft_tokens for c in counters],
         "accepted": [c and c.accepted for c in counters],
         "accepted_per_pos": [c and list(c.accepted_per_pos) for c in counters],
+        "categories": [r.category for r in requests],
     }
     return {
         name: json.dumps(values, separators=(",", ":"))
@@ -372,6 +375,7 @@ def _records(columns: dict[str, list[Any]], texts: dict[int, str]) -> list[Reque
         "correct": columns["correct"],
         "error": columns["errors"],
         "counters": counters,
+        "category": columns["categories"],
     }
     requests = [dict(zip(fields, row, strict=True)) for row in zip(*fields.values(), strict=True)]
     try:

@@ -289,6 +289,8 @@ class RequestNumbersRow(_Table, table=True):
     draft_tokens: list[int | None] | None = _optional_list()
     accepted: list[int | None] | None = _optional_list()
     accepted_per_pos: list[list[int] | None] | None = _optional_list()
+    # The prompt set's category of each request (MT-Bench, SPEED-Bench).
+    categories: list[str | None] | None = _optional_list()
 
 
 class VariantSummaryRow(_Table, table=True):

@@ -6,10 +6,12 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from farm.errors import SpecError
 from farm.spec import JobFile, WorkloadSpec
+from farm.spec.parts import PromptFormat
+from farm.workload.formats import Prompt, Turn, parse_record, select_prompts
 from farm.yamlfile import read_text
 
 __all__ = [
@@ -29,37 +31,6 @@ _SHOWN = 10
 Scorer = Callable[[str, str], bool]
 
 
-class Turn(BaseModel):
-    """A follow-up user turn of a conversation, with its expected answer."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    prompt: str
-    answer: str | None = None
-
-
-class Prompt(BaseModel):
-    """One prompt record; with ``turns``, the first turn of a conversation.
-
-    Each follow-up turn is sent once the answer before it came back, with every
-    earlier turn and answer in its context: the engine's prefix cache then finds the
-    conversation so far (multi-turn chat, the prefix reuse of DESIGN.md section 1's
-    second seed). Turn ``k >= 2`` is recorded as request ``{id}#{k}``.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    id: str
-    prompt: str
-    answer: str | None = None
-    turns: tuple[Turn, ...] = ()
-
-    def conversation(self) -> tuple[tuple[str, Turn], ...]:
-        """``(request id, turn)`` of every turn, the first one included."""
-        first = Turn(prompt=self.prompt, answer=self.answer)
-        return ((self.id, first), *((f"{self.id}#{k}", t) for k, t in enumerate(self.turns, 2)))
-
-
 class LoadedWorkload(BaseModel):
     """A workload spec with its prompts read, ready to ship to a worker."""
 
@@ -74,30 +45,26 @@ def load_workload(spec: WorkloadSpec, resolve: Callable[[str], Path]) -> LoadedW
     its own dataset); ``resolve`` makes a job-file path absolute."""
     if spec.prompts is None:
         return LoadedWorkload(spec=spec, prompts=())
-    return LoadedWorkload(spec=spec, prompts=load_prompts(resolve(spec.prompts), spec.count))
+    prompts = load_prompts(resolve(spec.prompts), spec.count, spec.format)
+    return LoadedWorkload(spec=spec, prompts=prompts)
 
 
-def _record(line: str) -> Prompt | str:
+def _record(line: str, fmt: PromptFormat, number: int) -> Prompt | str:
     """The prompt record on one line of a JSON-lines file, or what is wrong with it."""
     try:
         data = json.loads(line)
     except json.JSONDecodeError as exc:
         return f"not JSON: {exc.msg} (column {exc.colno})"
-    if not isinstance(data, dict):
-        return f"not a prompt record: a JSON object with id and prompt, not {type(data).__name__}"
-    try:
-        return Prompt.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'record'}: {e['msg']}" for e in exc.errors()
-        )
-        return f"not a prompt record: {problems}"
+    return parse_record(data, fmt, number)
 
 
-def read_prompt_file(path: Path) -> tuple[tuple[Prompt, ...], list[str]]:
-    """Every prompt record of a JSON-lines file, and ``file:line: problem`` for each line
-    that is not one (or whose id an earlier line has). Raises SpecError when the file
-    cannot be read or is not UTF-8 text."""
+def read_prompt_file(
+    path: Path, fmt: PromptFormat = "farm"
+) -> tuple[tuple[Prompt, ...], list[str]]:
+    """Every prompt record of a JSON-lines file written in format ``fmt``
+    (:mod:`farm.workload.formats`), and ``file:line: problem`` for each line that is
+    not one (or whose id an earlier line has). Raises SpecError when the file cannot be
+    read or is not UTF-8 text."""
     text = read_text(path, "prompt file", SpecError)
     prompts: list[Prompt] = []
     problems: list[str] = []
@@ -105,7 +72,7 @@ def read_prompt_file(path: Path) -> tuple[tuple[Prompt, ...], list[str]]:
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        record = _record(line)
+        record = _record(line, fmt, number)
         if isinstance(record, str):
             problems.append(f"{path}:{number}: {record}")
         elif record.id in first:
@@ -118,18 +85,19 @@ def read_prompt_file(path: Path) -> tuple[tuple[Prompt, ...], list[str]]:
     return tuple(prompts), problems
 
 
-def load_prompts(path: Path, count: int) -> tuple[Prompt, ...]:
-    """The first ``count`` prompts of a JSON-lines file.
+def load_prompts(path: Path, count: int, fmt: PromptFormat = "farm") -> tuple[Prompt, ...]:
+    """``count`` prompts of a JSON-lines file: the first ones, or round-robin across
+    the records' categories where they have them (:func:`select_prompts`).
 
     Raises SpecError naming the file and line of every malformed record, or the file
     when it cannot be read or holds fewer than ``count`` prompts.
     """
-    prompts, problems = read_prompt_file(path)
+    prompts, problems = read_prompt_file(path, fmt)
     if problems:
         raise SpecError(_summary(path, problems))
     if len(prompts) < count:
         raise SpecError(_too_few(path, count, len(prompts)))
-    return prompts[:count]
+    return select_prompts(prompts, count)
 
 
 def _summary(path: Path, problems: list[str]) -> str:
@@ -160,7 +128,7 @@ def check_prompts(job: JobFile) -> list[str]:
             problems.append(f"{where}: {path} {problem}")
             continue
         try:
-            prompts, bad = read_prompt_file(path)
+            prompts, bad = read_prompt_file(path, workload.format)
         except SpecError as exc:
             problems.append(f"{where}: {exc}")
             continue

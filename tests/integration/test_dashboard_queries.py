@@ -30,6 +30,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from farm import store
+from farm.analysis import acceptance_by_category
 from farm.analysis.history import series_from_sweeps
 from farm.analysis.stats import accuracy
 from farm.comparable import ComparableKey
@@ -109,6 +110,21 @@ def _requests(correct: Sequence[bool | None]) -> tuple[RequestRecord, ...]:
     return tuple(rows)
 
 
+def _categorized(requests: tuple[RequestRecord, ...]) -> tuple[RequestRecord, ...]:
+    """``requests`` as a prompt set with categories (MT-Bench's) and per-request
+    counters, the failed one without counters."""
+    categories = ("math", "writing", "math")
+    return tuple(
+        r.model_copy(
+            update={
+                "category": category,
+                "counters": None if r.error else _counters(10, (9 - 7 * i,)),
+            }
+        )
+        for i, (r, category) in enumerate(zip(requests, categories, strict=True))
+    )
+
+
 def _counters(drafts: int, per_pos: tuple[int, ...]) -> SpecCounters:
     return SpecCounters(
         drafts=drafts,
@@ -146,7 +162,7 @@ def _ok(
                 thinking="on",
                 workload="arith",
                 counters=on,
-                requests=_requests([True, False]),
+                requests=_categorized(_requests([True, False])),
                 elapsed_s=10.0,
                 concurrency=4,
             ),
@@ -488,7 +504,7 @@ def test_every_panel_variable_and_alert_query_runs(farm: Farm) -> None:
     for title, sql_text in _alert_rules().items():
         assert _run(farm.url, interpolate(sql_text, _range(), {})), title
         ran += 1
-    assert ran == 22
+    assert ran == 23
     # Nothing from the sweeps outside the range: the acceptance dashboard opens on job
     # pr (newest in the range), the health tables list neither old sweep.
     everything = json.dumps(
@@ -814,3 +830,20 @@ def test_the_spread_panel_has_each_keys_al_and_its_night_to_night_sd(farm: Farm)
     spreads = [r["AL sd, relative"] for r in rows]
     assert spreads == sorted(spreads, reverse=True)  # the noisiest key first
     assert _health("Run-to-run AL spread by key", farm, job=["nosuch"]) == []
+
+
+def test_al_by_prompt_category_equals_the_analysis(farm: Farm) -> None:
+    rows = _acceptance("Latest sweep: AL by prompt category", farm, job=["nightly"])
+    expected = {}
+    for stored in farm.nightly[2].cells:
+        if stored.result is None or stored.result.status != "ok":
+            continue
+        for v in stored.result.variants:
+            for c in acceptance_by_category(v.requests):
+                expected[(_key(stored.cell, v.thinking), c.category)] = (c.requests, c)
+    assert expected and {(r["cell"], r["category"]) for r in rows} == expected.keys()
+    for r in rows:
+        requests, c = expected[(r["cell"], r["category"])]
+        assert r["requests"] == requests and _close(r["AL"], c.mean_acceptance_length)
+    math = next(r for r in rows if r["category"] == "math")
+    assert _close(math["AL"], 1 + 9 / 10)  # the failed request has no counters

@@ -357,6 +357,34 @@ def test_engine_steps_and_prefix_counts_round_trip_and_zeros_take_no_rows(
     assert loaded is not None and loaded.variants[0].counters.prefix_hit_rate == 0.0
 
 
+def test_request_categories_round_trip_and_none_takes_no_column(session: Session) -> None:
+    plan = _plan()
+    sweep_id = create_sweep(session, plan, job_yaml="", host="h")
+    result = _ok_result(plan.cells[0])
+    spec, *rest = result.variants
+    tagged = tuple(
+        r.model_copy(update={"category": "coding" if i % 2 else "writing"})
+        for i, r in enumerate(spec.requests)
+    )
+    result = result.model_copy(
+        update={"variants": (spec.model_copy(update={"requests": tagged}), *rest)}
+    )
+    save_cell_result(session, sweep_id, result)
+    loaded = load_sweep(session, sweep_id).cells[0].result
+    assert loaded == result
+    assert loaded is not None
+    assert [r.category for r in loaded.variants[0].requests] == [
+        "writing",
+        "coding",
+        "writing",
+        "coding",
+    ]
+    nulls = session.connection().execute(
+        sa.text("SELECT count(*) FROM request_numbers WHERE categories IS NULL")
+    )
+    assert nulls.scalar_one() == 1  # the untagged variant's column is NULL
+
+
 def test_completed_cell_ids(session: Session) -> None:
     plan = _plan()
     sweep_id = create_sweep(session, plan, job_yaml="", host="h")

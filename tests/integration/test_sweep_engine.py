@@ -11,6 +11,8 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -22,7 +24,10 @@ from farm.analysis import summarize_sweep
 from farm.cli.main import app
 from farm.orchestrate.driver import SweepOptions, run_sweep
 from farm.records import BuildInfo, SweepRecord
-from farm.spec import JobSpec
+from farm.report.figures import fmt
+from farm.spec import JobSpec, WorkloadSpec
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.engine
 
@@ -39,9 +44,43 @@ def _load(url: str, sweep_id: int) -> SweepRecord:
         return store.load_sweep(session, sweep_id)
 
 
-def test_local_slice_measures_real_mtp_and_lands_in_sqlite(
-    local_job: JobSpec, engine_build: BuildInfo, farm_home: Path, tmp_path: Path, ray_local: None
-) -> None:
+@dataclass(frozen=True)
+class _Slice:
+    url: str
+    record: SweepRecord
+
+
+# The field's prompt sets beside the farm's own: samples of MT-Bench's question.jsonl
+# and of a prepared SPEED-Bench subset, written here in their formats.
+_STANDARD_SETS = (
+    WorkloadSpec(
+        name="mt-bench",
+        prompts=str(REPO / "workloads" / "mt-bench-sample.jsonl"),
+        format="mt-bench",
+        count=4,
+        max_tokens=48,
+    ),
+    WorkloadSpec(
+        name="speed-bench",
+        prompts=str(REPO / "workloads" / "speed-bench-sample" / "qualitative.jsonl"),
+        format="speed-bench",
+        count=7,
+        max_tokens=48,
+    ),
+)
+
+
+@pytest.fixture(scope="module")
+def local_slice(
+    local_job: JobSpec,
+    engine_build: BuildInfo,
+    farm_home: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[_Slice]:
+    """One sweep of three server cells (eager and compiled MTP 3, eager MTP 0), each
+    serving the arith workload (thinking on and off) and the two standard sets."""
+    import ray
+
     job = _slice(
         local_job,
         8,
@@ -50,11 +89,24 @@ def test_local_slice_measures_real_mtp_and_lands_in_sqlite(
         sliding_window=("on",),
         thinking=("on", "off"),
     )
-    job = job.model_copy(update={"exclude": ({"graph_mode": "compiled", "mtp_depth": 0},)})
-    url = f"sqlite:///{tmp_path / 'farm.db'}"
-    outcome = run_sweep(job, "name: slice", SweepOptions(db_url=url, home=farm_home))
+    job = job.model_copy(
+        update={
+            "exclude": ({"graph_mode": "compiled", "mtp_depth": 0},),
+            "workloads": (*job.workloads, *_STANDARD_SETS),
+        }
+    )
+    url = f"sqlite:///{tmp_path_factory.mktemp('slice') / 'farm.db'}"
+    try:
+        outcome = run_sweep(job, "name: slice", SweepOptions(db_url=url, home=farm_home))
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
     assert outcome.failed == ()
-    record = _load(url, outcome.sweep_id)
+    yield _Slice(url, _load(url, outcome.sweep_id))
+
+
+def test_local_slice_measures_real_mtp_and_lands_in_sqlite(local_slice: _Slice) -> None:
+    url, record = local_slice.url, local_slice.record
     results = {c.cell.cell_id: c.result for c in record.cells}
     assert len(results) == 3 and all(r is not None and r.status == "ok" for r in results.values())
 
@@ -75,6 +127,8 @@ def test_local_slice_measures_real_mtp_and_lands_in_sqlite(
         result = results[cell_id]
         assert result is not None
         for variant in result.variants:
+            if variant.axes["workload"] != "arith":
+                continue
             counters = variant.counters
             assert len(counters.accepted_per_pos) == 3
             assert counters.mean_acceptance_length is not None
@@ -86,7 +140,7 @@ def test_local_slice_measures_real_mtp_and_lands_in_sqlite(
             assert sum(c.drafts for c in per_request if c) == counters.drafts
             assert sum(c.accepted for c in per_request if c) == counters.accepted
 
-    rows = summarize_sweep(record)
+    rows = [r for r in summarize_sweep(record) if r.axes.get("workload") == "arith"]
     spec_rows = [r for r in rows if r.mtp_depth == 3]
     assert all(r.greedy_compared == 8 for r in spec_rows if r.axes["graph_mode"] == "eager")
     thinking_on = [r for r in rows if r.axes.get("thinking") == "on"]
@@ -95,6 +149,61 @@ def test_local_slice_measures_real_mtp_and_lands_in_sqlite(
     shown = CliRunner().invoke(app, ["report", "latest", "--db", url], env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
     assert "compiled" in shown.output and "0.32.0" not in shown.output
+
+
+def test_standard_prompt_sets_give_acceptance_by_category(
+    local_slice: _Slice, tmp_path: Path
+) -> None:
+    """MT-Bench's two turns and SPEED-Bench's messages are sent as conversations, each
+    request keeps its category through the store, and the per-category figures add up
+    to the variant's own per-request counters."""
+    rows = summarize_sweep(local_slice.record)
+    for workload, requests, categories in (
+        ("mt-bench", 8, ["math", "reasoning", "roleplay", "writing"]),
+        ("speed-bench", 8, ["coding", "math", "multilingual", "qa", "summarization"]),
+    ):
+        spec_rows = [r for r in rows if r.axes.get("workload") == workload and r.mtp_depth == 3]
+        assert len(spec_rows) == 4  # eager and compiled, thinking on and off
+        for row in spec_rows:
+            assert row.requests == requests and not row.failed_requests, row
+            assert [c.category for c in row.categories] == categories
+            assert sum(c.requests for c in row.categories) == requests
+            # The tiny model was trained on arithmetic: a prose prompt may be answered
+            # in a token or two, with no draft to verify; its math prompts always draft.
+            by_name = {c.category: c for c in row.categories}
+            assert by_name["math"].drafts > 0
+            for c in row.categories:
+                if c.drafts:
+                    assert c.mean_acceptance_length is not None
+                    assert 1.0 <= c.mean_acceptance_length <= 4.0
+                    assert len(c.per_position) == 3
+                else:
+                    assert c.mean_acceptance_length is None and c.per_position == ()
+            figures = (
+                f"{c.category} AL {fmt(c.mean_acceptance_length, 2)} ({c.drafts} drafts)"
+                for c in row.categories
+            )
+            print(f"{row.label}: " + "; ".join(figures))
+    for stored in local_slice.record.cells:
+        assert stored.result is not None
+        for v in stored.result.variants:
+            drafts = sum(r.counters.drafts for r in v.requests if r.counters)
+            if v.axes["workload"] == "arith":
+                assert all(r.category is None for r in v.requests)
+            elif drafts:
+                assert {r.category for r in v.requests} >= {"math"}
+                assert drafts == v.counters.drafts
+    shown = CliRunner().invoke(
+        app, ["report", "latest", "--db", local_slice.url], env={"COLUMNS": "80"}
+    )
+    assert shown.exit_code == 0, shown.output
+    assert "acceptance by category" in shown.output and "summarization" in shown.output
+    page = tmp_path / "sweep.html"
+    written = CliRunner().invoke(
+        app, ["report", "latest", "--db", local_slice.url, "--format", "html", "--out", str(page)]
+    )
+    assert written.exit_code == 0, written.output
+    assert "Acceptance by category" in page.read_text()
 
 
 def _parent(pid: int) -> int | None:

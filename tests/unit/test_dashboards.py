@@ -37,6 +37,7 @@ from farm.dashboards.files import (
     default_out_dir,
 )
 from farm.dashboards.macros import interpolate, referenced_variables
+from farm.dashboards.model import sdk_problems
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -214,6 +215,36 @@ def test_build_then_check_and_check_finds_drift(tmp_path: Path) -> None:
     assert "old-dashboard.json: not generated" in bad.output
     assert "team-contact" not in bad.output  # a team's own files are theirs
     assert "3 generated file(s) out of date" in bad.output
+
+
+def test_the_generated_dashboards_are_what_grafanas_sdk_models_hold() -> None:
+    for dashboard in all_dashboards():
+        document = dashboard.render()
+        assert sdk_problems(document) == [], dashboard.uid
+        # Every SQL target reads back as the farm's PostgreSQL query, not a bag of keys.
+        panel = document["panels"][0]
+        assert panel["targets"][0]["rawSql"] and panel["targets"][0]["rawQuery"] is True
+
+
+def test_a_key_the_sdk_does_not_model_is_named_by_its_path() -> None:
+    document = all_dashboards()[0].render()
+    # The round trip checks keys, not values: the SDK's models keep an enum value
+    # they do not know as it is.
+    document["panels"][1]["options"]["legend"]["bogus"] = 1
+    document["panels"][2]["fieldConfig"]["defaults"]["custom"]["drawStlye"] = "bars"
+    document["templating"]["list"][0]["refreshes"] = 2
+    assert sdk_problems(document) == [  # in the document's order
+        "templating.list[0].refreshes: not in the SDK's model (dropped)",
+        "panels[1].options.legend.bogus: not in the SDK's model (dropped)",
+        "panels[2].fieldConfig.defaults.custom.drawStlye: not in the SDK's model (dropped)",
+    ]
+
+
+def test_panels_keep_grafanas_legend_and_tooltip_where_they_name_none() -> None:
+    # The SDK's typed options start with the legend hidden; Grafana's editor shows it.
+    health = {p["title"]: p for p in all_dashboards()[1].render()["panels"]}
+    legend = health["Sweeps per day by status"]["options"]["legend"]
+    assert legend["showLegend"] is True and legend["placement"] == "bottom"
 
 
 def test_rendering_is_deterministic() -> None:
