@@ -1,5 +1,6 @@
-"""Grafana unified-alerting rules as code, for file provisioning (``apiVersion: 1``) and
-for Grafana's alerting provisioning HTTP API (``farm dashboards push``).
+"""Grafana unified-alerting rules as code, built with Grafana's SDK (its rule, query and
+server-side expression builders), for file provisioning (``apiVersion: 1``) and for
+Grafana's alerting provisioning HTTP API (``farm dashboards push``).
 
 Each rule is the usual three-step Grafana rule: ``A`` runs SQL on the farm's store
 (table format: every text column becomes a label, so each row is its own alert
@@ -14,12 +15,16 @@ until then Grafana's default policy and contact point apply.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
+from grafana_foundation_sdk.builders import alerting, expr
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import alerting as alerting_models
 from pydantic import BaseModel, ConfigDict
 
 from farm.dashboards import queries as q
-from farm.dashboards.model import DATASOURCE_UID
+from farm.dashboards.model import DATASOURCE_UID, PostgresQuery, _Built
 
 __all__ = [
     "ALERT_FOLDER",
@@ -35,6 +40,9 @@ ALERT_GROUP = "mtp-farm"
 # The farm raises alerts once per sweep (nightly); checking every 5 minutes is plenty.
 ALERT_INTERVAL_S = 300
 _EXPRESSION_UID = "__expr__"
+# Fields of the API's rule model that a provisioning file gives by its group instead.
+# (The SDK models the API's rules and groups, not the file format around them.)
+_API_ONLY = ("folderUID", "ruleGroup", "orgID")
 
 
 class AlertRule(BaseModel):
@@ -52,65 +60,61 @@ class AlertRule(BaseModel):
     # An empty result means nothing is wrong (no open alert, no sweep yet).
     no_data_state: Literal["OK", "NoData", "Alerting"] = "OK"
 
+    def build(self) -> alerting.Rule:
+        """The SDK's builder of this rule (``ProvisionedAlertRule``, the API's model)."""
+        # The SQL bounds itself (queries.ALERT_WINDOW_DAYS, no macros: file provisioning
+        # would expand them); Grafana requires a range all the same.
+        sql = (
+            alerting.Query("A")
+            .datasource_uid(DATASOURCE_UID)
+            .relative_time_range(alerting_models.RelativeTimeRange(from_val=86400, to=0))
+            .model(_Built(PostgresQuery(self.sql)))
+        )
+        last = expr.TypeReduce().ref_id("B").expression("A").reducer("last")
+        above = (
+            expr.TypeThreshold()
+            .ref_id("C")
+            .expression("B")
+            .conditions(
+                [
+                    expr.ExprTypeThresholdConditions().evaluator(
+                        expr.ExprTypeThresholdConditionsEvaluator()
+                        .type("gt")
+                        .params([self.threshold])
+                    )
+                ]
+            )
+        )
+        return (
+            alerting.Rule(self.title)
+            .uid(self.uid)
+            .condition("C")
+            .with_query(sql)
+            .with_query(alerting.Query("B").datasource_uid(_EXPRESSION_UID).model(last))
+            .with_query(alerting.Query("C").datasource_uid(_EXPRESSION_UID).model(above))
+            .no_data_state(self.no_data_state)
+            .exec_err_state("Error")
+            .for_val("0m")
+            .annotations({"summary": self.summary, "description": self.description})
+            .labels({"team": "mtp-farm", "severity": self.severity})
+            .is_paused(False)
+        )
+
     def render(self) -> dict[str, Any]:
-        return {
-            "uid": self.uid,
-            "title": self.title,
-            "condition": "C",
-            "data": [
-                {
-                    "refId": "A",
-                    # The SQL bounds itself (queries.ALERT_WINDOW_DAYS, no macros: file
-                    # provisioning would expand them); Grafana requires a range all the same.
-                    "relativeTimeRange": {"from": 86400, "to": 0},
-                    "datasourceUid": DATASOURCE_UID,
-                    "model": {
-                        "refId": "A",
-                        "editorMode": "code",
-                        "format": "table",
-                        "rawQuery": True,
-                        "rawSql": self.sql,
-                    },
-                },
-                {
-                    "refId": "B",
-                    "datasourceUid": _EXPRESSION_UID,
-                    "model": {
-                        "refId": "B",
-                        "type": "reduce",
-                        "expression": "A",
-                        "reducer": "last",
-                    },
-                },
-                {
-                    "refId": "C",
-                    "datasourceUid": _EXPRESSION_UID,
-                    "model": {
-                        "refId": "C",
-                        "type": "threshold",
-                        "expression": "B",
-                        "conditions": [{"evaluator": {"type": "gt", "params": [self.threshold]}}],
-                    },
-                },
-            ],
-            "noDataState": self.no_data_state,
-            "execErrState": "Error",
-            "for": "0m",
-            "annotations": {"summary": self.summary, "description": self.description},
-            "labels": {"team": "mtp-farm", "severity": self.severity},
-            "isPaused": False,
-        }
+        """The rule as a provisioning file holds it: the API's model without where the
+        rule lives (the file's group says that)."""
+        rule = self.render_for_api("")
+        for placement in _API_ONLY:
+            rule.pop(placement)
+        return rule
 
     def render_for_api(self, folder_uid: str, org_id: int = 1) -> dict[str, Any]:
         """The rule as ``POST``/``PUT /api/v1/provisioning/alert-rules`` take it
         (``ProvisionedAlertRule``): the file model plus where the rule lives. Grafana
         uses the token's organisation whatever ``orgID`` says, but requires the field."""
-        return {
-            **self.render(),
-            "folderUID": folder_uid,
-            "ruleGroup": ALERT_GROUP,
-            "orgID": org_id,
-        }
+        built = self.build().folder_uid(folder_uid).rule_group(ALERT_GROUP).org_id(org_id)
+        rule: dict[str, Any] = json.loads(json.dumps(built.build(), cls=JSONEncoder))
+        return rule
 
 
 def alert_rules() -> tuple[AlertRule, ...]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from grafana_foundation_sdk.models import alerting
 
 from farm.dashboards.acceptance import acceptance_overview
 from farm.dashboards.alerting import alert_provisioning
@@ -122,6 +123,10 @@ def stale_files(out: Path) -> dict[str, str]:
             stale[rel] = "missing"
         elif path.read_text(encoding="utf-8") != text:
             stale[rel] = "differs"
+    if ALERTING_FILE not in stale:
+        problems = _rule_check(out / ALERTING_FILE)
+        if problems:
+            stale[ALERTING_FILE] = f"not what Grafana's SDK models hold: {'; '.join(problems[:3])}"
     for path in sorted(out.glob("*.json")):
         if path.name not in files:
             stale[path.name] = "not generated"
@@ -131,6 +136,18 @@ def stale_files(out: Path) -> dict[str, str]:
                 shown = "; ".join(problems[:3]) + (" ..." if len(problems) > 3 else "")
                 stale[path.name] = f"not what Grafana's SDK models hold: {shown}"
     return stale
+
+
+def _rule_check(path: Path) -> list[str]:
+    """What the SDK's alert-rule model loses of each rule of the provisioning file
+    (each read as the API's rule: the file's rule placed in its group's folder)."""
+    document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    problems = []
+    for group in document.get("groups", []):
+        for rule in group.get("rules", []):
+            placed = {**rule, "folderUID": "", "ruleGroup": group.get("name", ""), "orgID": 1}
+            problems += [f"{rule.get('uid')}: {p}" for p in sdk_problems(placed, alerting.Rule)]
+    return problems
 
 
 def _sdk_check(path: Path) -> list[str]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from functools import cache
-from typing import Any, Generic, Literal, Self, TypeVar
+from typing import Any, Generic, Literal, Protocol, Self, TypeVar
 
 from grafana_foundation_sdk.builders import dashboard as sdk
 from grafana_foundation_sdk.cog import builder as cogbuilder
@@ -307,11 +307,17 @@ class Dashboard(_Frozen):
         return document
 
 
-def sdk_problems(document: Mapping[str, Any]) -> list[str]:
-    """Where ``document`` (a dashboard's JSON) is not what the SDK's models hold: each
-    path whose value a round trip through ``Dashboard.from_json`` loses or changes."""
+class _FromJson(Protocol):
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Any: ...
+
+
+def sdk_problems(document: Mapping[str, Any], model: type[_FromJson] = sdkm.Dashboard) -> list[str]:
+    """Where ``document`` (a dashboard's JSON, or what ``model`` of the SDK reads) is not
+    what the SDK's models hold: each path whose value a round trip through
+    ``model.from_json`` loses or changes."""
     _runtime()
-    again = _to_json(sdkm.Dashboard.from_json(dict(document)))
+    again = _to_json(model.from_json(dict(document)))
     problems: list[str] = []
     _differences(dict(document), again, "", problems)
     return problems

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from grafana_foundation_sdk.models import alerting as alerting_models
 from typer.testing import CliRunner
 
 from farm.cli.main import app
@@ -224,6 +225,16 @@ def test_the_generated_dashboards_are_what_grafanas_sdk_models_hold() -> None:
         # Every SQL target reads back as the farm's PostgreSQL query, not a bag of keys.
         panel = document["panels"][0]
         assert panel["targets"][0]["rawSql"] and panel["targets"][0]["rawQuery"] is True
+
+
+def test_alert_rules_are_what_grafanas_sdk_models_hold() -> None:
+    for rule in alert_rules():
+        assert sdk_problems(rule.render_for_api("folder"), alerting_models.Rule) == []
+    document = alert_rules()[0].render_for_api("folder")
+    document["data"][0]["relativeTimeRange"]["form"] = 1
+    assert sdk_problems(document, alerting_models.Rule) == [
+        "data[0].relativeTimeRange.form: not in the SDK's model (dropped)"
+    ]
 
 
 def test_a_key_the_sdk_does_not_model_is_named_by_its_path() -> None:
