@@ -33,7 +33,7 @@ from farm.plan import Variant
 from farm.records import CellResult, EffectiveConfig, VariantResult
 from farm.runner.lifecycle import StartedEngine, start_engine, stop_engine
 from farm.runner.task import CellTask
-from farm.runner.variants import VariantRun, run_variant
+from farm.runner.variants import VariantRun, harness_python, run_variant
 
 __all__ = ["cell_deadline_s", "run_cell"]
 
@@ -99,6 +99,13 @@ def run_cell(task: CellTask, npu_ids: tuple[int, ...] = (), node: str | None = N
     start: StartedEngine | None = None
     error: str | None = None
     try:
+        # Before the engine and the deadline: the first build of a harness's own
+        # environment takes minutes, and needs no engine.
+        for tool in dict.fromkeys(
+            w.spec.harness.tool for w in task.workloads if w.spec.harness is not None
+        ):
+            harness_python(tool)
+        t0 = time.monotonic()
         start = start_engine(adapter, task, task.build.python, npu_ids, log_path)
         error = start.error
         if error is None:

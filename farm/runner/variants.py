@@ -29,7 +29,8 @@ from farm.analysis.sequential import decide_look, sequential_record
 from farm.analysis.stats import AcceptanceSample
 from farm.engines import EngineAdapter, EngineProcess, ServerLaunch
 from farm.engines.base import EngineOutputError
-from farm.errors import EngineError
+from farm.errors import CellError, EngineError, FarmError
+from farm.paths import farm_home
 from farm.plan import Variant
 from farm.records import (
     LookDecision,
@@ -41,6 +42,7 @@ from farm.records import (
 )
 from farm.runner.task import CellTask, SequentialLooks
 from farm.spec import WorkloadSpec
+from farm.spec.parts import HarnessTool
 from farm.workload.harness import (
     HarnessError,
     harness_command,
@@ -48,6 +50,7 @@ from farm.workload.harness import (
     parse_outcome,
     run_harness,
 )
+from farm.workload.harness_envs import ensure_harness_env
 from farm.workload.prompts import LoadedWorkload, Prompt, Scorer, Turn, scorer_for
 from farm.workload.proxy import RecordingProxy
 
@@ -454,7 +457,8 @@ async def _run_harness_variant(
         async with RecordingProxy(
             engine.url, fields, adapter.parse_completion, task.timeouts.request_s
         ) as proxy:
-            command = harness_command(spec, served, proxy.url, out_dir)
+            python = harness_python(harness.tool)
+            command = harness_command(spec, served, proxy.url, out_dir, python)
             try:
                 await run_harness(command, harness.timeout_s, out_dir / "harness.log")
             except HarnessError:
@@ -469,8 +473,8 @@ async def _run_harness_variant(
     records = join_requests(proxy.exchanges, outcome.samples)
     accuracy = "n/a" if outcome.accuracy is None else f"{outcome.accuracy:.3f}"
     print(
-        f"[{task.cell.cell_id}] {variant.key}: lm-eval {outcome.task} {len(records)} requests "
-        f"in {elapsed:.1f} s, {outcome.metric} {accuracy}",
+        f"[{task.cell.cell_id}] {variant.key}: {harness.tool} {outcome.task} "
+        f"{len(records)} requests in {elapsed:.1f} s, {outcome.metric} {accuracy}",
         flush=True,
     )
     counters, unusable = server_counters(before, after)
@@ -484,6 +488,18 @@ async def _run_harness_variant(
         ),
         counters_unusable=unusable,
     )
+
+
+def harness_python(tool: HarnessTool) -> Path | None:
+    """The interpreter of ``tool``'s own environment on this node (built on first use,
+    under FARM_HOME's cache); None for lm-eval, which runs in the farm's. Raises
+    CellError when the environment cannot be built."""
+    if tool == "lm-eval":
+        return None
+    try:
+        return ensure_harness_env(tool, farm_home() / "cache", lambda line: print(line, flush=True))
+    except FarmError as exc:
+        raise CellError(f"the {tool} harness environment could not be built: {exc}") from None
 
 
 def _failed_request(

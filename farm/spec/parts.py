@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AliasChoices,
     Field,
     SerializerFunctionWrapHandler,
     ValidationInfo,
@@ -228,19 +229,28 @@ class ModelSpec(_Spec):
         return data
 
 
-class HarnessSpec(_Spec):
-    """An accuracy workload run by an eval harness (lm-eval) through the farm's proxy.
+# The eval harnesses a workload can run (farm.workload.harness and its tool modules).
+HarnessTool = Literal["lm-eval", "aisbench", "evalscope"]
 
-    ``task`` is a harness task name (``gsm8k``, ``aime25``, or one defined in a YAML
-    under ``include_path``). ``dataset_path`` replaces the task's dataset: a local
-    file (JSON lines, JSON, Parquet, CSV) or folder, relative to the job file, or a
-    dataset id that ``env`` (for example ``HF_ENDPOINT``) points at a mirror.
+
+class HarnessSpec(_Spec):
+    """An accuracy workload run by an eval harness through the farm's proxy.
+
+    ``tool`` (or ``name``): lm-eval, AISBench or evalscope. ``task`` is the harness's
+    own name of the task: an lm-eval task (``gsm8k``, ``aime25``, or one defined in a
+    YAML under ``include_path``), an AISBench dataset config (``gsm8k``) or an
+    evalscope benchmark (``gsm8k``). ``dataset_path`` (or ``data``) replaces the task's
+    dataset: a local file (JSON lines, JSON, Parquet, CSV) or folder, relative to the
+    job file, or (lm-eval) a dataset id that ``env`` (for example ``HF_ENDPOINT``)
+    points at a mirror.
     """
 
-    tool: Literal["lm-eval"] = "lm-eval"
+    tool: HarnessTool = Field(default="lm-eval", validation_alias=AliasChoices("tool", "name"))
     task: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     include_path: str | None = Field(default=None, description="folder of task YAMLs")
-    dataset_path: str | None = None
+    dataset_path: str | None = Field(
+        default=None, validation_alias=AliasChoices("dataset_path", "data")
+    )
     limit: int | None = Field(default=None, gt=0, le=_MAX_COUNT, description="first N documents")
     num_fewshot: int | None = Field(default=None, ge=0, le=1000)
     metric: str | None = Field(

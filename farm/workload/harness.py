@@ -1,13 +1,14 @@
-"""Accuracy workloads run by an eval harness (EleutherAI lm-evaluation-harness).
+"""Accuracy workloads run by an eval harness: lm-eval, AISBench or evalscope.
 
-The harness runs as a subprocess of the farm's interpreter with its own output
-folder, talking to the engine through the farm's recording proxy; its results JSON
-gives the accuracy and its sample log the per-document scores, which are joined to
-the proxy's per-request records by the request's messages.
-
-Why lm-eval: its API models (``local-chat-completions``) need neither torch nor
-transformers (``lm-eval[api]`` installs in about 40 s), task YAMLs point at local
-files, and vllm-ascend's own accuracy CI uses it.
+The harness runs as a subprocess with its own output folder, talking to the engine
+through the farm's recording proxy; its results give the accuracy and its per-sample
+log the per-document scores, which are joined to the proxy's per-request records by
+the request's messages (:func:`join_requests`). lm-eval (EleutherAI) runs in the
+farm's interpreter: its API models (``local-chat-completions``) need neither torch
+nor transformers, task YAMLs point at local files, and vllm-ascend's accuracy CI uses
+it. AISBench (vllm-ascend's nightly) and evalscope (sglang's NPU nightly) run in
+environments of their own (:mod:`farm.workload.harness_envs`); their commands and
+outputs are :mod:`farm.workload.aisbench_tool` and :mod:`farm.workload.evalscope_tool`.
 """
 
 from __future__ import annotations
@@ -26,13 +27,19 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict
 
 from farm.engines.base import keeper_command
 from farm.engines.environment import child_environment
-from farm.errors import CellError
 from farm.records import RequestRecord
 from farm.spec import HarnessSpec, WorkloadSpec
+from farm.workload.aisbench_tool import aisbench_command, aisbench_outcome
+from farm.workload.evalscope_tool import evalscope_command, evalscope_outcome
+from farm.workload.harness_types import (
+    HarnessCommand,
+    HarnessError,
+    HarnessOutcome,
+    HarnessSample,
+)
 from farm.workload.proxy import Exchange
 
 __all__ = [
@@ -53,53 +60,33 @@ _LOG_TAIL_LINES = 30
 _KILL_WAIT_S = 10.0
 
 
-class HarnessError(CellError):
-    """The harness could not run or its output could not be read."""
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class HarnessCommand(_Frozen):
-    """How to start the harness for one variant; ``env`` is what the job and the farm
-    set explicitly (the rest of its environment: ``farm.engines.environment``)."""
-
-    argv: tuple[str, ...]
-    env: dict[str, str]
-    task: str = ""  # the task name the results are keyed by
-    output_dir: str
-
-
-class HarnessSample(_Frozen):
-    """One scored document of the harness's sample log."""
-
-    doc_id: int
-    prompt_id: str
-    prompt_key: str | None
-    score: float | None
-
-
-class HarnessOutcome(_Frozen):
-    """What the harness measured: its accuracy figure and the per-document scores."""
-
-    task: str
-    metric: str
-    accuracy: float | None
-    samples: tuple[HarnessSample, ...]
-    results_path: str
-
-
 def harness_command(
-    workload: WorkloadSpec, served_name: str, base_url: str, output_dir: Path
+    workload: WorkloadSpec,
+    served_name: str,
+    base_url: str,
+    output_dir: Path,
+    python: Path | None = None,
 ) -> HarnessCommand:
-    """The lm-eval command for ``workload`` against the OpenAI server at ``base_url``.
+    """The command of the workload's harness against the OpenAI server at ``base_url``;
+    ``python``: the interpreter of the harness's own environment (AISBench, evalscope).
 
-    Writes a derived task YAML under ``output_dir`` when the workload replaces the
-    task's dataset. Raises HarnessError when lm-eval is missing or the task to
-    derive from cannot be found.
+    Raises HarnessError when the harness is missing or its task cannot be set up.
     """
     spec = _harness(workload)
+    if spec.tool == "lm-eval":
+        return _lm_eval_command(workload, spec, served_name, base_url, output_dir)
+    if python is None:
+        raise HarnessError(f"workload {workload.name}: {spec.tool} needs its own environment")
+    make = aisbench_command if spec.tool == "aisbench" else evalscope_command
+    return make(workload, spec, served_name, base_url, output_dir, python)
+
+
+def _lm_eval_command(
+    workload: WorkloadSpec, spec: HarnessSpec, served_name: str, base_url: str, output_dir: Path
+) -> HarnessCommand:
+    """The lm-eval command. Writes a derived task YAML under ``output_dir`` when the
+    workload replaces the task's dataset. Raises HarnessError when lm-eval is missing
+    or the task to derive from cannot be found."""
     if importlib.util.find_spec("lm_eval") is None:
         raise HarnessError(
             f"workload {workload.name}: lm-eval is not installed for {sys.executable}; "
@@ -150,7 +137,9 @@ def harness_command(
     argv += list(spec.extra_args)
     # No key is needed by the engine; lm-eval's API models read this one if set.
     env = {"OPENAI_API_KEY": "EMPTY", "TOKENIZERS_PARALLELISM": "false", **spec.env}
-    return HarnessCommand(argv=tuple(argv), env=env, task=task, output_dir=str(output_dir))
+    return HarnessCommand(
+        argv=tuple(argv), env=env, task=task, output_dir=str(output_dir), model=served_name
+    )
 
 
 def derived_task_yaml(task: str, source: Path, dataset_path: str) -> str:
@@ -211,7 +200,7 @@ async def run_harness(command: HarnessCommand, timeout_s: float, log_path: Path)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(proc.wait(), timeout=_KILL_WAIT_S)
         raise HarnessError(
-            f"lm-eval did not finish within {timeout_s:.0f} s (log {log_path})",
+            f"{command.tool} did not finish within {timeout_s:.0f} s (log {log_path})",
             _tail(log_path),
         ) from None
     except asyncio.CancelledError:
@@ -221,14 +210,18 @@ async def run_harness(command: HarnessCommand, timeout_s: float, log_path: Path)
     if code != 0:
         tail = _tail(log_path)
         last = next((ln for ln in reversed(tail.splitlines()) if ln.strip()), "")
-        raise HarnessError(f"lm-eval exited with code {code}: {last} (log {log_path})", tail)
+        raise HarnessError(f"{command.tool} exited with code {code}: {last} (log {log_path})", tail)
 
 
 def parse_outcome(command: HarnessCommand, spec: HarnessSpec) -> HarnessOutcome:
-    """Read the results JSON and the sample log the harness wrote.
+    """Read the results and the per-sample log the harness wrote.
 
     Raises HarnessError when either is missing or the task or metric is not in them.
     """
+    if command.tool == "aisbench":
+        return aisbench_outcome(command, spec)
+    if command.tool == "evalscope":
+        return evalscope_outcome(command, spec)
     results_dir = Path(command.output_dir) / "results"
     found = sorted(results_dir.glob("**/results_*.json"))
     if not found:

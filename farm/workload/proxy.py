@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from farm.engines.base import Completion, EngineOutputError, read_completion
 
-__all__ = ["Exchange", "RecordingProxy", "merge_fields", "prompt_key"]
+__all__ = ["Exchange", "RecordingProxy", "merge_fields", "messages_key", "prompt_key"]
 
 _RECORDED = ("/v1/chat/completions", "/v1/completions")
 # Hop-by-hop and length headers are the proxy's own business (RFC 9110 section 7.6.1).
@@ -50,13 +50,18 @@ def prompt_key(body: Mapping[str, Any]) -> str:
     per-document scores to the proxy's per-request records.
     """
     if "messages" in body:
-        what: Any = [
-            {"role": m.get("role"), "content": m.get("content")}
-            for m in body["messages"]
-            if isinstance(m, dict)
-        ]
-    else:
-        what = body.get("prompt")
+        return messages_key(body["messages"])
+    return json.dumps(body.get("prompt"), ensure_ascii=False, sort_keys=True)
+
+
+def messages_key(messages: Sequence[Any]) -> str:
+    """The canonical text of chat ``messages`` (role and content of each), as
+    :func:`prompt_key` makes it of a request."""
+    what = [
+        {"role": m.get("role"), "content": m.get("content")}
+        for m in messages
+        if isinstance(m, dict)
+    ]
     return json.dumps(what, ensure_ascii=False, sort_keys=True)
 
 
