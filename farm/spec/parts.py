@@ -257,9 +257,20 @@ class HarnessSpec(_Spec):
         default=None, description="results key used as accuracy, e.g. exact_match,strict-match"
     )
     model_args: dict[str, str] = Field(default_factory=dict, description="added to the farm's")
+    dataset_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="evalscope: merged over the farm's --dataset-args of the task "
+        "(prompt_template, few_shot_num, subset_list, ...)",
+    )
     env: dict[str, str] = Field(default_factory=dict)
     extra_args: tuple[str, ...] = ()
     timeout_s: float = Field(default=7200, gt=0, le=_MAX_SECONDS)
+
+    @model_validator(mode="after")
+    def _tool_options(self) -> HarnessSpec:
+        if self.dataset_args and self.tool != "evalscope":
+            raise ValueError("dataset_args are evalscope's; this harness is " + self.tool)
+        return self
 
     @field_validator("include_path")
     @classmethod

@@ -49,6 +49,7 @@ def evalscope_command(
             local = folder
             dataset["subset_list"] = ["default"]
         dataset["local_path"] = str(local)
+    dataset.update(spec.dataset_args)
     generation = {
         "max_tokens": workload.max_tokens,
         # Given a generation config evalscope no longer defaults to greedy.

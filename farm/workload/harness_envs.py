@@ -28,12 +28,16 @@ __all__ = ["HARNESS_REQUIREMENTS", "ensure_harness_env", "harness_env_dir"]
 
 # What each harness's environment installs, in one pip command. AISBench requires an
 # unpinned torch: the CPU build the engine uses keeps pip from fetching a GPU one
-# (3 GiB of CUDA libraries for a harness that only sends HTTP requests).
+# (3 GiB of CUDA libraries for a harness that only sends HTTP requests); it pins
+# numpy below 2, which pyarrow from 21 on no longer loads with.
 HARNESS_REQUIREMENTS: dict[HarnessTool, tuple[str, ...]] = {
-    "aisbench": ("torch==2.13.0", "ais-bench-benchmark==3.1.20260630"),
+    "aisbench": ("torch==2.13.0", "ais-bench-benchmark==3.1.20260630", "pyarrow==20.0.0"),
     "evalscope": ("evalscope==1.14.1",),
 }
-_IMPORT_CHECK = {"aisbench": "import ais_bench.benchmark", "evalscope": "import evalscope"}
+_IMPORT_CHECK = {
+    "aisbench": "import ais_bench.benchmark.cli.main",
+    "evalscope": "import evalscope.cli.cli",
+}
 _MARKER = ".farm-harness-ready"
 
 
