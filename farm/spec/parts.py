@@ -270,6 +270,12 @@ class HarnessSpec(_Spec):
     def _tool_options(self) -> HarnessSpec:
         if self.dataset_args and self.tool != "evalscope":
             raise ValueError("dataset_args are evalscope's; this harness is " + self.tool)
+        path = self.dataset_path
+        if self.tool != "lm-eval" and path is not None and not Path(path).is_absolute():
+            raise ValueError(
+                f"{self.tool} reads its dataset from a local file or folder, and "
+                f"dataset_path {path!r} is neither here (a hub id only works with lm-eval)"
+            )
         return self
 
     @field_validator("include_path")

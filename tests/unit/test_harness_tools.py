@@ -60,6 +60,14 @@ def test_spec_takes_the_issue_spelling_name_and_data() -> None:
         _workload("opencompass", "gsm8k")
 
 
+@pytest.mark.parametrize("tool", ["aisbench", "evalscope"])
+def test_a_hub_id_is_refused_for_the_harnesses_that_read_local_files(tool: str) -> None:
+    with pytest.raises(ValueError, match=f"{tool} reads its dataset from a local file"):
+        WorkloadSpec.model_validate(
+            {"name": "w", "harness": {"tool": tool, "task": "gsm8k", "data": "openai/gsm8k"}}
+        )
+
+
 def test_dataset_args_are_evalscopes_and_merge_over_the_farms(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="dataset_args are evalscope's"):
         _workload("aisbench", "gsm8k", dataset_args={"x": 1})
