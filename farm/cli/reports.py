@@ -83,7 +83,7 @@ def render_report(
     from farm.analysis.summary import summarize_sweep
     from farm.report.html import render_html
     from farm.report.markdown import render_markdown
-    from farm.store.repository import history_series, load_sweep
+    from farm.store.repository import history_series, load_sweep, sweep_cost
     from farm.store.verdicts import list_verdicts
 
     with open_session(db) as session:
@@ -93,12 +93,13 @@ def render_report(
         # From the per-variant summaries: trends read no request of earlier sweeps.
         trends = history_series(session, record, history) if history > 1 else None
         stored = list_verdicts(session, [sweep_id]).get(sweep_id, [])
+        cost = sweep_cost(session, sweep_id).describe()
     report = judge_within(record)
     summaries = summarize_sweep(record)
     if fmt == "html":
         verdict = stored[0] if stored else None
-        return sweep_id, render_html(record, summaries, report, trends, verdict=verdict)
-    return sweep_id, render_markdown(record, summaries, report, trends)
+        return sweep_id, render_html(record, summaries, report, trends, verdict=verdict, cost=cost)
+    return sweep_id, render_markdown(record, summaries, report, trends, cost=cost)
 
 
 def report_files(

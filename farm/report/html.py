@@ -141,6 +141,7 @@ def render_html(
     *,
     base_engine: str | None = None,
     verdict: SweepVerdict | None = None,
+    cost: str | None = None,
 ) -> str:
     """The sweep report as a standalone HTML page.
 
@@ -150,7 +151,7 @@ def render_html(
     follows); per-position acceptance bars per variant; AL trends per cell key when
     ``history`` is given; the matrix table; notes; every verdict. With ``verdict``
     (a nightly's or PR run's, :mod:`farm.results.verdict`), its outcome and findings
-    come first.
+    come first. ``cost``: what the sweep's servers cost (``SweepCost.describe``).
     """
     engines = list(dict.fromkeys(s.cell.engine for s in sweep.cells))
     ok = sum(1 for s in sweep.cells if s.result is not None and s.result.status == "ok")
@@ -168,6 +169,8 @@ def render_html(
         + (f" · finished {sweep.finished_at:%Y-%m-%d %H:%M} UTC" if sweep.finished_at else "")
         + "</p>",
     ]
+    if cost:
+        parts.append(f'<p class="meta">{_e(cost)}</p>')
     if sweep.builds:
         items = "".join(
             f"<li><code>{_e(b.engine)}</code>: {_e(b.package)}=={_e(b.version)}"

@@ -167,8 +167,10 @@ def render_markdown(
     summaries: Sequence[VariantSummary],
     check_report: CheckReport,
     history: History | None = None,
+    cost: str | None = None,
 ) -> str:
-    """A sweep as Markdown: findings, the AL-change grid, verdicts, matrix, trends, notes."""
+    """A sweep as Markdown: findings, the AL-change grid, verdicts, matrix, trends, notes;
+    ``cost``: what the sweep's servers cost (``SweepCost.describe``)."""
     ok = sum(1 for s in sweep.cells if s.result is not None and s.result.status == "ok")
     failed = sum(1 for s in sweep.cells if s.result is not None and s.result.status != "ok")
     lines = [
@@ -180,6 +182,8 @@ def render_markdown(
         f"**{len(check_report.regressions)} finding(s)**, "
         f"{len(check_report.notes)} note(s).",
     ]
+    if cost:
+        lines += ["", cost[0].upper() + cost[1:] + "."]
     if sweep.builds:
         lines.append("")
         lines.append(

@@ -406,6 +406,7 @@ def publish_night(
         judgement.within or CheckReport(sweep_id=record.sweep_id, verdicts=(), notes=()),
         judgement.series,
         verdict=verdict,
+        cost=(check.cost or sweep_cost(session, verdict.sweep_id)).describe(),
     )
     own = folder / f"sweep-{record.sweep_id}.html"
     write_page(own, page)

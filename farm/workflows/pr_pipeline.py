@@ -451,6 +451,7 @@ def write_pr_report(session: Session, check: PrCheck, folder: Path) -> Path:
         summarize_sweep(record),
         judge_within(record),
         verdict=verdict,
+        cost=sweep_cost(session, verdict.sweep_id).describe(),
     )
     assert verdict.pr_number is not None
     path = folder / report_name(verdict.pr_number, verdict.sweep_id)

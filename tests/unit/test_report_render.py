@@ -382,3 +382,13 @@ def test_history_candidates_only_for_a_recently_confirmed_drop() -> None:
     stale = analyze_histories({key: series(3)})
     assert [c.index for c in stale[0].alerts] == [3]  # found, but confirmed long ago
     assert alert_candidates(judge(night, history={key: series(3)}, rules=rules)) == []
+
+
+def test_reports_say_what_the_sweep_cost_when_told() -> None:
+    sweep, report = _case()
+    cost = "cost: 0.42 device-h (12 cells; start-up 6.1 min, generation 19.0 min) <x>"
+    text = render_markdown(sweep, summarize_sweep(sweep), report, cost=cost)
+    assert "\nCost: 0.42 device-h (12 cells; start-up 6.1 min, generation 19.0 min) <x>.\n" in text
+    page = render_html(sweep, summarize_sweep(sweep), report, cost=cost)
+    assert "cost: 0.42 device-h" in page and "&lt;x&gt;" in page
+    assert "device-h" not in render_markdown(sweep, summarize_sweep(sweep), report)
