@@ -6,17 +6,34 @@ job's history: every comparable key a past verdict found regressed votes for the
 that share its axis values (graph mode, MTP depth, window, prefix caching, ...), in
 proportion to how many they share. A cell like one that regressed twice before runs
 before a cell like none; cells the history says nothing about keep the plan's order.
+
+What a PR touches votes too (:func:`touched_risk`): each changed file whose path names
+a part of the engine (attention kernels, speculative decoding, graph capture, hybrid
+state and caches) votes for the cells that exercise that part, as the seed bugs did:
+vllm-ascend #8210 changed ``attention/attention_v1.py`` and broke sliding-window cells
+in full-graph mode with MTP >= 2; sglang #27202 changed
+``ascend_hybrid_linear_attn_backend.py`` and ``memory_pool_npu.py`` (hybrid state with
+MTP and prefix reuse).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from farm.axes import AxisValue
 from farm.comparable import ComparableKey
 from farm.plan import ServerCell
 
-__all__ = ["regression_risk", "risk_order"]
+__all__ = [
+    "PATH_RULES",
+    "PathRule",
+    "regression_risk",
+    "risk_order",
+    "touched_parts",
+    "touched_risk",
+]
 
 # Request axes (thinking, workload) are in variant keys only: a cell shares none.
 _NOT_RISK = frozenset({"thinking", "workload"})
@@ -60,3 +77,64 @@ def risk_order(cells: Sequence[ServerCell], risk: dict[str, float]) -> list[Serv
         return (-group_risk[values], first_of[values], i)
 
     return [cell for _, cell in sorted(enumerate(cells), key=rank)]
+
+
+@dataclass(frozen=True)
+class PathRule:
+    """Changed paths matching ``pattern`` (a regular expression, searched in the
+    lower-cased path) touch ``part``; ``exercises`` says how much a cell's server axes
+    exercise it (0 for a cell that cannot show it)."""
+
+    part: str
+    pattern: str
+    exercises: Callable[[Mapping[str, AxisValue]], float]
+
+
+def _compiled(axes: Mapping[str, AxisValue]) -> bool:
+    return str(axes.get("graph_mode", "eager")) != "eager"
+
+
+def _depth(axes: Mapping[str, AxisValue]) -> int:
+    return int(axes.get("mtp_depth", 0))
+
+
+PATH_RULES: tuple[PathRule, ...] = (
+    # A window bug shows where the window is on, most in graph mode and with several
+    # query tokens per request (#8210).
+    PathRule(
+        "attention",
+        r"attention|attn|flash|fia|/ops/",
+        lambda a: (str(a.get("sliding_window")) == "on") * (1.0 + _compiled(a) + (_depth(a) >= 2)),
+    ),
+    PathRule(
+        "speculative decoding",
+        r"spec_decode|speculative|mtp|eagle|draft|rejection|proposer",
+        lambda a: float(min(_depth(a), 3)),
+    ),
+    PathRule(
+        "graph capture",
+        r"compilation|cudagraph|aclgraph|acl_graph|torchair|piecewise|graph",
+        lambda a: 2.0 * _compiled(a),
+    ),
+    PathRule(
+        "hybrid state and caches",
+        r"mamba|gdn|linear_attn|ssm|hybrid|memory_pool|radix|prefix|kv_cache|block_table",
+        lambda a: (str(a.get("prefix_caching", "on")) == "on") * (1.0 + (_depth(a) >= 1)),
+    ),
+)
+
+
+def touched_parts(paths: Iterable[str], rules: Sequence[PathRule] = PATH_RULES) -> list[str]:
+    """The parts of the engine the changed ``paths`` touch, in rule order."""
+    lowered = [p.lower() for p in paths]
+    return [r.part for r in rules if any(re.search(r.pattern, p) for p in lowered)]
+
+
+def touched_risk(
+    cells: Sequence[ServerCell], paths: Iterable[str], rules: Sequence[PathRule] = PATH_RULES
+) -> dict[str, float]:
+    """Cell id -> risk from the files a change touches: for each part the paths touch,
+    how much the cell exercises it, summed."""
+    parts = set(touched_parts(paths, rules))
+    touched = [r for r in rules if r.part in parts]
+    return {c.cell_id: sum(r.exercises(c.axes) for r in touched) for c in cells}

@@ -14,7 +14,7 @@ from farm.builds.environment import mask_text
 from farm.builds.sources import SourceError, git, local_commit, source_repository
 from farm.spec import GitSource, PullRequestSource
 
-__all__ = ["first_parent_commits", "history_repository", "merge_base"]
+__all__ = ["changed_paths", "first_parent_commits", "history_repository", "merge_base"]
 
 # Where the ends are fetched in a bare copy of a remote: refs of the farm's own.
 _END_REFS = ("refs/farm-bisect/0", "refs/farm-bisect/1")
@@ -74,6 +74,34 @@ def merge_base(
     with source_repository(cache_dir, location) as bare:
         _fetch_refs(bare, location, (base_ref, head_ref), _PR_REFS, tags=False)
         return _merge_base(bare, _PR_REFS, (base_ref, head_ref), mask_text(location))
+
+
+def changed_paths(
+    source: GitSource | PullRequestSource, cache_dir: Path, base_ref: str, head_ref: str
+) -> tuple[str, ...]:
+    """The files ``head_ref`` changes since it branched from ``base_ref`` (``git diff
+    --name-only base...head``: what GitHub shows as the PR's files), read as
+    :func:`merge_base` reads the repository. Raises SourceError as it does."""
+    location = _location(source, "source")
+    if not source.is_remote(location):
+        repo, refs, where = Path(location), (base_ref, head_ref), location
+        base = _merge_base(repo, refs, (base_ref, head_ref), where)
+        return _diff_names(repo, base, _commit(repo, head_ref, "the head ref"), where)
+    with source_repository(cache_dir, location) as bare:
+        _fetch_refs(bare, location, (base_ref, head_ref), _PR_REFS, tags=False)
+        where = mask_text(location)
+        base = _merge_base(bare, _PR_REFS, (base_ref, head_ref), where)
+        return _diff_names(bare, base, _commit(bare, _PR_REFS[1], "the head ref"), where)
+
+
+def _diff_names(repo: Path, base: str, head: str, where: str) -> tuple[str, ...]:
+    found = git(["-C", str(repo), "diff", "--name-only", base, head], check=False)
+    if found.returncode != 0:
+        raise SourceError(
+            f"git diff in {where} failed (exit {found.returncode}):\n"
+            + mask_text(found.stderr.strip())
+        )
+    return tuple(line for line in found.stdout.splitlines() if line.strip())
 
 
 def _merge_base(repo: Path, refs: Sequence[str], names: tuple[str, str], where: str) -> str:

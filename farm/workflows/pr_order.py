@@ -1,7 +1,8 @@
 """A PR sweep's order and its fail-fast stop (`farm pr --fail-fast`).
 
 The cells likeliest to regress start first (:mod:`farm.analysis.risk`, from the job's
-own past regressions: its nightly verdicts and this PR's earlier runs); with
+own past regressions: its nightly verdicts and this PR's earlier runs, and from the
+files the PR changes); with
 ``--fail-fast`` the sweep starts no more cells once a candidate cell is confirmed
 below its base, paired as the verdict pairs it (:func:`farm.analysis.compare_sweeps`,
 its sequential decision included). The verdict then says what was not run.
@@ -16,7 +17,7 @@ from datetime import UTC, datetime
 from sqlmodel import Session
 
 from farm.analysis.compare import compare_sweeps
-from farm.analysis.risk import regression_risk, risk_order
+from farm.analysis.risk import regression_risk, risk_order, touched_risk
 from farm.comparable import ComparableKey
 from farm.plan import ServerCell
 from farm.records import CellResult, StoredCell, SweepRecord
@@ -57,10 +58,15 @@ def past_regressions(session: Session, job: str, number: int) -> list[Comparable
 
 
 def likely_first(
-    cells: Sequence[ServerCell], regressed: Sequence[ComparableKey]
+    cells: Sequence[ServerCell],
+    regressed: Sequence[ComparableKey],
+    touched: Sequence[str] = (),
 ) -> tuple[str, ...]:
-    """The cells' ids riskiest first; empty when the history makes none riskier."""
-    risk = regression_risk(cells, regressed)
+    """The cells' ids riskiest first, by the job's past regressions and the paths the
+    PR changes (``touched``); empty when neither makes any cell riskier."""
+    history = regression_risk(cells, regressed)
+    change = touched_risk(cells, touched)
+    risk = {c.cell_id: history[c.cell_id] + change[c.cell_id] for c in cells}
     if not any(risk.values()):
         return ()
     return tuple(c.cell_id for c in risk_order(cells, risk))

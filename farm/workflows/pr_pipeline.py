@@ -23,10 +23,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlmodel import Session
 
 from farm.analysis.check_rules import CheckConfig
-from farm.builds.git_history import merge_base
+from farm.builds.git_history import changed_paths, merge_base
 from farm.builds.patches import PatchError, check_patch
 from farm.builds.series import Patch, Target
-from farm.builds.sources import ResolvedSource, installable, resolve_source
+from farm.builds.sources import ResolvedSource, SourceError, installable, resolve_source
 from farm.builds.venv import patches_of, plan_builds
 from farm.errors import FarmError
 from farm.goldens import GoldenCheck
@@ -102,6 +102,8 @@ class PrSetup(_Frozen):
     base_label: str
     head_sha: str | None
     dropped: tuple[DroppedPatch, ...] = ()
+    # The files the PR changes (git diff base...head), when both ends are git refs.
+    touched: tuple[str, ...] = ()
 
 
 class PrBaseline(_Frozen):
@@ -223,6 +225,21 @@ def _git_base(engine: EngineSpec) -> GitSource:
     return current
 
 
+def _touched(
+    engine: EngineSpec, head: BuildSource, cache_dir: Path, say: LineSink
+) -> tuple[str, ...]:
+    """The files the head changes against the replaced part's ref; nothing (said why)
+    when either end is no git ref or git cannot tell: the order only loses a hint."""
+    base = replaced_source(engine)
+    if not isinstance(base, GitSource) or not isinstance(head, GitSource | PullRequestSource):
+        return ()
+    try:
+        return changed_paths(base, cache_dir, base.ref, head.ref)
+    except SourceError as exc:
+        say(f"order: the files the PR changes are unknown ({exc})")
+        return ()
+
+
 def _merge_base_engine(
     engine: EngineSpec,
     base: GitSource,
@@ -293,6 +310,7 @@ def prepare_pr(
     others = [p for p in engine.patches if p not in {m.id for m in mine}]
     keep = tuple(p for p in engine.patches if p in set(kept) | set(others))
     candidate = candidate_engine(engine, number, new_source, keep)
+    touched = _touched(engine, new_source, cache_dir, say)
     base_plan, cand_plan = plan_builds([base, candidate])
     if cand_plan.build_id is None:
         raise FarmError(f"the candidate build of PR #{number}: {cand_plan.error}")
@@ -308,6 +326,7 @@ def prepare_pr(
         base_label=base_label or (base_plan.source if base_plan.build_id else "unresolved"),
         head_sha=resolved.commit,
         dropped=tuple(dropped),
+        touched=touched,
     )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from farm.analysis.risk import touched_parts
 from farm.goldens import GoldenCheck
 from farm.masking import mask_secrets
 from farm.notify.github import GitHubClient, PullRequestRef
@@ -188,9 +189,13 @@ def _sweep_plan(
     if not _no_store_yet(request.url):
         with deps.open_session(request.url) as session:
             regressed = past_regressions(session, request.spec.name, request.number)
-    first = likely_first(plan_job(job, request.only).cells, regressed)
+    first = likely_first(plan_job(job, request.only).cells, regressed, setup.touched)
     if first:
-        deps.say(f"order: {len(regressed)} past regression(s) of the job put {first[0]} first")
+        parts = touched_parts(setup.touched)
+        why = [f"{len(regressed)} past regression(s) of the job"] if regressed else []
+        if parts:
+            why.append(f"the {len(setup.touched)} file(s) it changes ({', '.join(parts)})")
+        deps.say(f"order: {' and '.join(why)} put {first[0]} first")
     stop = None
     if request.fail_fast:
         stop = FailFast(setup.base.name, setup.candidate.name, [c.stored for c in baseline.reused])

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from farm.builds.git_history import merge_base
+from farm.builds.git_history import changed_paths, merge_base
 from farm.builds.sources import SourceError
 from farm.cli.main import app
 from farm.errors import FarmError
@@ -165,6 +165,21 @@ def test_merge_base_of_a_remote_through_the_cache_copy(plugin: Plugin, tmp_path:
     assert merge_base(source, cache, "main", "refs/pull/8/head") == plugin.tip
 
 
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_the_files_a_pr_changes_are_its_own_not_mains_since(
+    plugin: Plugin, tmp_path: Path, where: str
+) -> None:
+    source = _source(str(plugin.repo.path) if where == "local" else plugin.url)
+    cache = tmp_path / "cache"
+    assert changed_paths(source, cache, "main", "refs/pull/8/head") == ("extra.txt",)
+    # PR 7 branched at c1; main's c2 and c3 changed the same file after it: the PR's
+    # files are what it changed since it branched (git diff c1 head), as GitHub shows.
+    own = plugin.repo.git("diff", "--name-only", plugin.branch_point, plugin.head).split()
+    assert changed_paths(source, cache, "main", "refs/pull/7/head") == tuple(own)
+    with pytest.raises(SourceError, match="no common commit"):
+        changed_paths(source, cache, "main", "refs/pull/9/head")
+
+
 # (2) prepare_pr
 
 
@@ -191,6 +206,8 @@ def test_prepare_pr_at_the_merge_base(plugin: Plugin, tmp_path: Path, where: str
     # The candidate does not depend on the base.
     assert at.candidate == tip.candidate and at.candidate_build_id == tip.candidate_build_id
     assert at.head_sha == tip.head_sha == plugin.head
+    # What the PR changes, for the order its cells run in.
+    assert at.touched == tip.touched and tip.touched
 
 
 def test_an_up_to_date_pr_has_the_branch_tips_build_as_base(plugin: Plugin, tmp_path: Path) -> None:
