@@ -34,6 +34,7 @@ from farm.records import (
     StoredCell,
     SweepRecord,
     VariantResult,
+    summed_counters,
 )
 
 __all__ = [
@@ -260,20 +261,9 @@ def simulate_sweep(
 
 
 def _variant(v: Variant, requests: Sequence[RequestRecord]) -> VariantResult:
-    counters = [r.counters for r in requests if r.counters is not None]
-    width = max((len(c.accepted_per_pos) for c in counters), default=0)
-    total = SpecCounters(
-        drafts=sum(c.drafts for c in counters),
-        draft_tokens=sum(c.draft_tokens for c in counters),
-        accepted=sum(c.accepted for c in counters),
-        accepted_per_pos=tuple(
-            sum(c.accepted_per_pos[i] for c in counters if i < len(c.accepted_per_pos))
-            for i in range(width)
-        ),
-    )
     return VariantResult(
         axes=v.axes,
-        counters=total,
+        counters=summed_counters([r.counters for r in requests if r.counters is not None]),
         requests=tuple(requests),
         elapsed_s=1.0,
         concurrency=4,
