@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.table import Table
+from rich.text import Text
 
 from farm.analysis.summary import VariantSummary
+from farm.inert import terminal
 from farm.report.figures import fmt
 
 __all__ = ["CATEGORY_HEADINGS", "category_rows", "render_category_table"]
@@ -41,9 +43,12 @@ def render_category_table(summaries: Sequence[VariantSummary]) -> Table | None:
         return None
     table = Table(title="acceptance by category", title_justify="left")
     for i, heading in enumerate(CATEGORY_HEADINGS):
-        table.add_column(
-            heading, justify="right" if i in (2, 3) else "left", overflow="fold", ratio=None
-        )
-    for row in rows:
-        table.add_row(*row)
+        table.add_column(heading, justify="right" if i in (2, 3) else "left", overflow="fold")
+    shown = None
+    for variant, *figures in rows:
+        # Text, not markup: a label's "[think-on.mt-bench]" is no rich style tag; a
+        # category comes from a user's file, its control characters shown, not run.
+        cells = ("" if variant == shown else variant, *figures)
+        table.add_row(*(Text(terminal(c)) for c in cells))
+        shown = variant
     return table

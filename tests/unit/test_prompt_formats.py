@@ -137,3 +137,43 @@ def test_acceptance_by_category_sums_the_requests_of_each_category() -> None:
     assert (writing.requests, writing.drafts) == (2, 20)
     assert writing.per_position == pytest.approx((8 / 20, 2 / 20))
     assert acceptance_by_category([_request(0, None, 10, (1,))]) == ()
+
+
+def test_the_category_table_shows_labels_and_categories_as_text() -> None:
+    from rich.console import Console
+
+    from farm.analysis.summary import CategoryAcceptance, VariantSummary
+    from farm.report.categories import render_category_table
+
+    axes = {"engine": "e", "model": "m", "mtp_depth": 3, "thinking": "on", "workload": "mt"}
+    row = VariantSummary(
+        cell_id="e.m.eager.mtp3.swa-on",
+        axes=axes,
+        effective_graph_mode="eager",
+        status="ok",
+        categories=(
+            CategoryAcceptance(
+                category="[bold]x\x1b[2J",
+                requests=2,
+                drafts=4,
+                mean_acceptance_length=2.5,
+                per_position=(0.5, 0.5, 0.5),
+            ),
+            CategoryAcceptance(
+                category="math",
+                requests=1,
+                drafts=0,
+                mean_acceptance_length=None,
+                per_position=(),
+            ),
+        ),
+    )
+    table = render_category_table([row])
+    assert table is not None
+    console = Console(width=200, record=True)
+    console.print(table)
+    text = console.export_text()
+    assert "e.m.eager.mtp3.swa-on[think-on.mt]" in text
+    assert "[bold]x" in text and "\x1b" not in text
+    assert text.count("e.m.eager") == 1  # the variant once, its categories below it
+    assert render_category_table([row.model_copy(update={"categories": ()})]) is None
