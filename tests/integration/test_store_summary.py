@@ -197,6 +197,7 @@ def _packed_from_0007(rows: list[tuple[object, ...]]) -> dict[int, dict[str, lis
             ("draft_tokens", c and c["draft_tokens"]),
             ("accepted", c and c["accepted"]),
             ("accepted_per_pos", c and c["accepted_per_pos"]),
+            ("categories", None),  # a column of 0014: no request of 0007 had one
         ):
             packed.setdefault(name, []).append(value)
     return runs
