@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -67,13 +68,11 @@ def _local_dataset(python: Path, task: str, data: Path, output_dir: Path) -> Pat
     root = output_dir / "datasets"
     target = root / paths.pop()
     target.parent.mkdir(parents=True, exist_ok=True)
-    if target.is_symlink() or target.exists():
-        if target.is_dir() and not target.is_symlink():
-            for child in target.iterdir():
-                child.unlink()
-            target.rmdir()
-        else:
-            target.unlink()
+    # An earlier variant's: a folder of links, or a link (never followed).
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+    else:
+        target.unlink(missing_ok=True)
     if data.is_file():
         target.mkdir()
         for split in ("test", "train"):

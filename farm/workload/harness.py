@@ -54,6 +54,11 @@ __all__ = [
 ]
 
 _MODEL = "local-chat-completions"
+# The harnesses run from environments of their own: how to start each, how to read it.
+_OWN_ENVIRONMENT = {
+    "aisbench": (aisbench_command, aisbench_outcome),
+    "evalscope": (evalscope_command, evalscope_outcome),
+}
 _DATA_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 _LOG_TAIL_LINES = 30
 # How long a SIGKILLed harness may take to be reaped.
@@ -77,7 +82,7 @@ def harness_command(
         return _lm_eval_command(workload, spec, served_name, base_url, output_dir)
     if python is None:
         raise HarnessError(f"workload {workload.name}: {spec.tool} needs its own environment")
-    make = aisbench_command if spec.tool == "aisbench" else evalscope_command
+    make, _ = _OWN_ENVIRONMENT[spec.tool]
     return make(workload, spec, served_name, base_url, output_dir, python)
 
 
@@ -218,10 +223,9 @@ def parse_outcome(command: HarnessCommand, spec: HarnessSpec) -> HarnessOutcome:
 
     Raises HarnessError when either is missing or the task or metric is not in them.
     """
-    if command.tool == "aisbench":
-        return aisbench_outcome(command, spec)
-    if command.tool == "evalscope":
-        return evalscope_outcome(command, spec)
+    if command.tool in _OWN_ENVIRONMENT:
+        _, read = _OWN_ENVIRONMENT[command.tool]
+        return read(command, spec)
     results_dir = Path(command.output_dir) / "results"
     found = sorted(results_dir.glob("**/results_*.json"))
     if not found:
