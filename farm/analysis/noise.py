@@ -41,6 +41,7 @@ from farm.analysis.history import HistoryPoint
 from farm.analysis.stats import Interval
 from farm.comparable import ComparableKey
 from farm.records import SweepRecord, VariantResult
+from farm.results.verdict import SweepVerdict
 
 __all__ = [
     "KeyNoise",
@@ -163,14 +164,23 @@ class KeyNoiseRow(_Frozen):
     position_sd: tuple[float, ...]  # acceptance at each draft position, the same way
     accuracy_sd: float | None  # share correct, the same way (None: not scored)
     flip_rate: float | None  # share of prompts whose output differs from the night before
+    aa_nights: int = 0  # of ``nights``, the A/A nights (clean repeats of a good night)
+    aa_false_alarms: int = 0  # of those, the nights with a finding on this key
 
     @property
     def al_relative_sd(self) -> float:
         return self.al_sd / self.al_mean if self.al_mean else 0.0
 
 
-def noise_table(sweeps: Sequence[SweepRecord]) -> list[KeyNoiseRow]:
-    """Every spec-on key of ``sweeps`` (a job's nights, any order) with its spread."""
+def noise_table(
+    sweeps: Sequence[SweepRecord], aa_verdicts: Sequence[SweepVerdict] = ()
+) -> list[KeyNoiseRow]:
+    """Every spec-on key of ``sweeps`` (a job's nights, any order) with its spread.
+
+    ``aa_verdicts``: the A/A verdicts of those sweeps (others are ignored); each key
+    counts the A/A nights it was measured on and those on which a finding of the
+    rule (a false alarm: :attr:`SweepVerdict.false_alarms`) named it."""
+    aa = {v.sweep_id: _false_alarm_labels(v) for v in aa_verdicts if v.kind == "aa"}
     nights: dict[ComparableKey, list[tuple[int, VariantResult]]] = {}
     for sweep in sweeps:
         for stored in sweep.cells:
@@ -203,9 +213,15 @@ def noise_table(sweeps: Sequence[SweepRecord]) -> list[KeyNoiseRow]:
                 position_sd=per_position,
                 accuracy_sd=accuracy,
                 flip_rate=_flip_rate(runs),
+                aa_nights=sum(sweep_id in aa for sweep_id, _ in seen),
+                aa_false_alarms=sum(key.label in aa.get(sweep_id, ()) for sweep_id, _ in seen),
             )
         )
     return rows
+
+
+def _false_alarm_labels(verdict: SweepVerdict) -> frozenset[str]:
+    return frozenset(f.key.label for f in verdict.false_alarms if f.key is not None)
 
 
 def _flip_rate(runs: Sequence[VariantResult]) -> float | None:

@@ -17,6 +17,7 @@ from farm.comparable import ComparableKey
 from farm.results.alerts import AlertFigure
 
 __all__ = [
+    "EXIT_FALSE_ALARM",
     "EXIT_STATUS",
     "VERDICT_KINDS",
     "VERDICT_OUTCOMES",
@@ -30,13 +31,18 @@ __all__ = [
     "outcome_of",
 ]
 
-VerdictKind = Literal["nightly", "pr"]
+# aa: an A/A night (`farm nightly --aa`), a clean repeat of the last good night's
+# builds; what it finds is by definition a false alarm of the rule.
+VerdictKind = Literal["nightly", "pr", "aa"]
 VerdictOutcome = Literal["clean", "regression", "failed_cells"]
 VERDICT_KINDS: tuple[VerdictKind, ...] = get_args(VerdictKind)
 VERDICT_OUTCOMES: tuple[VerdictOutcome, ...] = get_args(VerdictOutcome)
 # What a scheduler acts on (issue #11): 0 clean, 1 regression, 3 cells failed but no
 # regression; 2 (bad input, store unreachable) never reaches a verdict.
 EXIT_STATUS: dict[VerdictOutcome, int] = {"clean": 0, "regression": 1, "failed_cells": 3}
+# An A/A night whose judgement found something: false alarms, not a regression (a
+# scheduler acting on 1 would page someone for the rule's own noise).
+EXIT_FALSE_ALARM = 5
 
 # within_sweep: graph modes vs eager, patches vs base (farm.analysis.checks);
 # baseline: each cell vs the same comparable cell of the baseline (the job's last
@@ -153,8 +159,16 @@ class SweepVerdict(_Stored):
 
     @property
     def exit_status(self) -> int:
-        """0 clean, 1 regression, 3 cells failed but no regression."""
+        """0 clean, 1 regression, 3 cells failed but no regression; an A/A night's
+        findings are false alarms: 5 (:data:`EXIT_FALSE_ALARM`)."""
+        if self.kind == "aa" and self.outcome == "regression":
+            return EXIT_FALSE_ALARM
         return EXIT_STATUS[self.outcome]
+
+    @property
+    def false_alarms(self) -> tuple[Finding, ...]:
+        """An A/A night's findings that would have been regressions (none otherwise)."""
+        return self.regressions if self.kind == "aa" else ()
 
     @property
     def regressions(self) -> tuple[Finding, ...]:
@@ -166,10 +180,16 @@ class SweepVerdict(_Stored):
             " vs sweep " + ", ".join(map(str, self.baseline_sweep_ids))
             if self.baseline_sweep_ids
             else " (no earlier good night to compare with)"
-            if self.kind == "nightly"
+            if self.kind in ("nightly", "aa")
             else ""
         )
         pr = f" PR #{self.pr_number}" if self.pr_number is not None else ""
+        if self.kind == "aa":
+            return (
+                f"A/A night on sweep {self.sweep_id} ({self.job}): "
+                f"{len(self.false_alarms)} false alarm(s) in {self.comparisons} "
+                f"comparisons{against} (same builds)"
+            )
         return (
             f"{self.kind}{pr} verdict on sweep {self.sweep_id} ({self.job}): {self.outcome}, "
             f"{len(self.findings)} finding(s) in {self.comparisons} comparisons{against}"

@@ -27,6 +27,7 @@ __all__ = [
     "BuildRow",
     "CellRow",
     "ExcludedCellRow",
+    "KeySpreadRow",
     "MetricRow",
     "RequestNumbersRow",
     "RequestTextRow",
@@ -319,13 +320,13 @@ class VariantSummaryRow(_Table, table=True):
 
 
 class VerdictRow(_Table, table=True):
-    """The verdict of a nightly or PR run on a sweep (``farm.results.verdict``); one
-    per sweep and kind, so a rerun of the same night cannot store a second one."""
+    """The verdict of a nightly, A/A night or PR run on a sweep (``farm.results.verdict``);
+    one per sweep and kind, so a rerun of the same night cannot store a second one."""
 
     __tablename__ = "verdict"
     __table_args__ = (
         sa.UniqueConstraint("sweep_id", "kind"),
-        _status_check("kind", ("nightly", "pr")),
+        _status_check("kind", ("nightly", "pr", "aa")),
         _status_check("outcome", ("clean", "regression", "failed_cells")),
     )
 
@@ -343,6 +344,30 @@ class VerdictRow(_Table, table=True):
     pr_number: int | None = Field(default=None, index=True)
     head_sha: str | None = None
     created_at: datetime = Field(sa_type=UTCDateTime)
+
+
+class KeySpreadRow(_Table, table=True):
+    """One key's night-to-night spread over a job's last nights, as computed when the
+    verdict of night ``sweep_id`` was stored (:func:`farm.analysis.noise.noise_table`);
+    one per job, key and sweep, so the spread can be plotted over the nights."""
+
+    __tablename__ = "key_spread"
+    __table_args__ = (sa.UniqueConstraint("job", "key_label", "sweep_id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job: str = Field(index=True)
+    key_label: str
+    key: dict[str, Any] = Field(sa_type=sa.JSON)  # the ComparableKey
+    sweep_id: int = Field(foreign_key="sweep.id", index=True, ondelete="CASCADE")
+    nights: int
+    al_mean: float
+    al_sd: float
+    position_sd: list[float] = Field(sa_type=sa.JSON)
+    accuracy_sd: float | None = None
+    flip_rate: float | None = None
+    aa_nights: int = 0
+    aa_false_alarms: int = 0
+    computed_at: datetime = Field(sa_type=UTCDateTime)
 
 
 class BisectionRow(_Table, table=True):

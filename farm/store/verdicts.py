@@ -1,4 +1,4 @@
-"""Verdicts in SQL: one row per sweep and kind (nightly, pr).
+"""Verdicts in SQL: one row per sweep and kind (nightly, pr, aa: an A/A night).
 
 Typed records in and out (:class:`farm.results.verdict.SweepVerdict`);
 ``VerdictRow`` never leaves the store. A verdict is written once: the unique
@@ -138,6 +138,13 @@ def verdict_outcomes(
     return out
 
 
+def _kind(value: str) -> VerdictKind:
+    for kind in VERDICT_KINDS:
+        if value == kind:
+            return kind
+    raise ValueError(f"a verdict row holds an unknown kind {value!r}")
+
+
 def _outcome(value: str) -> VerdictOutcome:
     if value == "clean":
         return "clean"
@@ -155,7 +162,7 @@ def _record(row: VerdictRow, job: str) -> SweepVerdict:
     return SweepVerdict(
         sweep_id=row.sweep_id,
         job=job,
-        kind="pr" if row.kind == "pr" else "nightly",
+        kind=_kind(row.kind),
         outcome=_outcome(row.outcome),
         findings=read_column(tuple[Finding, ...], row.findings, **at("findings")),
         notes=read_column(tuple[str, ...], row.notes or (), **at("notes")),
