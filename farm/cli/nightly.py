@@ -2,9 +2,9 @@
 
 Exit status: 0 clean, 1 regression (alerts raised), 2 bad input or store
 unreachable, 3 cells failed but no regression, 4 a channel did not take the alerts
-(as `farm alerts check`), 130 / 143 stopped by SIGINT / SIGTERM
-before the night was judged (the sweep is stored interrupted; ``--resume latest``
-finishes and judges it). The stages are imported inside the
+(as `farm alerts check`), 5 an A/A night (``--aa``) found false alarms, 130 / 143
+stopped by SIGINT / SIGTERM before the night was judged (the sweep is stored
+interrupted; ``--resume latest`` finishes and judges it). The stages are imported inside the
 command: this module loads only typer, rich and the CLI's common parts.
 """
 
@@ -123,10 +123,19 @@ def _print_check(check: NightlyCheck) -> None:
     v = check.verdict
     style = "green" if v.outcome == "clean" else "red"
     say((v.headline(), style))
+    false_alarms = v.false_alarms
     for f in v.findings:
-        say(("  " + f.source, "bold"), f" {f.shown_check}: {f.summary}")
+        if f in false_alarms:
+            say(("  false alarm", "yellow"), f" ({f.source}) {f.shown_check}: {f.summary}")
+        else:
+            say(("  " + f.source, "bold"), f" {f.shown_check}: {f.summary}")
     if check.cost is not None:
         say(check.cost.describe())
+    if check.spread_error is not None:
+        say(("key spread:", "yellow"), f" {check.spread_error}", err=True)
+    if v.kind == "aa":
+        say("A/A night: its findings are false alarms of the rule; nothing alerted or sent")
+        return
     if not check.judged:
         say("this night was judged before: no alert raised or sent again")
         return
@@ -154,6 +163,24 @@ _Publish = Annotated[
     Path | None, typer.Option(help="report folder; default: nightly.publish of the job")
 ]
 _Notify = Annotated[bool, typer.Option(help="send new alerts to the channels set in FARM_NOTIFY_*")]
+_AA = Annotated[
+    bool,
+    typer.Option(
+        "--aa",
+        help="an A/A night: the last good night's builds again (refused when they differ); "
+        "its findings are false alarms, never alerted or sent; exit 5 when there is one",
+    ),
+]
+
+
+def _planned_builds(job: JobFile, cells_of: set[str]) -> dict[str, str | None]:
+    """Engine -> the build id the night would run (None: its source is unresolved)."""
+    from farm.builds.venv import plan_builds
+
+    return {
+        b.engine: b.build_id
+        for b in plan_builds([e for e in job.spec.engines if e.name in cells_of])
+    }
 
 
 def _check_outputs(request: NightlyRequest, publish_option: bool) -> None:
@@ -179,6 +206,7 @@ def nightly(
     history: _History = None,
     publish: _Publish = None,
     notify: _Notify = True,
+    aa: _AA = False,
 ) -> None:
     """Run the job's sweep, then judge it: within-sweep checks, every cell against the
     same cell of the job's last good night, history checks over the last N sweeps.
@@ -186,8 +214,9 @@ def nightly(
     Raises deduplicated alerts, notifies, writes the report folder and prints one line
     per finding. Exit status: 0 clean, 1 regression, 2 bad input or store unreachable,
     3 cells failed but no regression, 4 a notification channel failed (the alerts stay
-    pending), 130 / 143 interrupted by SIGINT / SIGTERM (not
-    judged: --resume latest finishes it). A night already judged is not judged again.
+    pending), 5 an A/A night (--aa) found false alarms, 130 / 143 interrupted by
+    SIGINT / SIGTERM (not judged: --resume latest finishes it). A night already judged
+    is not judged again.
     """
     from farm.cli.preflight import check_job, check_resume
     from farm.goldens import job_goldens
@@ -204,9 +233,10 @@ def nightly(
             url=url,
             history=spec.nightly.history if history is None else history,
             resume=asked,
-            notify=notify,
+            notify=notify and not aa,  # an A/A night tells no channel anything
             folder=publish or (Path(spec.nightly.publish) if spec.nightly.publish else None),
             goldens=job_goldens(checked),
+            aa=aa,
         )
         _check_outputs(request, publish is not None)
         deps = NightlyDeps(
@@ -217,6 +247,11 @@ def nightly(
             check_resume=lambda sweep: check_resume(checked, planned, pairs, url, sweep),
             judged=_print_check,
             cell_checked=_print_cell_alerts,
+            planned_builds=(
+                (lambda: _planned_builds(checked, {c.engine for c in planned.cells}))
+                if aa
+                else None
+            ),
         )
         outcome = run_nightly(request, deps)
         if outcome.pages and request.folder is not None:

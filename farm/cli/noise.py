@@ -29,21 +29,25 @@ def noise(
     and how often a prompt's greedy output differs from the night before.
 
     Reads the job's last NIGHTS sweeps only, whatever the store holds. Run clean
-    repeats (A/A nights) to measure an engine's own noise.
+    repeats (`farm nightly JOB.yaml --aa`) to measure an engine's own noise: "A/A"
+    counts each key's A/A nights and those with a false alarm on it.
     """
     from farm.analysis.noise import noise_table
     from farm.store.repository import job_sweeps, load_sweep
+    from farm.store.verdicts import list_verdicts
 
     try:
         with open_session(db) as session:
             ids = [s.id for s in job_sweeps(session, job)[:nights]]
             if not ids:
                 raise FarmError(f"no sweep of job {job!r}; `farm sweeps` lists the jobs' sweeps")
-            rows = noise_table([load_sweep(session, i) for i in ids])
+            aa = [v for vs in list_verdicts(session, ids).values() for v in vs if v.kind == "aa"]
+            rows = noise_table([load_sweep(session, i) for i in ids], aa)
     except FarmError as exc:
         raise fail(exc) from None
     table = Table(title=f"run-to-run noise of {job}: sweeps {min(ids)}..{max(ids)}")
-    for col in ("key", "nights", "AL", "AL sd", "per position sd", "accuracy sd", "flips"):
+    columns = ("key", "nights", "AL", "AL sd", "per position sd", "accuracy sd", "flips", "A/A")
+    for col in columns:
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(
@@ -54,9 +58,11 @@ def noise(
             " ".join(f"{x:.3f}" for x in r.position_sd) or "-",
             "-" if r.accuracy_sd is None else f"{r.accuracy_sd:.3f}",
             "-" if r.flip_rate is None else f"{r.flip_rate:.0%}",
+            f"{r.aa_false_alarms} false alarm(s) in {r.aa_nights}" if r.aa_nights else "-",
         )
     console.print(table)
     console.print(
         "sd: night to night, robust (1.4826 x median |change| / sqrt2); flips: prompts "
-        "whose output differs from the night before"
+        "whose output differs from the night before; A/A: false alarms in the key's A/A "
+        "nights (`farm nightly --aa`)"
     )

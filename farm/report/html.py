@@ -391,9 +391,10 @@ def _verdict_section(verdict: SweepVerdict) -> str:
     )
     pr = f" · PR #{verdict.pr_number}" if verdict.pr_number is not None else ""
     head = f" @ {verdict.head_sha[:12]}" if verdict.head_sha else ""
+    kind = "A/A night" if verdict.kind == "aa" else verdict.kind.capitalize()
+    outcome = f"{len(verdict.false_alarms)} false alarm(s)" if verdict.kind == "aa" else ""
     out = [
-        f'<h2>{_e(verdict.kind.capitalize())} verdict: <span class="{cls}">'
-        f"{_e(verdict.outcome)}</span></h2>",
+        f'<h2>{_e(kind)} verdict: <span class="{cls}">{_e(outcome or verdict.outcome)}</span></h2>',
         f'<p class="meta">{_e(against)} · {verdict.comparisons} comparisons · history '
         f"{verdict.history} sweeps{_e(pr)}{_e(head)}</p>",
     ]

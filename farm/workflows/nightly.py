@@ -44,6 +44,7 @@ __all__ = [
     "BASELINE_CHECK",
     "EarlierNight",
     "NightJudgement",
+    "aa_builds_differ",
     "judge_night",
     "last_good_night",
 ]
@@ -59,6 +60,7 @@ class EarlierNight(_Frozen):
     sweep_id: int
     status: str  # the sweep's status (farm.records.SWEEP_STATUSES)
     verdict: VerdictOutcome | None = None  # its stored nightly verdict, if any
+    aa: bool = False  # an A/A night (`farm nightly --aa`): never a baseline
 
 
 @dataclass(frozen=True)
@@ -77,14 +79,43 @@ def last_good_night(sweep_id: int, earlier: Sequence[EarlierNight]) -> int | Non
     (a night that regressed never becomes the baseline, so the next night is compared
     with the last clean one and raises the same alert again). Before any verdict
     exists (the job's first nightly), the newest sweep whose cells all ran ok
-    (status ``ok``) is taken.
+    (status ``ok``) is taken. An A/A night is never taken: it repeats the builds of
+    the last good night before it, so that night stays the baseline, and a noisy
+    repeat cannot replace it (a low A/A night as the baseline would hide a drop).
     """
-    before = sorted((n for n in earlier if n.sweep_id < sweep_id), key=lambda n: -n.sweep_id)
+    before = sorted(
+        (n for n in earlier if n.sweep_id < sweep_id and not n.aa), key=lambda n: -n.sweep_id
+    )
     if any(n.verdict is not None for n in before):
         good = [n for n in before if n.verdict == "clean"]
     else:
         good = [n for n in before if n.status == "ok"]
     return good[0].sweep_id if good else None
+
+
+def aa_builds_differ(
+    builds: Mapping[str, str | None], baseline: Mapping[str, str], baseline_id: int
+) -> str | None:
+    """Why an A/A night's ``builds`` (engine -> build id; None: not resolvable) are not
+    the builds of its last good night ``baseline_id`` (engine -> build id), or None when
+    each engine runs the very build it ran then. An A/A night is a clean repeat: with
+    another build its findings could be real, not false alarms."""
+    differ = []
+    for engine, build in sorted(builds.items()):
+        then = baseline.get(engine)
+        if build is None:
+            differ.append(f"{engine} unresolved")
+        elif then is None:
+            differ.append(f"{engine} {build} not in sweep {baseline_id}")
+        elif build != then:
+            differ.append(f"{engine} {then} -> {build}")
+    if not differ:
+        return None
+    return (
+        f"--aa repeats the builds of the last good night (sweep {baseline_id}), but "
+        + "; ".join(differ)
+        + ": run `farm nightly` (a real night), or --aa before the next build lands"
+    )
 
 
 def judge_night(

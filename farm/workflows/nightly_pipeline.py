@@ -51,7 +51,14 @@ from farm.store.repository import (
     sweep_job,
 )
 from farm.store.verdicts import get_verdict, job_verdicts, record_verdict, verdict_outcomes
-from farm.workflows.nightly import EarlierNight, NightJudgement, judge_night, last_good_night
+from farm.workflows.night_spread import store_night_spread
+from farm.workflows.nightly import (
+    EarlierNight,
+    NightJudgement,
+    aa_builds_differ,
+    judge_night,
+    last_good_night,
+)
 
 __all__ = [
     "AlertCheck",
@@ -61,6 +68,7 @@ __all__ = [
     "NightlyDeps",
     "NightlyOutcome",
     "NightlyRequest",
+    "check_aa_night",
     "check_alerts",
     "check_landed_cell",
     "check_night",
@@ -91,6 +99,8 @@ class NightlyCheck(BaseModel):
     channels: tuple[str, ...] = ()
     delivered_to: tuple[str, ...] = ()  # the channels that took the sent alerts
     errors: tuple[str, ...] = ()
+    # The key spread could not be stored (the verdict is; a rerun stores it).
+    spread_error: str | None = None
 
 
 def _recover(session: Session, sweep_id: int, night: NightJudgement) -> list[AlertRecord]:
@@ -101,8 +111,9 @@ def _recover(session: Session, sweep_id: int, night: NightJudgement) -> list[Ale
 
 def _earlier_nights(session: Session, job: str, sweep_id: int) -> list[EarlierNight]:
     outcomes = verdict_outcomes(session, job, "nightly", sweep_id)
+    aa = verdict_outcomes(session, job, "aa", sweep_id)
     return [
-        EarlierNight(sweep_id=s.id, status=s.status, verdict=outcomes.get(s.id))
+        EarlierNight(sweep_id=s.id, status=s.status, verdict=outcomes.get(s.id), aa=s.id in aa)
         for s in job_sweeps(session, job, before=sweep_id)
     ]
 
@@ -210,10 +221,16 @@ def check_night(
     ``()`` notifies nobody; ``goldens``: the job's (:func:`farm.goldens.job_goldens`).
     Raises StoreError (store), NotifyError (invalid channel settings).
     """
+    if get_verdict(session, sweep_id, "aa") is not None:
+        raise FarmError(
+            f"sweep {sweep_id} is an A/A night (its verdict is stored as one): "
+            "`farm nightly JOB --aa --resume ID` shows it"
+        )
     stored = get_verdict(session, sweep_id, "nightly")
     cost = sweep_cost(session, sweep_id)
     if stored is not None:
-        return NightlyCheck(verdict=stored, judged=False, cost=cost)
+        spread_error = store_night_spread(session, sweep_id, history, only_if_missing=True)
+        return NightlyCheck(verdict=stored, judged=False, cost=cost, spread_error=spread_error)
     channels = list(configured_notifiers() if notifiers is None else notifiers)
     night = judge_stored(session, sweep_id, history=history, config=config, goldens=goldens)
     raised = raise_alerts(session, sweep_id, night.alerts)
@@ -234,6 +251,53 @@ def check_night(
         channels=tuple(n.name for n in channels),
         delivered_to=tuple(took),
         errors=tuple(str(e) for e in errors),
+        spread_error=store_night_spread(session, sweep_id, history),
+    )
+
+
+def check_aa_night(
+    session: Session,
+    sweep_id: int,
+    *,
+    history: int,
+    config: CheckConfig | None = None,
+    goldens: Sequence[GoldenCheck] = (),
+) -> NightlyCheck:
+    """Judge stored sweep ``sweep_id`` as an A/A night once: against the job's last
+    good night, by :func:`judge_stored` as every night; its verdict stored with kind
+    ``aa`` (its findings are false alarms), nothing raised, recovered or sent, and the
+    key spread stored. Raises FarmError when the sweep ran other builds than that
+    night or there is none (nothing stored: the sweep stays unjudged), or the sweep
+    was judged as a nightly; StoreError (store)."""
+    if get_verdict(session, sweep_id, "nightly") is not None:
+        raise FarmError(f"sweep {sweep_id} was judged as a nightly: it is not an A/A night")
+    cost = sweep_cost(session, sweep_id)
+    stored = get_verdict(session, sweep_id, "aa")
+    if stored is not None:
+        spread_error = store_night_spread(session, sweep_id, history, only_if_missing=True)
+        return NightlyCheck(verdict=stored, judged=False, cost=cost, spread_error=spread_error)
+    good = _last_good(session, sweep_id)
+    if good is None:
+        raise FarmError(f"sweep {sweep_id}: --aa repeats the last good night; the job has none")
+    baseline = load_sweep(session, good)
+    night = judge_stored(
+        session, sweep_id, baseline=baseline, history=history, config=config, goldens=goldens
+    )
+    differ = aa_builds_differ(
+        night.judgement.builds, {b.engine: b.build_id for b in baseline.builds}, good
+    )
+    if differ is not None:
+        raise FarmError(
+            f"sweep {sweep_id}: {differ}; it stays unjudged (`farm nightly JOB --resume "
+            f"{sweep_id}` judges it as a real night)"
+        )
+    verdict, new = record_verdict(session, night.judgement.verdict("aa"))
+    return NightlyCheck(
+        verdict=verdict,
+        judged=new,
+        cost=cost,
+        judgement=night.judgement if new else None,
+        spread_error=store_night_spread(session, sweep_id, history) if new else None,
     )
 
 
@@ -429,7 +493,9 @@ _FINISHED = ("ok", "failed")
 class NightlyRequest:
     """What `farm nightly` was asked: the job's name, the store, the sweep to resume
     (an id, ``latest`` of the job, or None for a new sweep), the history checks' depth,
-    whether to notify, the report folder, and the goldens the job names."""
+    whether to notify, the report folder, the goldens the job names, and whether the
+    night is an A/A night (``--aa``: the last good night's builds again, judged as
+    every night, its findings false alarms: nothing alerted or notified)."""
 
     job: str
     url: str
@@ -438,6 +504,7 @@ class NightlyRequest:
     notify: bool = True
     folder: Path | None = None
     goldens: tuple[GoldenCheck, ...] = ()
+    aa: bool = False
 
 
 # Told by the sweep each time a cell's result is stored: (sweep id, cell id, its end).
@@ -461,6 +528,9 @@ class NightlyDeps:
     judged: Callable[[NightlyCheck], None]
     cell_checked: Callable[[CellAlerts], None] = _ignore
     notifiers: Sequence[Notifier] | None = None  # None: the channels FARM_NOTIFY_* sets
+    # An A/A night's builds before it runs (engine -> build id, None: unresolved), held
+    # to the last good night's; None: checked once the sweep is stored only.
+    planned_builds: Callable[[], Mapping[str, str | None]] | None = None
 
 
 @dataclass(frozen=True)
@@ -484,12 +554,18 @@ def run_nightly(request: NightlyRequest, deps: NightlyDeps) -> NightlyOutcome:
     """Run (or finish) the job's sweep, judge it once, raise, notify, publish. A night
     already judged is not run or judged again. FarmError for a sweep to resume that does
     not exist or is not this job's, or results that were not stored. Each cell's
-    alerts are raised and sent as the cell is stored (:func:`check_landed_cell`)."""
+    alerts are raised and sent as the cell is stored (:func:`check_landed_cell`). An
+    A/A night (``request.aa``) raises and sends nothing (:func:`check_aa_night`);
+    FarmError, before anything runs, when its planned builds are not the last good
+    night's."""
     notifiers = deps.notifiers if request.notify else ()
+    kind: Literal["nightly", "aa"] = "aa" if request.aa else "nightly"
     # The last good night does not change while the night runs: read once.
     last_good: dict[int, SweepRecord | None] = {}
 
     def landed(sweep: int, cell_id: str, ended: datetime) -> None:
+        if request.aa:
+            return  # an A/A night's findings are false alarms: no early alert either
         try:
             with deps.open_session(request.url) as session:
                 if sweep not in last_good:
@@ -510,23 +586,30 @@ def run_nightly(request: NightlyRequest, deps: NightlyDeps) -> NightlyOutcome:
     if sweep_id is not None:
         with deps.open_session(request.url) as session:
             status = load_sweep(session, sweep_id).status
-            judged = get_verdict(session, sweep_id, "nightly") is not None
+            judged = get_verdict(session, sweep_id, kind) is not None
         if not judged:
             deps.check_resume(sweep_id)
         if status not in _FINISHED and not judged:
+            _check_aa_builds(request, deps, sweep_id)
             sweep_id = deps.run_sweep(sweep_id, landed)
     else:
+        _check_aa_builds(request, deps, None)
         sweep_id = deps.run_sweep(None, landed)
     pages: list[Path] = []
     page_error: str | None = None
     with deps.open_session(request.url) as session:
-        check = check_night(
-            session,
-            sweep_id,
-            history=request.history,
-            notifiers=notifiers,
-            goldens=request.goldens,
-        )
+        if request.aa:
+            check = check_aa_night(
+                session, sweep_id, history=request.history, goldens=request.goldens
+            )
+        else:
+            check = check_night(
+                session,
+                sweep_id,
+                history=request.history,
+                notifiers=notifiers,
+                goldens=request.goldens,
+            )
         deps.judged(check)
         folder = request.folder
         # A night judged before whose page was never written (the folder failed then)
@@ -539,6 +622,28 @@ def run_nightly(request: NightlyRequest, deps: NightlyDeps) -> NightlyOutcome:
             except OutputError as exc:
                 page_error = str(exc)
     return NightlyOutcome(check=check, pages=tuple(pages), page_error=page_error)
+
+
+def _check_aa_builds(request: NightlyRequest, deps: NightlyDeps, sweep_id: int | None) -> None:
+    """Before an A/A night runs (a new sweep, or the rest of ``sweep_id``): its planned
+    builds must be the last good night's. FarmError saying which differ, or that the
+    job has no good night to repeat."""
+    if not request.aa or deps.planned_builds is None:
+        return
+    with deps.open_session(request.url) as session:
+        if sweep_id is None:
+            newest = job_sweeps(session, request.job)
+            sweep_id = newest[0].id + 1 if newest else 1  # as if the next night
+        good = last_good_night(sweep_id, _earlier_nights(session, request.job, sweep_id))
+        if good is None:
+            raise FarmError(
+                f"--aa repeats the job's last good night, and job {request.job!r} has none: "
+                "run `farm nightly` first"
+            )
+        then = {b.engine: b.build_id for b in load_sweep(session, good).builds}
+    differ = aa_builds_differ(deps.planned_builds(), then, good)
+    if differ is not None:
+        raise FarmError(differ)
 
 
 def _resume_id(request: NightlyRequest, deps: NightlyDeps) -> int | None:

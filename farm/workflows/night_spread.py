@@ -1,0 +1,50 @@
+"""The key spread stored after each night's verdict (nightly or A/A).
+
+Read: the job's last ``history`` sweeps ending with the night (as the night's history
+checks read them: the cost follows ``nightly.history``, not the store's size) and the
+A/A verdicts among them; computed by :func:`farm.analysis.noise.noise_table`, the
+estimator the calibration uses; stored by :func:`farm.store.spread.record_spread`.
+"""
+
+from __future__ import annotations
+
+from sqlmodel import Session
+
+from farm.analysis.noise import KeyNoiseRow, noise_table
+from farm.errors import FarmError
+from farm.masking import mask_secrets
+from farm.records import SweepRecord
+from farm.store.repository import history_sweeps, load_sweep, sweep_job
+from farm.store.spread import record_spread, stored_spread
+from farm.store.verdicts import list_verdicts
+
+__all__ = ["night_spread", "store_night_spread"]
+
+
+def night_spread(session: Session, record: SweepRecord, history: int) -> list[KeyNoiseRow]:
+    """Each spec-on key's spread over the job's last ``history`` sweeps ending with
+    night ``record`` (at least two: one night has no spread), keys seen on one night
+    only left out. Raises StoreError (store)."""
+    sweeps = history_sweeps(session, record, max(history, 2))
+    verdicts = list_verdicts(session, [s.sweep_id for s in sweeps])
+    aa = [v for vs in verdicts.values() for v in vs if v.kind == "aa"]
+    return [row for row in noise_table(sweeps, aa) if row.nights >= 2]
+
+
+def store_night_spread(
+    session: Session, sweep_id: int, history: int, *, only_if_missing: bool = False
+) -> str | None:
+    """Compute and upsert night ``sweep_id``'s key spread (:func:`night_spread`);
+    ``only_if_missing``: leave a spread stored before alone (a rerun of a judged night
+    stores one only if the first run could not). Returns None, or why it could not be
+    stored: the night's verdict is stored already, and a missing spread must not turn
+    its status into an error."""
+    try:
+        job, _ = sweep_job(session, sweep_id)
+        if only_if_missing and stored_spread(session, job, sweep_id) is not None:
+            return None
+        rows = night_spread(session, load_sweep(session, sweep_id), history)
+        record_spread(session, job, sweep_id, rows)
+    except FarmError as exc:
+        return mask_secrets(f"the key spread of sweep {sweep_id} was not stored: {exc}")
+    return None
