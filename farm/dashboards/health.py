@@ -10,8 +10,10 @@ __all__ = [
     "NIGHTLY_VERDICTS",
     "PR_VERDICTS",
     "farm_health",
+    "latest_spread_panel",
     "nightly_verdicts_panel",
     "pr_verdicts_panel",
+    "stored_spread_panel",
 ]
 
 HEALTH_UID = "mtp-farm-health"
@@ -116,6 +118,51 @@ def pr_verdicts_panel() -> Panel:
         width=12,
         height=8,
         overrides=(_VERDICT_COLORS,),
+    )
+
+
+def stored_spread_panel() -> Panel:
+    """Each key's stored night-to-night AL sd, relative to its AL, at each night."""
+    return Panel(
+        title="Stored AL night-to-night sd by key",
+        kind="timeseries",
+        format="time_series",
+        sql=q.STORED_SPREAD_BY_SWEEP,
+        description=(
+            "The spread each night's verdict stored per key (`farm nightly`, A/A nights "
+            "included): the robust night-to-night sd the AL thresholds are calibrated "
+            "with, over the job's last `nightly.history` nights, relative to AL."
+        ),
+        width=12,
+        height=8,
+        unit="percentunit",
+        defaults={"custom": {"drawStyle": "line", "showPoints": "always"}},
+    )
+
+
+def latest_spread_panel() -> Panel:
+    """Each key's latest stored spread, its greedy flip rate and A/A false alarms."""
+    return Panel(
+        title="Latest stored spread per key",
+        kind="table",
+        sql=q.LATEST_STORED_SPREAD,
+        description=(
+            "Each key's spread as its newest night stored it: AL sd relative to AL, "
+            "accuracy sd, the share of prompts whose greedy output changed from night to "
+            "night, and the false alarms of its A/A nights (`farm nightly --aa`)."
+        ),
+        width=12,
+        height=8,
+        overrides=(
+            {
+                "matcher": {"id": "byName", "options": "AL sd, relative"},
+                "properties": [{"id": "unit", "value": "percentunit"}],
+            },
+            {
+                "matcher": {"id": "byName", "options": "flip rate"},
+                "properties": [{"id": "unit", "value": "percentunit"}],
+            },
+        ),
     )
 
 
@@ -279,6 +326,7 @@ def farm_health() -> Dashboard:
                     height=8,
                 ),
             ),
+            (stored_spread_panel(), latest_spread_panel()),
             (
                 Panel(
                     title="Open alerts",

@@ -42,6 +42,7 @@ __all__ = [
     "CELL_DURATIONS_BY_NODE",
     "FAILED_CELLS",
     "LATEST_FAILED_CELLS",
+    "LATEST_STORED_SPREAD",
     "LATEST_SWEEP",
     "LATEST_SWEEP_BY_CATEGORY",
     "LATEST_SWEEP_CELLS",
@@ -54,6 +55,7 @@ __all__ = [
     "SERIES_ACCEPTANCE_LENGTH",
     "SERIES_ACCEPTANCE_RATE",
     "STARTUP_BY_NODE",
+    "STORED_SPREAD_BY_SWEEP",
     "SWEEPS_BY_STATUS",
     "VARIABLE_ENGINE",
     "VARIABLE_GRAPH_MODE",
@@ -373,6 +375,29 @@ WHERE {_IN_RANGE}
 GROUP BY v.key_label
 HAVING count(*) >= 2
 ORDER BY 4 DESC, 1"""
+
+# The spread each night's verdict stored per key (table ``key_spread``,
+# farm.store.spread): the calibration's robust night-to-night sd, over the nights.
+_SPREAD_RELATIVE = "(k.al_sd / NULLIF(k.al_mean, 0))::float8"
+
+STORED_SPREAD_BY_SWEEP = f"""SELECT s.started_at AS "time", k.key_label AS metric,
+  {_SPREAD_RELATIVE} AS "AL sd, relative"
+FROM key_spread k
+JOIN sweep s ON s.id = k.sweep_id
+WHERE {_IN_RANGE}
+ORDER BY 1, 2"""
+
+LATEST_STORED_SPREAD = f"""SELECT * FROM (
+  SELECT DISTINCT ON (k.job, k.key_label) k.key_label AS key, k.job, k.sweep_id AS sweep,
+    k.nights, k.al_mean AS "AL", {_SPREAD_RELATIVE} AS "AL sd, relative",
+    k.accuracy_sd AS "accuracy sd", k.flip_rate AS "flip rate",
+    k.aa_nights AS "A/A nights", k.aa_false_alarms AS "A/A false alarms"
+  FROM key_spread k
+  JOIN sweep s ON s.id = k.sweep_id
+  WHERE {_IN_RANGE}
+  ORDER BY k.job, k.key_label, k.sweep_id DESC
+) latest
+ORDER BY "AL sd, relative" DESC NULLS LAST, key, job"""
 
 _OPEN_STATES = "('untriaged', 'acknowledged', 'downstream')"
 

@@ -32,6 +32,7 @@ from psycopg.rows import dict_row
 from farm import store
 from farm.analysis import acceptance_by_category
 from farm.analysis.history import series_from_sweeps
+from farm.analysis.noise import KeyNoiseRow, noise_table
 from farm.analysis.stats import accuracy
 from farm.comparable import ComparableKey
 from farm.dashboards.files import ALERTING_FILE, render_files
@@ -39,6 +40,7 @@ from farm.dashboards.macros import TimeRange, interpolate
 from farm.plan import Plan, ServerCell, Variant
 from farm.records import CellResult, RequestRecord, SpecCounters, SweepRecord, VariantResult
 from farm.results.alerts import AlertCandidate, AlertDetails, alert_key
+from farm.results.verdict import Finding, SweepVerdict
 from farm.store import (
     Session,
     create_sweep,
@@ -48,6 +50,7 @@ from farm.store import (
     save_cell_result,
 )
 from farm.store.alerts import acknowledge, raise_alerts, resolve, triage
+from farm.store.spread import record_spread
 
 # --- the store ---------------------------------------------------------------------------
 
@@ -200,6 +203,7 @@ class Farm:
     alert_ids: dict[str, int]
     old_nightly: int  # sweep ids outside the 7-day range
     retired: int
+    spread: dict[int, list[KeyNoiseRow]]  # the key spread stored at each nightly sweep
 
 
 def _store_sweep(
@@ -249,6 +253,38 @@ def _alert(sweep_id: int, kind: Any, severity: Any, metric: str | None) -> Alert
         summary=f"{kind} on {cell}",
         details=AlertDetails(cell=cell, sweep_id=sweep_id),
     )
+
+
+def _aa_verdict(sweep: SweepRecord, cell: ServerCell, thinking: str) -> SweepVerdict:
+    """Sweep ``sweep`` as an A/A night with one false alarm, on that key (in memory:
+    this store holds no verdict row)."""
+    key = cell.variant_key({"thinking": thinking, "workload": "arith"})
+    finding = Finding(
+        source="baseline", check="nightly_vs_last_good", key=key, cells=(), summary="-"
+    )
+    return SweepVerdict(
+        sweep_id=sweep.sweep_id,
+        job=sweep.job,
+        kind="aa",
+        outcome="regression",
+        findings=(finding,),
+    )
+
+
+def _store_spread(
+    s: Session, nights: Sequence[SweepRecord], old: SweepRecord
+) -> dict[int, list[KeyNoiseRow]]:
+    """The key spread as each nightly's verdict stores it (farm.workflows.night_spread):
+    over the nights up to it, night two an A/A night with a false alarm on the eager
+    thinking-off key; and one at the old sweep, outside the range."""
+    aa = [_aa_verdict(nights[1], CELL_EAGER, "off")]
+    out = {}
+    for i in (1, 2):
+        rows = [r for r in noise_table(nights[: i + 1], aa) if r.nights >= 2]
+        record_spread(s, "nightly", nights[i].sweep_id, rows)
+        out[nights[i].sweep_id] = rows
+    record_spread(s, "nightly", old.sweep_id, noise_table([old, old.model_copy()]))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -390,6 +426,7 @@ def farm(pg_admin_url: str) -> Iterator[Farm]:
                 "failed",
             )
             _move_back(s, retired.sweep_id, 400)
+            spread = _store_spread(s, (one, two, three), old)
         yield Farm(
             url=url,
             nightly=(one, two, three),
@@ -397,6 +434,7 @@ def farm(pg_admin_url: str) -> Iterator[Farm]:
             alert_ids={"critical": critical.id, "acknowledged": warning.id, "resolved": gone.id},
             old_nightly=old.sweep_id,
             retired=retired.sweep_id,
+            spread=spread,
         )
     finally:
         engine.dispose()
@@ -504,7 +542,7 @@ def test_every_panel_variable_and_alert_query_runs(farm: Farm) -> None:
     for title, sql_text in _alert_rules().items():
         assert _run(farm.url, interpolate(sql_text, _range(), {})), title
         ran += 1
-    assert ran == 23
+    assert ran == 25
     # Nothing from the sweeps outside the range: the acceptance dashboard opens on job
     # pr (newest in the range), the health tables list neither old sweep.
     everything = json.dumps(
@@ -830,6 +868,49 @@ def test_the_spread_panel_has_each_keys_al_and_its_night_to_night_sd(farm: Farm)
     spreads = [r["AL sd, relative"] for r in rows]
     assert spreads == sorted(spreads, reverse=True)  # the noisiest key first
     assert _health("Run-to-run AL spread by key", farm, job=["nosuch"]) == []
+
+
+def test_the_stored_spread_is_plotted_per_key_over_the_nights(farm: Farm) -> None:
+    rows = _health("Stored AL night-to-night sd by key", farm)
+    got = {(r["metric"], r["time"]): r["AL sd, relative"] for r in rows}
+    started = {s.sweep_id: s.started_at for s in farm.nightly}
+    expected = {
+        (r.key.label, started[sweep_id]): r.al_relative_sd
+        for sweep_id, spread in farm.spread.items()
+        for r in spread
+    }
+    assert got.keys() == expected.keys() and len(got) >= 4
+    assert all(_close(got[k], v) for k, v in expected.items())
+    assert not [m for m, _ in got if "tiny-mtp-old" in m]  # the old sweep's: out of range
+    assert _health("Stored AL night-to-night sd by key", farm, job=["pr"]) == []
+
+
+def test_the_latest_spread_table_has_flip_rate_and_aa_false_alarms(farm: Farm) -> None:
+    rows = _health("Latest stored spread per key", farm)
+    three = farm.nightly[2].sweep_id
+    expected = {r.key.label: r for r in farm.spread[three]}
+    assert {r["key"] for r in rows} == expected.keys()
+    for row in rows:
+        want = expected[row["key"]]
+        assert row["sweep"] == three and row["nights"] == want.nights == 3 - (GRAPH in row["key"])
+        assert _close(row["AL"], want.al_mean)
+        assert _close(row["AL sd, relative"], want.al_relative_sd)
+        assert _close(row["flip rate"], want.flip_rate) and row["flip rate"] is not None
+        assert (row["A/A nights"], row["A/A false alarms"]) == (
+            want.aa_nights,
+            want.aa_false_alarms,
+        )
+    # Night two was the A/A night: the eager cell ran on it (the graph cell failed),
+    # and its false alarm named eager, thinking off.
+    assert expected[f"{EAGER}.think-off.arith"].aa_false_alarms == 1
+    assert {(r["key"], r["A/A nights"], r["A/A false alarms"]) for r in rows} == {
+        (f"{EAGER}.think-off.arith", 1, 1),
+        (f"{EAGER}.think-on.arith", 1, 0),
+        (f"{GRAPH}.think-off.arith", 0, 0),
+        (f"{GRAPH}.think-on.arith", 0, 0),
+    }
+    spreads = [r["AL sd, relative"] for r in rows]
+    assert spreads == sorted(spreads, reverse=True)
 
 
 def test_al_by_prompt_category_equals_the_analysis(farm: Farm) -> None:
