@@ -21,6 +21,7 @@ from farm.spec import parse_job
 from farm.workflows.nightly import (
     BASELINE_CHECK,
     EarlierNight,
+    aa_builds_differ,
     judge_night,
     last_good_night,
 )
@@ -96,6 +97,33 @@ def test_once_verdicts_exist_only_a_clean_night_is_a_baseline() -> None:
     # and raises the same alert again instead of accepting the drop.
     assert last_good_night(6, earlier) == 2
     assert last_good_night(2, earlier) is None
+
+
+def test_an_aa_night_is_never_a_baseline() -> None:
+    # Before any verdict: an A/A sweep whose cells all ran is still not the baseline.
+    aa = EarlierNight(sweep_id=2, status="ok", aa=True)  # its verdict is of kind aa
+    assert last_good_night(3, [EarlierNight(sweep_id=1, status="ok"), aa]) == 1
+    assert last_good_night(3, [EarlierNight(sweep_id=1, status="ok", verdict="clean"), aa]) == 1
+    assert last_good_night(3, [aa]) is None
+
+
+def test_aa_builds_must_be_the_last_good_nights() -> None:
+    assert aa_builds_differ({"a": "b1"}, {"a": "b1", "other": "x"}, 4) is None
+    said = aa_builds_differ({"a": "b2", "c": None, "d": "d1"}, {"a": "b1"}, 4)
+    assert said is not None and "\n" not in said
+    assert "(sweep 4)" in said and "a b1 -> b2" in said
+    assert "c unresolved" in said and "d d1 not in sweep 4" in said
+
+
+def test_an_aa_verdict_names_its_false_alarms_and_exits_5() -> None:
+    judged = judge_night(_night(2, 0.8), last_good=_night(1), config=FAST).judgement
+    aa, nightly = judged.verdict("aa"), judged.verdict("nightly")
+    assert aa.findings == nightly.findings  # the one judgement, another kind
+    assert aa.false_alarms == aa.regressions and aa.false_alarms and nightly.false_alarms == ()
+    assert (aa.exit_status, nightly.exit_status) == (5, 1)
+    assert "false alarm(s)" in aa.headline()
+    clean = judge_night(_night(2), last_good=_night(1), config=FAST).judgement.verdict("aa")
+    assert clean.exit_status == 0 and clean.false_alarms == ()
 
 
 # --- judging a night ----------------------------------------------------------------------

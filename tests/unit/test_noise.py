@@ -135,6 +135,17 @@ def test_the_noise_table_has_each_keys_spread_and_flip_rate() -> None:
     assert row.flip_rate == 0.0  # the simulated outputs do not depend on acceptance
 
 
+def test_the_noise_table_counts_each_keys_aa_nights_and_false_alarms() -> None:
+    nights = [_night(i + 1, f) for i, f in enumerate((1.0, 0.9, 1.0))]
+    # Night 2 as an A/A night, judged against night 1: the shift is its false alarm.
+    judged = judge_night(nights[1], last_good=nights[0]).judgement
+    aa = judged.verdict("aa")
+    assert aa.false_alarms
+    (row,) = noise_table(nights, [aa, judged.verdict("nightly")])  # a nightly counts nothing
+    assert (row.nights, row.aa_nights, row.aa_false_alarms) == (3, 1, 1)
+    assert noise_table(nights)[0].aa_nights == 0
+
+
 def test_a_key_whose_verdicts_flip_is_quarantined_until_it_settles() -> None:
     rule = QuarantineRule(min_nights=10, max_flip_rate=0.2, stable_nights=7)
     both = frozenset({"flaky", "steady"})
