@@ -48,9 +48,12 @@ def sweeps(
     except FarmError as exc:
         raise fail(exc) from None
     for s in rows:
-        # A nightly's or PR run's verdict: `nightly: regression (2)`, `pr #12: clean`.
+        # A nightly's or PR run's verdict: `nightly: regression (2)`, `pr #12: clean`;
+        # an A/A night's: `aa: 2 false alarm(s)`.
         judged = "  ".join(
-            f"{v.kind}{f' #{v.pr_number}' if v.pr_number is not None else ''}: {v.outcome}"
+            f"aa: {len(v.false_alarms)} false alarm(s)"
+            if v.kind == "aa"
+            else f"{v.kind}{f' #{v.pr_number}' if v.pr_number is not None else ''}: {v.outcome}"
             + (f" ({len(v.findings)})" if v.findings else "")
             for v in verdicts.get(s.id, ())
         )

@@ -266,6 +266,8 @@ def test_the_cli_refuses_other_builds_and_judges_a_repeat_as_aa(tmp_path: Path) 
         assert len(list_alerts(session)) == alerts_before
         verdict = get_verdict(session, repeat, "aa")
     assert verdict is not None and verdict.baseline_sweep_ids == (good,)
+    listed = runner.invoke(app, ["sweeps"], env=env)
+    assert listed.exit_code == 0 and "aa: 0 false alarm(s)" in listed.output, listed.output
     # Judged as an A/A night, it is not judged again as a real one.
     real = runner.invoke(app, [*night[:-1], "--resume", str(repeat), "--no-notify"], env=env)
     assert real.exit_code == 2 and "is an A/A night" in real.output, real.output
