@@ -68,6 +68,7 @@ __all__ = [
     "claim_sweep",
     "completed_cell_ids",
     "create_sweep",
+    "dialect_insert",
     "finish_sweep",
     "heartbeat",
     "history_series",
@@ -80,6 +81,7 @@ __all__ = [
     "record_build",
     "record_build_location",
     "save_cell_result",
+    "sweep_builds",
     "sweep_cost",
     "sweep_job",
 ]
@@ -259,14 +261,8 @@ def record_build(session: Session, sweep_id: int, build: BuildInfo) -> None:
     Raises StoreError when there is no such sweep.
     """
     values = build.model_dump(mode="json")
-    dialect = _dialect(session)
     # Upsert so concurrent sweeps that share a build cannot race on its primary key.
-    if dialect == "postgresql":
-        insert: Any = postgresql.insert
-    elif dialect == "sqlite":
-        insert = sqlite.insert
-    else:  # pragma: no cover - normalize_url admits only these two
-        raise StoreError(f"record_build: unsupported database dialect {dialect!r}")
+    insert = dialect_insert(session)
     with _unit_of_work(session):
         _require_sweep(session, sweep_id)
         upsert = insert(BuildRow).values(values)
@@ -705,12 +701,7 @@ def load_sweep(session: Session, sweep_id: int) -> SweepRecord:
         .where(ExcludedCellRow.sweep_id == sweep_id)
         .order_by(col(ExcludedCellRow.ordinal))
     ).all()
-    builds = session.exec(
-        select(BuildRow)
-        .join(SweepBuildRow)
-        .where(SweepBuildRow.sweep_id == sweep_id)
-        .order_by(col(BuildRow.build_id))
-    ).all()
+    builds = _sweep_build_rows(session, sweep_id)
     return SweepRecord(
         sweep_id=sweep_id,
         job=sweep.job,
@@ -725,6 +716,20 @@ def load_sweep(session: Session, sweep_id: int) -> SweepRecord:
 
 # Each stored row read through the shapes its columns must have: a value that does not
 # fit names its table, row and column (farm.store.columns), never a traceback.
+
+
+def _sweep_build_rows(session: Session, sweep_id: int) -> Sequence[BuildRow]:
+    return session.exec(
+        select(BuildRow)
+        .join(SweepBuildRow)
+        .where(SweepBuildRow.sweep_id == sweep_id)
+        .order_by(col(BuildRow.build_id))
+    ).all()
+
+
+def sweep_builds(session: Session, sweep_id: int) -> dict[str, str]:
+    """Engine -> build id of the builds sweep ``sweep_id`` ran (its cells not read)."""
+    return {row.engine: row.build_id for row in _sweep_build_rows(session, sweep_id)}
 
 
 def _variant_result(
@@ -814,6 +819,16 @@ def _require_sweep(session: Session, sweep_id: int, lock: bool = False) -> Sweep
 
 def _dialect(session: Session) -> str:
     return session.get_bind().dialect.name
+
+
+def dialect_insert(session: Session) -> Any:
+    """The store's dialect's ``insert`` (it has ``on_conflict_do_update`` / ``_nothing``)."""
+    dialect = _dialect(session)
+    if dialect == "postgresql":
+        return postgresql.insert
+    if dialect == "sqlite":
+        return sqlite.insert
+    raise StoreError(f"unsupported database dialect {dialect!r}")  # pragma: no cover
 
 
 def _db_now(session: Session) -> datetime:

@@ -13,14 +13,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, select
 
 from farm.analysis.noise import KeyNoiseRow
 from farm.comparable import ComparableKey
-from farm.errors import StoreError
 from farm.store.columns import read_column
-from farm.store.repository import _dialect, _require_sweep, _unit_of_work
+from farm.store.repository import _require_sweep, _unit_of_work, dialect_insert
 from farm.store.tables import KeySpreadRow
 
 __all__ = ["record_spread", "stored_spread"]
@@ -32,13 +30,7 @@ def record_spread(session: Session, job: str, sweep_id: int, rows: Sequence[KeyN
     sweep."""
     if not rows:
         return
-    dialect = _dialect(session)
-    if dialect == "postgresql":
-        insert: Any = postgresql.insert
-    elif dialect == "sqlite":
-        insert = sqlite.insert
-    else:  # pragma: no cover - normalize_url admits only these two
-        raise StoreError(f"record_spread: unsupported database dialect {dialect!r}")
+    insert = dialect_insert(session)
     now = datetime.now(UTC)
     with _unit_of_work(session):
         _require_sweep(session, sweep_id)

@@ -47,6 +47,7 @@ from farm.store.repository import (
     history_series,
     job_sweeps,
     load_sweep,
+    sweep_builds,
     sweep_cost,
     sweep_job,
 )
@@ -229,8 +230,7 @@ def check_night(
     stored = get_verdict(session, sweep_id, "nightly")
     cost = sweep_cost(session, sweep_id)
     if stored is not None:
-        spread_error = store_night_spread(session, sweep_id, history, only_if_missing=True)
-        return NightlyCheck(verdict=stored, judged=False, cost=cost, spread_error=spread_error)
+        return _judged_before(session, stored, cost, history)
     channels = list(configured_notifiers() if notifiers is None else notifiers)
     night = judge_stored(session, sweep_id, history=history, config=config, goldens=goldens)
     raised = raise_alerts(session, sweep_id, night.alerts)
@@ -255,6 +255,15 @@ def check_night(
     )
 
 
+def _judged_before(
+    session: Session, stored: SweepVerdict, cost: SweepCost, history: int
+) -> NightlyCheck:
+    """A night whose verdict is stored: that verdict, and its key spread stored if the
+    first run could not."""
+    spread_error = store_night_spread(session, stored.sweep_id, history, only_if_missing=True)
+    return NightlyCheck(verdict=stored, judged=False, cost=cost, spread_error=spread_error)
+
+
 def check_aa_night(
     session: Session,
     sweep_id: int,
@@ -274,8 +283,7 @@ def check_aa_night(
     cost = sweep_cost(session, sweep_id)
     stored = get_verdict(session, sweep_id, "aa")
     if stored is not None:
-        spread_error = store_night_spread(session, sweep_id, history, only_if_missing=True)
-        return NightlyCheck(verdict=stored, judged=False, cost=cost, spread_error=spread_error)
+        return _judged_before(session, stored, cost, history)
     good = _last_good(session, sweep_id)
     if good is None:
         raise FarmError(f"sweep {sweep_id}: --aa repeats the last good night; the job has none")
@@ -640,7 +648,7 @@ def _check_aa_builds(request: NightlyRequest, deps: NightlyDeps, sweep_id: int |
                 f"--aa repeats the job's last good night, and job {request.job!r} has none: "
                 "run `farm nightly` first"
             )
-        then = {b.engine: b.build_id for b in load_sweep(session, good).builds}
+        then = sweep_builds(session, good)
     differ = aa_builds_differ(deps.planned_builds(), then, good)
     if differ is not None:
         raise FarmError(differ)
