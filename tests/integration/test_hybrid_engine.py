@@ -5,13 +5,14 @@ an MTP layer) on the vLLM CPU build.
 Cells: MTP off (the greedy reference) and MTP depth 3 with prefix caching on and off,
 on the build with the bundled fix for hybrid + MTP + prefix caching
 (``fix-cpu-mamba-align-spec``); depth 3 with prefix caching on the build without that
-fix (it must fail as a cell, in the engine's own words, without harming the others).
-(vLLM's synthetic rejection sampler, set through the engine's ``speculative_config`` to
-reach the class of vLLM #56419, every draft of a round rejected, is refused by vLLM CPU
-at the first request: "Synthetic acceptance not supported with CPU sampling"; the
-flags are checked in tests/unit/test_vllm_adapter.py.) Two workloads: arith (thinking
-on, 4 at a time) and three-turn conversations (thinking off) behind a long shared
-system prompt, whose requests reuse it and their earlier turns as prefix.
+fix (it must fail as a cell, in the engine's own words, without harming the others);
+and depth 3 with prefix caching on the build with the canary ``canary-reject-every-draft``,
+the trigger of vLLM #56419 (Qwen3-Next + MTP: the engine died when every draft of a
+round was rejected). vLLM's own synthetic rejection sampler cannot reach that class on
+CPU: it is refused at the first request ("Synthetic acceptance not supported with CPU
+sampling"; its flags are checked in tests/unit/test_vllm_adapter.py). Two workloads:
+arith (thinking on, 4 at a time) and three-turn conversations (thinking off) behind a
+long shared system prompt, whose requests reuse it and their earlier turns as prefix.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ engines:
   - <<: *fixed
     name: vllm-cpu-nofix
     patches: [fix-step3p5-mtp-layer-types]
+  - <<: *fixed
+    name: vllm-cpu-reject
+    patches: [{FIXES}, canary-reject-every-draft]
 models:
   - name: tiny-hybrid
     path: {REPO}/models/tiny-hybrid
@@ -85,6 +89,8 @@ exclude:
   - {{mtp_depth: 0, prefix_caching: "off"}}
   - {{engine: vllm-cpu-nofix, mtp_depth: 0}}
   - {{engine: vllm-cpu-nofix, prefix_caching: "off"}}
+  - {{engine: vllm-cpu-reject, mtp_depth: 0}}
+  - {{engine: vllm-cpu-reject, prefix_caching: "off"}}
 resources: {{cpus: 2}}
 timeouts: {{startup_s: 600, request_s: 300}}
 """
@@ -92,6 +98,7 @@ REFERENCE = "vllm-cpu.tiny-hybrid.eager.mtp0.swa-on"
 CACHED = "vllm-cpu.tiny-hybrid.eager.mtp3.swa-on"
 UNCACHED = "vllm-cpu.tiny-hybrid.eager.mtp3.swa-on.prefix-off"
 UNFIXED = "vllm-cpu-nofix.tiny-hybrid.eager.mtp3.swa-on"
+REJECTED = "vllm-cpu-reject.tiny-hybrid.eager.mtp3.swa-on"
 
 
 @dataclass(frozen=True)
@@ -196,3 +203,29 @@ def test_without_the_fix_the_cell_fails_in_the_engines_words_and_alone(sweep: _S
     assert sweep.exit_code == 1  # the failed cell; every other cell stands
     failed = [c.cell.cell_id for c in sweep.record.cells if c.result and c.result.status != "ok"]
     assert failed == [UNFIXED]
+
+
+def test_every_draft_rejected_the_engine_serves_on_at_acceptance_length_one(
+    sweep: _Sweep,
+) -> None:
+    # vLLM #56419's trigger on the hybrid: vLLM CPU 0.32.0 does not die of it (measured:
+    # models/README.md); the farm's record of that is a cell that served every request
+    # with not one draft token accepted, the target's own greedy outputs, and a drop a
+    # nightly flags (AL 1.00 against the clean cell's).
+    for workload in ("arith", "multiturn"):
+        row = sweep.row(REJECTED, workload)
+        assert row.status == "ok" and row.failed_requests == 0, (workload, row.error)
+        counters = next(
+            v.counters
+            for c in sweep.record.cells
+            if c.result and c.cell.cell_id == REJECTED
+            for v in c.result.variants
+            if v.axes["workload"] == workload
+        )
+        print(REJECTED, workload, counters)
+        assert counters.drafts > 0 and counters.draft_tokens == 3 * counters.drafts
+        assert counters.accepted == 0 and row.mean_acceptance_length == 1.0
+        assert row.per_position == (0.0, 0.0, 0.0)
+    # Rejected drafts leave the target's greedy choice: thinking on, the MTP-off outputs.
+    print("agreement with MTP off, every draft rejected:", _agreement(sweep, REJECTED))
+    assert _agreement(sweep, REJECTED)["arith"] == (12, 12)
