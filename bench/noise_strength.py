@@ -114,13 +114,15 @@ def main() -> None:
     with store.Session(store.open_store(db)) as session:
         runs = [store.load_sweep(session, i) for i in ids]
     changes = _pair_changes(runs)
-    print(f"\n{'key':58} {'AL':>5} {'sd':>6} {'outputs changed':>17} {'|dAL|/AL':>14}")
-    for row in noise_table(runs):
+    rows = noise_table(runs)
+    width = max((len(r.key.label) for r in rows), default=3)
+    print(f"\n{'key':{width}} {'AL':>5} {'sd':>6} {'outputs changed':>17} {'|dAL|/AL':>14}")
+    for row in rows:
         pairs = changes.get(row.key.label, [])
         flips = [f for f, _ in pairs] or [0.0]
         shifts = [d for _, d in pairs] or [0.0]
         print(
-            f"{row.key.label:58} {row.al_mean:5.2f} {row.al_relative_sd:6.1%} "
+            f"{row.key.label:{width}} {row.al_mean:5.2f} {row.al_relative_sd:6.1%} "
             f"{statistics.median(flips):6.0%} ({min(flips):.0%}-{max(flips):.0%}) "
             f"{statistics.median(shifts):6.1%} (max {max(shifts):.1%})"
         )
