@@ -1,4 +1,5 @@
-"""The comment a PR run posts on the pull request: its verdict and comparison. Pure."""
+"""The comment a PR run posts on the pull request: its verdict and comparison, and
+while the sweep runs, how far it is. Pure."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from farm.inert import github_markdown as md
 from farm.report.markdown import render_comparison
 from farm.results.verdict import SweepVerdict
 
-__all__ = ["render_pr_comment"]
+__all__ = ["render_pr_comment", "render_pr_progress"]
 
 # An http(s) URL with none of the characters that would end or change a <...> autolink.
 _LINKABLE = re.compile(r"https?://[^\s<>\"'`\x00-\x1f\x7f]+")
@@ -69,4 +70,35 @@ def render_pr_comment(
         lines += ["", "### Findings", ""]
         lines += [f"- **{md(f.shown_check)}** {md(f.summary)}" for f in v.findings]
     lines += ["", render_comparison(comparison)]
+    return "\n".join(lines)
+
+
+def render_pr_progress(
+    *,
+    marker: str,
+    number: int,
+    engine: str,
+    finished: int,
+    total: int,
+    failed: int,
+    regressed: Sequence[str],
+    stopping: bool = False,
+) -> str:
+    """The PR comment while its sweep runs (the same marker: the verdict replaces it):
+    cells finished of those planned, cells failed, and each candidate cell already
+    confirmed below its base."""
+    lines = [
+        marker,
+        f"## mtp-farm: PR #{number} on {md(engine)}: :hourglass: running",
+        "",
+        f"- {finished} of {total} cell(s) finished" + (f", {failed} failed" if failed else ""),
+    ]
+    if regressed:
+        lines.append(f"- regressed so far ({len(regressed)}):")
+        lines.extend(f"  - {md(r)}" for r in regressed)
+    else:
+        lines.append("- no regression confirmed so far")
+    if stopping:
+        lines.append("- `--fail-fast`: no other cell starts; the cells running finish")
+    lines += ["", "_The verdict replaces this comment when the sweep ends._"]
     return "\n".join(lines)

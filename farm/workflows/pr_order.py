@@ -26,7 +26,7 @@ from farm.spec import JobSpec
 from farm.store.verdicts import job_verdicts
 from farm.workflows.pr import pr_job_name
 
-__all__ = ["FailFast", "PrSweepPlan", "likely_first", "past_regressions"]
+__all__ = ["FailFast", "PrProgress", "PrSweepPlan", "likely_first", "past_regressions"]
 
 # How many of the job's newest verdicts of each kind the order reads.
 _VERDICTS = 50
@@ -114,3 +114,26 @@ class FailFast:
             f"{row.label} regressed: AL {row.candidate_al} vs {row.baseline_al} at the base"
             f"{decided}"
         )
+
+
+@dataclass
+class PrProgress:
+    """Each landed cell of a PR's sweep, its pair judged as :class:`FailFast` judges it:
+    what the PR's comment says while the sweep runs. Called as the sweep's
+    ``stop_after``; returns the pair's regression (None: none yet)."""
+
+    pairs: FailFast
+    total: int
+    finished: list[tuple[str, str]] = field(default_factory=list)  # cell id, status
+    regressed: list[str] = field(default_factory=list)  # FailFast's reasons, in order
+
+    def __call__(self, cell: ServerCell, result: CellResult) -> str | None:
+        self.finished.append((cell.cell_id, result.status))
+        reason = self.pairs(cell, result)
+        if reason is not None:
+            self.regressed.append(reason)
+        return reason
+
+    @property
+    def failed(self) -> int:
+        return sum(status != "ok" for _, status in self.finished)

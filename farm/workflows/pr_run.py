@@ -23,11 +23,19 @@ from farm.masking import mask_secrets
 from farm.notify.github import GitHubClient, PullRequestRef
 from farm.orchestrate.driver import plan_job
 from farm.plan import ServerCell
+from farm.records import CellResult
+from farm.report.pr_comment import render_pr_progress
 from farm.runner import reference_runs
 from farm.spec import JobSpec
 from farm.store import normalize_url
-from farm.workflows.pr import pr_job
-from farm.workflows.pr_order import FailFast, PrSweepPlan, likely_first, past_regressions
+from farm.workflows.pr import comment_marker, pr_job
+from farm.workflows.pr_order import (
+    FailFast,
+    PrProgress,
+    PrSweepPlan,
+    likely_first,
+    past_regressions,
+)
 from farm.workflows.pr_pipeline import (
     BaseAt,
     PrBaseline,
@@ -113,7 +121,8 @@ def run_pr(request: PrRequest, deps: PrDeps) -> PrOutcome:
     github = deps.github(setup)
     sha = _head_sha(github, setup, deps.say)
     baseline, job = _plan_sweep(request, setup, deps)
-    sweep_id = deps.run_sweep(_sweep_plan(request, setup, deps, baseline, job))
+    post = _progress_poster(github, setup, deps.say)
+    sweep_id = deps.run_sweep(_sweep_plan(request, setup, deps, baseline, job, post))
     report_url = (
         # The comment and the status are public: a credential in the URL is masked.
         mask_secrets(f"{request.publish_url.rstrip('/')}/{report_name(request.number, sweep_id)}")
@@ -176,12 +185,49 @@ def _plan_sweep(request: PrRequest, setup: PrSetup, deps: PrDeps) -> tuple[PrBas
     return baseline, pr_job(spec, setup.base, setup.candidate, number, reused)
 
 
+ProgressPoster = Callable[[PrProgress, bool], None]
+
+
+def _progress_poster(
+    github: GitHubTarget | None, setup: PrSetup, say: Say
+) -> ProgressPoster | None:
+    """What writes the PR's comment as its cells land (None: nothing is posted)."""
+    if github is None:
+        return None
+    client, ref = github
+    marker = comment_marker(setup.job, setup.base.name)
+
+    def post(progress: PrProgress, stopping: bool) -> None:
+        body = render_pr_progress(
+            marker=marker,
+            number=setup.number,
+            engine=setup.base.name,
+            finished=len(progress.finished),
+            total=progress.total,
+            failed=progress.failed,
+            regressed=progress.regressed,
+            stopping=stopping,
+        )
+        try:
+            client.upsert_comment(ref, marker, body)
+        except Exception as exc:  # best effort, as the sweep runs: never sinks it
+            say(f"PR comment not updated as cells finish: {mask_secrets(str(exc))}")
+
+    return post
+
+
 def _sweep_plan(
-    request: PrRequest, setup: PrSetup, deps: PrDeps, baseline: PrBaseline, job: JobSpec
+    request: PrRequest,
+    setup: PrSetup,
+    deps: PrDeps,
+    baseline: PrBaseline,
+    job: JobSpec,
+    post: ProgressPoster | None = None,
 ) -> PrSweepPlan:
     """The sweep's order (likeliest regressions first), the stored runs the candidate's
     looks pair with (the reused base cells: known before it runs; base cells run in the
-    same sweep are not, and the candidate runs whole) and, fail-fast, its stop."""
+    same sweep are not, and the candidate runs whole) and what is told of each landed
+    cell: the PR's comment, updated (``post``), and, fail-fast, its stop."""
     references = reference_runs(
         ((c.sweep_id, c.stored) for c in baseline.reused), {setup.base.name: setup.candidate.name}
     )
@@ -189,17 +235,29 @@ def _sweep_plan(
     if not _no_store_yet(request.url):
         with deps.open_session(request.url) as session:
             regressed = past_regressions(session, request.spec.name, request.number)
-    first = likely_first(plan_job(job, request.only).cells, regressed, setup.touched)
+    cells = plan_job(job, request.only).cells
+    first = likely_first(cells, regressed, setup.touched)
     if first:
         parts = touched_parts(setup.touched)
         why = [f"{len(regressed)} past regression(s) of the job"] if regressed else []
         if parts:
             why.append(f"the {len(setup.touched)} file(s) it changes ({', '.join(parts)})")
         deps.say(f"order: {' and '.join(why)} put {first[0]} first")
-    stop = None
-    if request.fail_fast:
-        stop = FailFast(setup.base.name, setup.candidate.name, [c.stored for c in baseline.reused])
-    return PrSweepPlan(job=job, references=references, first=first, stop_after=stop)
+    if not request.fail_fast and post is None:
+        return PrSweepPlan(job=job, references=references, first=first)
+    progress = PrProgress(
+        FailFast(setup.base.name, setup.candidate.name, [c.stored for c in baseline.reused]),
+        total=len(cells),
+    )
+
+    def landed(cell: ServerCell, result: CellResult) -> str | None:
+        regressed = progress(cell, result)
+        stop = regressed if request.fail_fast else None
+        if post is not None:
+            post(progress, stop is not None)
+        return stop
+
+    return PrSweepPlan(job=job, references=references, first=first, stop_after=landed)
 
 
 def _no_store_yet(url: str) -> bool:

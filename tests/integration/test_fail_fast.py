@@ -18,8 +18,9 @@ from farm.orchestrate.driver import SweepEvents, SweepOptions, plan_job, run_swe
 from farm.orchestrate.fake import fake_build, fake_run_cell
 from farm.plan import ServerCell
 from farm.records import CellResult
+from farm.report.pr_comment import render_pr_progress
 from farm.spec import parse_job
-from farm.workflows.pr_order import FailFast, likely_first, past_regressions
+from farm.workflows.pr_order import FailFast, PrProgress, likely_first, past_regressions
 from tests.fakes.simulate import simulate_sweep
 from tests.integration.test_one_judgement import nightly_resume, store_sweep, synthetic_night
 
@@ -146,6 +147,41 @@ def test_fail_fast_stops_at_a_candidate_cell_below_its_base() -> None:
     print(reason)
     assert reason is not None and "regressed" in reason
     assert cell["cand", "on"].cell.cell_id in reason
+
+
+def test_the_pr_comment_while_cells_land_counts_them_and_names_each_regression() -> None:
+    # Both windows: the candidate 25% lower; three of the four cells land.
+    sweep = simulate_sweep(
+        rng=np.random.default_rng(4),
+        engines=("base", "cand"),
+        graph_modes=("eager",),
+        depths=(3,),
+        thinking=("off",),
+        prompts=64,
+        effect=lambda cell, variant: 0.75 if cell.engine == "cand" else 1.0,
+    )
+    cell = {(c.cell.engine, c.cell.sliding_window): c for c in sweep.cells}
+    progress = PrProgress(FailFast("base", "cand", []), total=4)
+    told = []
+    for key in (("cand", "on"), ("base", "on"), ("base", "off")):
+        stored = cell[key]
+        assert stored.result is not None
+        told.append(progress(stored.cell, stored.result))
+    assert told[0] is None and told[2] is None and told[1] is not None  # one pair complete
+    body = render_pr_progress(
+        marker="<!-- m -->",
+        number=7,
+        engine="vllm-cpu",
+        finished=len(progress.finished),
+        total=progress.total,
+        failed=progress.failed,
+        regressed=progress.regressed,
+    )
+    print(body)
+    lines = body.splitlines()
+    assert lines[0] == "<!-- m -->" and ":hourglass: running" in lines[1]
+    assert lines[3] == "- 3 of 4 cell(s) finished"
+    assert "regressed so far (1):" in body and cell["cand", "on"].cell.cell_id in body
 
 
 def test_the_order_comes_from_the_jobs_stored_regressions(tmp_path: Path) -> None:

@@ -284,8 +284,20 @@ def test_patches_the_pr_already_has_or_rewrote_are_dropped_and_named(pr_runs: _P
 def test_the_comment_is_created_once_then_updated(pr_runs: _Pr) -> None:
     gh = pr_runs.github
     assert gh.problems == []
-    assert len(gh.calls_of("POST", r"/issues/7/comments$")) == 1
-    assert len(gh.calls_of("PATCH", r"/issues/comments/\d+$")) == 1
+    posts = gh.calls_of("POST", r"/issues/7/comments$")
+    patches = gh.calls_of("PATCH", r"/issues/comments/\d+$")
+    # As each cell lands (3 over both runs) the comment says how far the sweep is;
+    # the first of those creates it, and each run's verdict replaces it.
+    assert len(posts) == 1 and len(patches) == sum(pr_runs.cells_run) - 1 + 2
+    bodies = [c.body["body"] for c in (*posts, *patches) if c.body]
+    progress = [b for b in bodies if ":hourglass: running" in b]
+    print("progress comments:", [b.splitlines()[3] for b in progress])
+    assert [b.splitlines()[3].split(" cell(s)")[0] for b in progress] == [
+        "- 1 of 2",
+        "- 2 of 2",
+        "- 1 of 1",
+    ]
+    assert all("no regression confirmed so far" in b for b in progress)
     ours = [c for c in gh.comments.values() if "<!-- mtp-farm:pr-engine:vllm-cpu -->" in c["body"]]
     assert len(ours) == 1
     second = _sweeps(pr_runs.url)[1]
