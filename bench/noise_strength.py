@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,20 +27,12 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-FARM = str(Path(sys.executable).with_name("farm"))
 sys.path.insert(0, str(REPO))
+from clean_repeats import farm_cli  # noqa: E402
+
 from farm import store  # noqa: E402
 from farm.analysis.noise import noise_table  # noqa: E402
 from farm.records import SweepRecord, VariantResult  # noqa: E402
-
-
-def _farm(*args: str) -> str:
-    proc = subprocess.run(
-        [FARM, *args], cwd=REPO, capture_output=True, text=True, env={**os.environ}, check=False
-    )
-    if proc.returncode not in (0, 1):  # 1: a cell regressed or failed; still measured
-        sys.exit(f"farm {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc.stdout
 
 
 def _job_with_strengths(job: Path, jitter: str | None, shift: str | None, folder: Path) -> Path:
@@ -103,14 +93,14 @@ def main() -> None:
     ids = []
     for i in range(args.runs):
         t0 = time.monotonic()
-        _farm("run", str(job), "--db", db)
+        farm_cli("run", str(job), "--db", db, ok=(0, 1))  # 1: still measured
         with store.Session(store.open_store(db)) as session:
             ids.append(store.latest_sweep_id(session) or 0)
         print(f"run {i + 1}: sweep {ids[-1]}  {time.monotonic() - t0:5.0f} s", flush=True)
         if args.export_dir:
             args.export_dir.mkdir(parents=True, exist_ok=True)
             target = args.export_dir / f"night-{i + 1:02d}.json"
-            _farm("export", str(ids[-1]), "--out", str(target), "--db", db)
+            farm_cli("export", str(ids[-1]), "--out", str(target), "--db", db)
     with store.Session(store.open_store(db)) as session:
         runs = [store.load_sweep(session, i) for i in ids]
     changes = _pair_changes(runs)

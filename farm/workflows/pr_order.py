@@ -124,16 +124,14 @@ class PrProgress:
 
     pairs: FailFast
     total: int
-    finished: list[tuple[str, str]] = field(default_factory=list)  # cell id, status
+    finished: int = 0
+    failed: int = 0
     regressed: list[str] = field(default_factory=list)  # FailFast's reasons, in order
 
     def __call__(self, cell: ServerCell, result: CellResult) -> str | None:
-        self.finished.append((cell.cell_id, result.status))
+        self.finished += 1
+        self.failed += result.status != "ok"
         reason = self.pairs(cell, result)
         if reason is not None:
             self.regressed.append(reason)
         return reason
-
-    @property
-    def failed(self) -> int:
-        return sum(status != "ok" for _, status in self.finished)

@@ -202,7 +202,7 @@ def _progress_poster(
             marker=marker,
             number=setup.number,
             engine=setup.base.name,
-            finished=len(progress.finished),
+            finished=progress.finished,
             total=progress.total,
             failed=progress.failed,
             regressed=progress.regressed,
@@ -251,8 +251,8 @@ def _sweep_plan(
     )
 
     def landed(cell: ServerCell, result: CellResult) -> str | None:
-        regressed = progress(cell, result)
-        stop = regressed if request.fail_fast else None
+        reason = progress(cell, result)
+        stop = reason if request.fail_fast else None
         if post is not None:
             post(progress, stop is not None)
         return stop

@@ -172,7 +172,7 @@ def test_the_pr_comment_while_cells_land_counts_them_and_names_each_regression()
         marker="<!-- m -->",
         number=7,
         engine="vllm-cpu",
-        finished=len(progress.finished),
+        finished=progress.finished,
         total=progress.total,
         failed=progress.failed,
         regressed=progress.regressed,
