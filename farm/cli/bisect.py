@@ -29,10 +29,12 @@ from farm.cli.inputs import STORE_ID
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
+    from farm.comparable import ComparableKey
     from farm.notify.registry import Notifier
     from farm.results.bisection import Bisection
+    from farm.runner import ReferenceRun
     from farm.spec import JobSpec
     from farm.workflows.bisect_pipeline import BisectRun, SweepRunner
 
@@ -46,9 +48,14 @@ def _runner(url: str, only: dict[str, str], ray: str | None) -> SweepRunner:
     from farm.cli.run import run_stored
     from farm.orchestrate.driver import SweepOptions
 
-    def run(job: JobSpec, text: str) -> int:
+    def run(job: JobSpec, text: str, pairs: Mapping[ComparableKey, ReferenceRun]) -> int:
         # The step job already excludes every cell but the step's: --only is not needed.
-        options = SweepOptions(db_url=url, ray_address=ray, home=home())
+        options = SweepOptions(
+            db_url=url,
+            ray_address=ray,
+            home=home(),
+            references=(lambda _sweep: pairs) if pairs else None,
+        )
         return run_stored(
             job,
             text,
@@ -80,6 +87,8 @@ def _print_result(run: BisectRun) -> None:
         f"{run.engine_s:.0f} s engine; bisection total: {len(b.steps)} step(s), "
         f"{b.builds_run} build(s), {b.cells_run} cell(s), {b.wall_s:.0f} s wall"
     )
+    if saved := run.looks_saved():
+        say(f"  {saved}")
 
 
 def _channels(notify: bool) -> list[Notifier]:

@@ -178,7 +178,9 @@ def max_steps(count: int, skips: int = 0) -> int:
 
 class VariantFigures(_Stored):
     """One variant of a regressed cell at one commit: AL with its interval and the
-    acceptance rate per draft position (per draft, 0..1)."""
+    acceptance rate per draft position (per draft, 0..1); ``looks``: how its sequential
+    looks ended when it ran in looks (``regress: decided after 4 of 12 prompts (look 1
+    of 3)``)."""
 
     key: str
     label: str
@@ -188,6 +190,7 @@ class VariantFigures(_Stored):
     al_high: float | None = None
     per_position: tuple[float, ...] = ()
     requests: int = 0
+    looks: str = ""
 
 
 class VariantJudgement(_Stored):

@@ -237,6 +237,7 @@ def variant_figures(
                 al_high=al.high if al else None,
                 per_position=tuple(round(p.estimate, 4) for p in s.per_position),
                 requests=s.requests,
+                looks=v.sequential.describe() if v.sequential else "",
             )
     return out
 

@@ -10,12 +10,17 @@ store, as measurements, and are reused by the next try).
 Each step is stored the moment it finishes; a run of the same bisection (same job,
 engine, ends and cells) or ``--resume`` continues from the stored steps and never
 measures a finished step again. A step whose build or cell failed is a skip.
+
+A step's workloads with ``sequential`` looks are paired with the good end's stored
+requests (the ends themselves run whole): a step stops once it is confirmed below the
+good end or bounded within the minimum effect of it, and is judged against both ends on
+the prompts it ran.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -28,9 +33,11 @@ from farm.analysis.check_rules import CheckConfig
 from farm.axes import speculates
 from farm.builds.cache import MARKER
 from farm.builds.venv import plan_builds
+from farm.comparable import ComparableKey
 from farm.errors import FarmError
 from farm.plan import ServerCell
 from farm.records import StoredCell, SweepRecord
+from farm.runner import ReferenceRun, reference_runs
 from farm.spec import EngineSpec, JobSpec
 from farm.store.baselines import cells_of_build
 from farm.store.bisections import (
@@ -41,6 +48,7 @@ from farm.store.bisections import (
     get_bisection,
     record_step,
 )
+from farm.store.repository import SweepCost, sweep_cost
 from farm.workflows.bisect import (
     Bisection,
     BisectStep,
@@ -57,8 +65,9 @@ from farm.workflows.pr import cell_rule, select_baseline
 __all__ = ["BisectRun", "SweepRunner", "run_bisection"]
 
 LineSink = Callable[[str], None]
-# Runs one sweep of a derived job (the job, its YAML text); returns its sweep id.
-SweepRunner = Callable[[JobSpec, str], int]
+# Runs one sweep of a derived job (the job, its YAML text, the stored runs its
+# sequential looks pair with: none for the ends); returns its sweep id.
+SweepRunner = Callable[[JobSpec, str, Mapping[ComparableKey, ReferenceRun]], int]
 # Stored cells of a build are reused whatever their age: a commit's cells do not age.
 _ANY_AGE = timedelta(days=36500)
 
@@ -69,7 +78,9 @@ class _Frozen(BaseModel):
 
 class BisectRun(_Frozen):
     """What one `farm bisect` run did: the bisection as stored after it, and what this
-    run cost (builds made, cells run, wall time, the engine time of its cells)."""
+    run cost (builds made, cells run, wall time, the engine time of its cells) and what
+    the steps' sequential looks saved: variants stopped early, and the generation time
+    of its sweeps against what they would have taken at the fixed sample."""
 
     bisection: Bisection
     reused: bool
@@ -77,6 +88,20 @@ class BisectRun(_Frozen):
     cells: int
     wall_s: float
     engine_s: float
+    stopped_early: int = 0
+    generation_s: float = 0.0
+    fixed_generation_s: float = 0.0
+
+    def looks_saved(self) -> str:
+        """``3 variant(s) stopped early by their looks: generation 1.2 min vs 2.5 min
+        at the fixed sample (0.48x)``, or "" when none did."""
+        if not self.stopped_early or not self.fixed_generation_s:
+            return ""
+        return (
+            f"{self.stopped_early} variant(s) stopped early by their looks: generation "
+            f"{self.generation_s / 60:.1f} min vs {self.fixed_generation_s / 60:.1f} min at "
+            f"the fixed sample ({self.generation_s / self.fixed_generation_s:.2f}x)"
+        )
 
 
 # --- measuring ----------------------------------------------------------------------
@@ -86,6 +111,8 @@ class _Measured(_Frozen):
     record: SweepRecord | None
     build_id: str | None
     sweep_ids: tuple[int, ...] = ()
+    # (sweep id, stored cell) of each cell measured: what a step's looks pair with
+    cells: tuple[tuple[int, StoredCell], ...] = ()
     ran_sweep: int | None = None
     cells_run: int = 0
     built: bool = False
@@ -120,6 +147,9 @@ class _Bisector:
         self.builds = 0
         self.cells = 0
         self.engine_s = 0.0
+        self.cost = SweepCost()  # summed over this run's sweeps
+        # The good end's variants, once it is measured: what the steps' looks pair with.
+        self.references: dict[ComparableKey, ReferenceRun] = {}
 
     def session(self) -> Session:
         return Session(self.db)
@@ -150,7 +180,7 @@ class _Bisector:
         selection = select_baseline(cells, stored, plan.build_id, now=now, max_age=_ANY_AGE)
         wanted = {(c.sweep_id, c.cell_id) for c in selection.reused}
         taken = [s for s in stored if (s.sweep_id, s.stored.cell.cell_id) in wanted]
-        got = [s.stored for s in taken]
+        pairs = [(s.sweep_id, s.stored) for s in taken]
         sweeps = [s.sweep_id for s in taken]
         ran, built, engine_s = None, False, 0.0
         if selection.missing:
@@ -161,11 +191,12 @@ class _Bisector:
             text = f"# farm bisect: {self.setup.job.name} at {commit}\n" + yaml.safe_dump(
                 job.model_dump(mode="json", exclude={"base_dir"}), sort_keys=False
             )
-            ran = self.runner(job, text)
+            ran = self.runner(job, text, self.references)
             with self.session() as s:
                 record = store.load_sweep(s, ran)
+                self._add_cost(sweep_cost(s, ran))
             new = [c for c in record.cells if c.cell.cell_id in set(selection.missing)]
-            got += new
+            pairs += [(ran, c) for c in new]
             sweeps.append(ran)
             engine_s = _engine_s(new)
             # A cell whose build failed never reached an engine: not a cell run.
@@ -182,24 +213,39 @@ class _Bisector:
                 status="ok",
             )
         )
-        merged = base.model_copy(update={"cells": tuple(got)})
+        merged = base.model_copy(update={"cells": tuple(c for _, c in pairs)})
         return _Measured(
             record=merged,
             build_id=plan.build_id,
             sweep_ids=tuple(dict.fromkeys(sweeps)),
+            cells=tuple(pairs),
             ran_sweep=ran,
             cells_run=len(selection.missing),
             built=built,
             engine_s=engine_s,
         )
 
-    def end_record(self, end: Endpoint, name: str, cell_ids: Sequence[str]) -> SweepRecord:
+    def _add_cost(self, cost: SweepCost) -> None:
+        c = self.cost
+        self.cost = c.model_copy(
+            update={
+                "stopped_early": c.stopped_early + cost.stopped_early,
+                "generation_s": c.generation_s + cost.generation_s,
+                "fixed_generation_s": (c.fixed_generation_s or 0.0)
+                + (cost.fixed_generation_s or cost.generation_s),
+            }
+        )
+
+    def end_record(self, end: Endpoint, name: str, cell_ids: Sequence[str]) -> _Measured:
         """An end's regressed cells: stored ones of its build (run again only when
         they were pruned)."""
         measured = self.measure(end.commit, cell_ids)
         if measured.record is None:
             raise FarmError(f"the {name} end {end.commit[:12]}: {measured.error}")
-        return measured.record
+        return measured
+
+    def pair_steps_with(self, good: _Measured, regressed: set[str]) -> None:
+        self.references = reference_runs(p for p in good.cells if p[1].cell.cell_id in regressed)
 
 
 def _say_step(
@@ -215,6 +261,7 @@ def _say_step(
             else ""
         )
         + f" ({j.note})"
+        + (f" [{j.figures.looks}]" if j.figures.looks else "")
         for j in step.judgements
         if j.figures.al is not None
     )
@@ -255,10 +302,13 @@ def run_bisection(
             f"{bisection.status}"
         )
         regressed_cells = sorted(set(bisection.regressed.values()))
-        good_rec = work.end_record(bisection.good, "good", regressed_cells)
-        bad_rec = work.end_record(bisection.bad, "bad", regressed_cells)
+        good_m = work.end_record(bisection.good, "good", regressed_cells)
+        bad_m = work.end_record(bisection.bad, "bad", regressed_cells)
+        assert good_m.record is not None and bad_m.record is not None
+        good_rec, bad_rec = good_m.record, bad_m.record
     else:
-        bisection, good_rec, bad_rec = _start(work)
+        bisection, good_m, good_rec, bad_rec = _start(work)
+    work.pair_steps_with(good_m, set(bisection.regressed.values()))
     assert bisection.id is not None
     noun = "release" if commits[0].release else "commit"
     say(
@@ -319,9 +369,10 @@ def _only(record: SweepRecord, cells: set[str]) -> SweepRecord:
     )
 
 
-def _start(work: _Bisector) -> tuple[Bisection, SweepRecord, SweepRecord]:
-    """Measure the ends, find the regressed variants, store the new bisection; it and
-    the ends' records of the regressed cells (only they matter from here on)."""
+def _start(work: _Bisector) -> tuple[Bisection, _Measured, SweepRecord, SweepRecord]:
+    """Measure the ends, find the regressed variants, store the new bisection; it, the
+    good end as measured and the ends' records of the regressed cells (only they matter
+    from here on)."""
     setup, commits = work.setup, work.setup.commits
     good_m, bad_m = _measure_ends(work)
     assert good_m.record is not None and bad_m.record is not None
@@ -365,7 +416,7 @@ def _start(work: _Bisector) -> tuple[Bisection, SweepRecord, SweepRecord]:
         bisection, _ = create_bisection(s, draft)
     for row in check.rows:
         work.say(f"regressed: {row.label}: AL {row.baseline_al} -> {row.candidate_al}")
-    return bisection, good_rec, bad_rec
+    return bisection, good_m, good_rec, bad_rec
 
 
 def _step(
@@ -417,4 +468,7 @@ def _finish(
         cells=work.cells,
         wall_s=wall,
         engine_s=work.engine_s,
+        stopped_early=work.cost.stopped_early,
+        generation_s=work.cost.generation_s,
+        fixed_generation_s=work.cost.fixed_generation_s or 0.0,
     )

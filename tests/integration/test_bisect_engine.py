@@ -12,7 +12,9 @@ repairs it.
 `farm bisect --good c0 --bad c8` must name commit 6 and the skipped commit 4 within
 ceil(log2(8)) + 2 cell runs beyond the two ends; a second run builds nothing and runs
 no cell. A bad end that does not reproduce the drop is refused from stored cells alone.
-One server cell (eager, MTP depth 3, window on, thinking on), 12 requests.
+One server cell (eager, MTP depth 3, window on, thinking on), 12 requests; the workload
+runs in sequential looks of 4, so each step is paired with the good end's stored
+requests and stops at the look that decides (the ends run all 12).
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ def register():
 """
 BROKEN = 'NOTE = "{note}"\n\ndef register(:\n    pass\n'
 GUILTY_INDEX, BROKEN_INDEX, COMMITS = 6, 4, 9
+LOOK_EVERY = 4
 
 
 def _history(repo: PluginRepo) -> list[str]:
@@ -145,6 +148,7 @@ def bisected(
     job.write_text(
         tiny_job(
             "bisect-engine",
+            look_every=LOOK_EVERY,
             engine="    overlays:\n"
             "      - package: farm-bisect-plugin\n"
             f"        source: {{kind: git, repo: {folder / 'plugin'}, ref: main}}\n",
@@ -190,14 +194,33 @@ def test_cell_runs_beyond_the_ends_stay_within_log2_plus_two(bisected: _Bisect) 
     # Each step ran the one regressed cell; the skipped commit's never reached an engine.
     assert len(cell_steps) <= math.ceil(math.log2(COMMITS - 1)) + 2
     assert b.cells_run == 2 + len(cell_steps)  # the ends, then one per step that built
+    with Session(store.open_store(bisected.url)) as session:
+        steps = {s.position: store.load_sweep(session, s.sweep_id or 0) for s in cell_steps}
+    early = 0
     for s in cell_steps:
         [j] = s.judgements
         assert j.figures.al is not None and len(j.figures.per_position) == 3
+        # Each step ran in looks paired with the good end, up to the look that decided.
+        [v] = [v for c in steps[s.position].cells if c.result for v in c.result.variants]
+        looks = v.sequential
+        assert looks is not None and looks.reference_sweep_id in b.good.sweep_ids
+        assert len(v.requests) == looks.prompts_used == j.figures.requests
+        assert looks.prompts_used % LOOK_EVERY == 0 and looks.max_prompts == 12
+        assert j.figures.looks == looks.describe()
+        early += looks.stopped_early
         print(
             f"step {b.commits[s.position].sha[:8]} [{s.position}]: {s.verdict} AL "
-            f"{j.figures.al:.3f} per position {j.figures.per_position} ({j.note})"
+            f"{j.figures.al:.3f} per position {j.figures.per_position} ({j.note}); "
+            f"{looks.describe()}"
         )
+    # The run's cost line says what the looks saved (when any step stopped early).
+    saved = [x for x in bisected.runs[0].output.splitlines() if "stopped early" in x]
+    assert len(saved) == (1 if early else 0)
+    if early:
+        assert f"{early} variant(s) stopped early by their looks" in saved[0]
+        print(saved[0].strip())
     good, bad = b.good.figures[0], b.bad.figures[0]
+    assert good.requests == bad.requests == 12 and not good.looks and not bad.looks
     assert good.al is not None and bad.al is not None and bad.al < good.al
     # The drop is at the late positions only: position 0 and 1 hold.
     assert bad.per_position[2] < good.per_position[2]

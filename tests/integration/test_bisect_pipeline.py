@@ -13,7 +13,7 @@ that does not reproduce the drop), each exit 2 with one line and nothing written
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,13 +25,15 @@ from typer.testing import CliRunner
 from farm import store
 from farm.builds.venv import plan_builds
 from farm.cli.main import app
+from farm.comparable import ComparableKey
 from farm.errors import FarmError
 from farm.orchestrate.driver import plan_job
 from farm.plan import Variant
 from farm.records import BuildInfo, CellResult, SpecCounters, VariantResult
+from farm.runner import ReferenceRun
 from farm.spec import EngineSpec, GitSource, JobSpec, parse_job
 from farm.store.bisections import get_bisection, list_bisections
-from farm.workflows.bisect_pipeline import BisectRun, run_bisection
+from farm.workflows.bisect_pipeline import BisectRun, SweepRunner, run_bisection
 from farm.workflows.bisect_setup import prepare_bisect
 from tests.fakes.plugin_repo import PluginRepo, git
 from tests.fakes.simulate import FloatArray, prompt_acceptance, simulate_requests
@@ -78,8 +80,15 @@ class FakeEngine:
     broken: frozenset[int] = frozenset()
     fixed_from: int | None = None  # the drop goes away again from this index
     sweeps: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    # The stored runs each sweep's looks were given to pair with
+    paired: list[Mapping[ComparableKey, ReferenceRun]] = field(default_factory=list)
 
-    def __call__(self, job: JobSpec, text: str) -> int:
+    def __call__(
+        self,
+        job: JobSpec,
+        text: str,
+        references: Mapping[ComparableKey, ReferenceRun] | None = None,
+    ) -> int:
         [engine] = job.engines
         source = engine.overlays[0].source
         assert isinstance(source, GitSource)
@@ -89,6 +98,7 @@ class FakeEngine:
         [planned] = plan_builds([engine])
         assert planned.build_id is not None
         self.sweeps.append((commit, tuple(c.cell_id for c in plan.cells)))
+        self.paired.append(references or {})
         p = prompt_acceptance(PROMPTS, mean=0.8, concentration=8.0, rng=np.random.default_rng(0))
         bad = index >= self.guilty and (self.fixed_from is None or index < self.fixed_from)
         with Session(store.open_store(self.url)) as s:
@@ -225,6 +235,25 @@ def test_the_guilty_commit_is_found_around_a_broken_one(tmp_path: Path, url: str
     assert any("skip" in line.lower() for line in lines)
 
 
+def test_steps_pair_their_looks_with_the_good_ends_regressed_variants(
+    tmp_path: Path, url: str
+) -> None:
+    h = _history(tmp_path, 9)
+    fake = FakeEngine(url, h.commits, guilty=5)
+    run, _ = _run(h, url, fake)
+    assert run.bisection.status == "found"
+    good_end, bad_end, *steps = fake.paired
+    assert good_end == {} and bad_end == {}, "the ends run whole"
+    good_sweep = run.bisection.good.sweep_ids[0]
+    regressed = set(run.bisection.regressed.values())
+    assert steps and all(
+        {r.cell_id for r in pairs.values()} == regressed
+        and {r.sweep_id for r in pairs.values()} == {good_sweep}
+        and all(len(r.prompt_ids) == PROMPTS for r in pairs.values())
+        for pairs in steps
+    )
+
+
 def test_a_second_run_measures_nothing_and_resume_continues(tmp_path: Path, url: str) -> None:
     h = _history(tmp_path, 17)
     fake = FakeEngine(url, h.commits, guilty=11)
@@ -232,11 +261,13 @@ def test_a_second_run_measures_nothing_and_resume_continues(tmp_path: Path, url:
     class Killed(Exception):
         pass
 
-    def dies_after(n: int) -> Callable[[JobSpec, str], int]:
-        def run(job: JobSpec, text: str) -> int:
+    def dies_after(n: int) -> SweepRunner:
+        def run(
+            job: JobSpec, text: str, references: Mapping[ComparableKey, ReferenceRun]
+        ) -> int:
             if len(fake.sweeps) >= n:
                 raise Killed  # the driver dies before the step's sweep
-            return fake(job, text)
+            return fake(job, text, references)
 
         return run
 
@@ -258,6 +289,8 @@ def test_a_second_run_measures_nothing_and_resume_continues(tmp_path: Path, url:
     assert resumed.bisection.commits[resumed.bisection.first_bad or 0].sha == h.commits[11]
     again = [c for c, _ in fake.sweeps[before:]]
     assert not done & set(again), "a finished step was measured again"
+    # The resumed steps pair with the good end as stored: it is not measured again.
+    assert again and h.commits[0] not in again and all(fake.paired[before:])
     assert h.commits[0] not in again and h.commits[-1] not in again  # ends reused
     assert resumed.reused
 

@@ -169,7 +169,7 @@ class FakeReleaseEngine:
     installed: list[str] = field(default_factory=list)  # per sweep, "" when unbuilt
     builds: list[BuildInfo] = field(default_factory=list)
 
-    def __call__(self, job: JobSpec, text: str) -> int:
+    def __call__(self, job: JobSpec, text: str, references: object = None) -> int:
         [engine] = job.engines
         plan = plan_job(job)
         try:
