@@ -21,15 +21,19 @@ Four tables:
    resampled from one clean repeat (reference) and the next (candidate), the candidate's
    accepted drafts thinned to a known relative AL drop, flagged share per drop.
 
-With ``night-*.json`` (consecutive `farm nightly` sweeps of one job recorded with the
-noise patch, ``noise-run-to-run``; a night whose build carries a canary is a known-bad
-night), two more:
+With ``night-*.json`` (consecutive runs of one job with the noise patch,
+``noise-run-to-run``, each a fresh engine process; a night whose build carries a canary
+is a known-bad night), two more. bench/data/recorded-noise holds 20 clean nights and
+two canary nights (late-draft, batch-slot) of jobs/noise-calibration.yaml's tiny-step
+cell at the patch's default strengths (bench/noise_strength.py --model tiny-step
+--runs 20 --canary canary-late-draft-token --canary canary-batch-slot-alias):
 
 8. The nights judged as `farm nightly` judges them, each against the last good night,
    with the prompt-only rule and with thresholds calibrated from the earlier nights:
    false alarms on clean nights, canary nights caught on their first night; and each
    key's run-to-run spread (`farm noise`).
-9. Table 7 on the last two clean nights, with the calibrated thresholds.
+9. Table 7 on the last two clean nights, with the calibrated thresholds (re-centred on
+   the median of the last clean nights, as the farm's nightly re-centres them).
 """
 
 from __future__ import annotations
@@ -312,7 +316,9 @@ def table_power(
                 diff = d.mean_acceptance_length
                 floor = config.min_al_effect(d.reference_al.estimate)
                 if noise is not None:
-                    diff, threshold = calibrated(diff, floor, noise.get(key), NoiseRule())
+                    diff, threshold = calibrated(
+                        diff, floor, noise.get(key), NoiseRule(), d.reference_al.estimate
+                    )
                     floor = threshold.min_effect
                 _, bad = classify_difference(diff, floor, "lower")
                 hits += bad
@@ -376,7 +382,7 @@ def table_nights(nights: list[SweepRecord]) -> list[SweepRecord]:
                 continue
             judged += 1
             if flagged:
-                alarms.append(f"night {i + 1}: " + "; ".join(f.summary[:120] for f in flagged))
+                alarms.append(f"night {i + 1}: " + "; ".join(f.summary[:400] for f in flagged))
             else:
                 last_good = nights[i]
         print(f"   {name:<34} {judged:>12} {len(alarms):>13} {caught:>9} of {canaries}")
@@ -394,10 +400,20 @@ def table_nights(nights: list[SweepRecord]) -> list[SweepRecord]:
 
 
 def _noise_by_variant(nights: list[SweepRecord]) -> dict[tuple[str, str, str], KeyNoise]:
-    """Each variant's run-to-run AL spread over ``nights`` (as the calibration reads it)."""
+    """Each variant's run-to-run AL spread over ``nights`` and the median of its last
+    nights (the baseline window), as the calibration reads them."""
     series: dict[tuple[str, str, str], list[float]] = {}
     for night in nights:
         for key, v in _variants(night).items():
             if v.counters.mean_acceptance_length is not None:
                 series.setdefault(key, []).append(v.counters.mean_acceptance_length)
-    return {k: KeyNoise(nights=len(al), al_sd=night_to_night_sd(al)) for k, al in series.items()}
+    window = NoiseRule().centre_nights
+    return {
+        k: KeyNoise(
+            nights=len(al),
+            al_sd=night_to_night_sd(al),
+            centre=float(np.median(al[-window:])),
+            centre_nights=len(al[-window:]),
+        )
+        for k, al in series.items()
+    }

@@ -201,7 +201,9 @@ def _compare_one(
     min_effect = cfg.min_al_effect(d.reference_al.estimate)
     threshold = None
     if calibration is not None:
-        diff, rule = calibrated(diff, min_effect, *calibration)
+        diff, rule = calibrated(
+            diff, min_effect, *calibration, reference_al=d.reference_al.estimate
+        )
         min_effect, threshold = rule.min_effect, rule
     outcome: CompareOutcome = "pass"
     looks = _early_decision(c.variant, b.variant, threshold)

@@ -259,7 +259,9 @@ def _compare(
         sweep,
         config=r.check,
         engine_map=r.engine_map,
-        noise=key_noise(series, sweep.sweep_id) if series is not None and noise_rule else None,
+        noise=key_noise(series, sweep.sweep_id, baseline.sweep_id, noise_rule)
+        if series is not None and noise_rule
+        else None,
         noise_rule=noise_rule,
     )
 

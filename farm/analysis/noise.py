@@ -15,14 +15,27 @@ regression or a fix moves one difference only, so the spread is read robustly as
 consistency factor for a normal). No verdicts are
 needed, and a few shifted nights in the window do not inflate it.
 
+Reference level: under a per-run shift the last good night is one draw of the run
+level, and not a fair one: a night that drew high passes and becomes the reference,
+a night that drew low fails and does not, so the reference ratchets up and the clean
+nights after a lucky one read as drops (20 recorded real-engine nights at the noise
+patch's defaults: 6 false alarms of 19 against the last good night, thinking off,
+after a night 17% above the key's median became the reference; bench/detection.py
+table 8). So once calibrated the comparison is re-centred: the paired difference
+against the last good night (per-token jitter, prompt sampling) is shifted by that
+night's AL minus the median AL of the key's last ``centre_nights`` nights up to and
+including it, a baseline window as PyTorch HUD's. The median of m runs has variance
+about ``(pi / 2) * sigma**2 / m`` (``sigma**2 / m`` for m <= 2, where it is the mean).
+
 Rule (per key, :func:`calibrated`): with at least ``min_nights`` nights before the
-judged one, the comparison's difference has a run-level variance ``2 * sigma**2``
-(two nights, each with its own run) added to the bootstrap's, and the minimum effect
-is the larger of the fixed floor and ``k * sqrt(2) * sigma``. ``k = 3``: a clean night
-then exceeds the minimum effect with probability 0.13% per key (one-sided normal), so a
-job of 16 keys raises a false alarm from noise about once in 500 nights, while a
-deterministic engine (sigma 0) keeps exactly the fixed rule and its power. With fewer
-nights the floor rule holds and the key says "insufficient history". Which component
+judged one, the comparison's difference has a run-level variance
+``(1 + c_m) * sigma**2`` (the judged night's own run, and the window's centre: ``c_m =
+1`` against the last good night alone) added to the bootstrap's, and the minimum
+effect is the larger of the fixed floor and ``k * sqrt(1 + c_m) * sigma``. ``k = 3``:
+a clean night then exceeds the minimum effect with probability 0.13% per key (one-sided
+normal), so a job of 16 keys raises a false alarm from noise about once in 500 nights,
+while a deterministic engine (sigma 0) keeps exactly the fixed rule and its power.
+With fewer nights the floor rule holds and the key says "insufficient history". Which component
 this covers (the per-run shift; per-token jitter is already in the bootstrap) is read
 from the measurements in ``bench/detection.py``.
 """
@@ -68,13 +81,23 @@ class NoiseRule(_Frozen):
 
     k: float = 3.0
     min_nights: int = 5
+    centre_nights: int = 10  # the baseline window: nights up to the last good one
 
 
 class KeyNoise(_Frozen):
-    """A key's nights before the judged one, and its night-to-night AL spread."""
+    """A key's nights before the judged one, and its night-to-night AL spread;
+    ``centre``: the median AL of its last nights up to the reference night (the
+    baseline window, ``centre_nights`` of them), None when not known."""
 
     nights: int
     al_sd: float
+    centre: float | None = None
+    centre_nights: int = 0
+
+    def centre_variance(self) -> float:
+        """The variance of ``centre`` in units of the run variance (1: a single night)."""
+        m = self.centre_nights if self.centre is not None else 1
+        return 1.0 / m if m <= 2 else math.pi / (2.0 * m)
 
 
 class Threshold(_Frozen):
@@ -87,19 +110,36 @@ class Threshold(_Frozen):
     k: float = 0.0
     calibrated: bool = False
     min_nights: int = 0
+    factor: float = math.sqrt(2.0)  # sqrt(1 + c_m): the judged run and the reference's
+    # The reference level when re-centred on the baseline window: its median AL, the
+    # nights in it and the reference night's own AL (None: the last good night's).
+    centre: float | None = None
+    centre_nights: int = 0
+    reference_al: float | None = None
 
     def describe(self) -> str:
-        """``3 x night-to-night sd 0.0137 x sqrt2 over 12 nights = 0.058 (floor 0.050)``,
-        or ``floor 0.050; insufficient history: 2 of 5 nights``."""
+        """``min effect 0.058: 3 x night-to-night sd 0.0137 x 1.05 over 12 nights
+        (floor 0.050); reference re-centred 3.120 -> median 3.050 of 10 nights``, or
+        ``min effect 0.050 (floor); insufficient history: 2 of 5 nights``."""
         if self.calibrated:
-            return (
+            text = (
                 f"min effect {self.min_effect:.3f}: {self.k:g} x night-to-night sd "
-                f"{self.run_sd:.4f} x sqrt2 over {self.nights} nights (floor {self.floor:.3f})"
+                f"{self.run_sd:.4f} x {self._factor_name()} over {self.nights} nights "
+                f"(floor {self.floor:.3f})"
             )
+            if self.centre is not None and self.reference_al is not None:
+                text += (
+                    f"; reference re-centred {self.reference_al:.3f} -> median "
+                    f"{self.centre:.3f} of {self.centre_nights} nights"
+                )
+            return text
         return (
             f"min effect {self.floor:.3f} (floor); insufficient history: {self.nights} of "
             f"{self.min_nights} nights"
         )
+
+    def _factor_name(self) -> str:
+        return "sqrt2" if math.isclose(self.factor, math.sqrt(2.0)) else f"{self.factor:.3f}"
 
 
 def night_to_night_sd(values: Sequence[float]) -> float:
@@ -111,41 +151,71 @@ def night_to_night_sd(values: Sequence[float]) -> float:
     # and a centre fitted to a handful of them can make the spread vanish.
     return _MAD_TO_SD * float(np.median(np.abs(d))) / math.sqrt(2.0)
 
-
 def key_noise(
-    series: Mapping[ComparableKey, Sequence[HistoryPoint]], judged_sweep: int
+    series: Mapping[ComparableKey, Sequence[HistoryPoint]],
+    judged_sweep: int,
+    reference_sweep: int | None = None,
+    rule: NoiseRule | None = None,
 ) -> dict[ComparableKey, KeyNoise]:
-    """Each key's nights before ``judged_sweep`` (oldest first) and their spread."""
+    """Each key's nights before ``judged_sweep`` (oldest first) and their spread; with
+    ``reference_sweep`` (the last good night), the median AL of the key's last
+    ``rule.centre_nights`` nights up to and including it."""
+    window = (rule or NoiseRule()).centre_nights
     out = {}
     for key, points in series.items():
         before = sorted((p for p in points if p.sweep_id < judged_sweep), key=lambda p: p.sweep_id)
-        out[key] = KeyNoise(nights=len(before), al_sd=night_to_night_sd([p.value for p in before]))
+        values = [p.value for p in before]
+        upto = (
+            [p.value for p in before if p.sweep_id <= reference_sweep][-window:]
+            if reference_sweep is not None
+            else []
+        )
+        out[key] = KeyNoise(
+            nights=len(before),
+            al_sd=night_to_night_sd(values),
+            centre=float(np.median(upto)) if upto else None,
+            centre_nights=len(upto),
+        )
     return out
 
 
 def calibrated(
-    diff: Interval, floor: float, noise: KeyNoise | None, rule: NoiseRule
+    diff: Interval,
+    floor: float,
+    noise: KeyNoise | None,
+    rule: NoiseRule,
+    reference_al: float | None = None,
 ) -> tuple[Interval, Threshold]:
-    """``diff`` (candidate - reference AL, from the paired bootstrap) with the key's
-    run-level variance added, and the threshold it is judged by."""
+    """``diff`` (candidate - reference AL, from the paired bootstrap) re-centred on the
+    key's baseline window (when ``noise.centre`` and the reference night's
+    ``reference_al`` are known) with the key's run-level variance added, and the
+    threshold it is judged by."""
     nights = noise.nights if noise is not None else 0
     if noise is None or nights < rule.min_nights:
         return diff, Threshold(
             min_effect=floor, floor=floor, nights=nights, min_nights=rule.min_nights
         )
-    run = 2.0 * (_z(diff.level) * noise.al_sd) ** 2  # two nights, each its own run
+    centre = noise.centre if noise.al_sd > 0 else None  # sigma 0: nothing to re-centre
+    centred = centre is not None and reference_al is not None
+    factor = math.sqrt(1.0 + (noise.centre_variance() if centred else 1.0))
+    shift = reference_al - centre if centre is not None and reference_al is not None else 0.0
+    run = (factor * _z(diff.level) * noise.al_sd) ** 2
     # Each side of the bootstrap interval (asymmetric) widened by the same variance.
-    low = diff.estimate - math.sqrt((diff.estimate - diff.low) ** 2 + run)
-    high = diff.estimate + math.sqrt((diff.high - diff.estimate) ** 2 + run)
-    widened = Interval(estimate=diff.estimate, low=low, high=high, level=diff.level)
+    low = diff.estimate + shift - math.sqrt((diff.estimate - diff.low) ** 2 + run)
+    high = diff.estimate + shift + math.sqrt((diff.high - diff.estimate) ** 2 + run)
+    widened = Interval(estimate=diff.estimate + shift, low=low, high=high, level=diff.level)
     threshold = Threshold(
-        min_effect=max(floor, rule.k * math.sqrt(2.0) * noise.al_sd),
+        min_effect=max(floor, rule.k * factor * noise.al_sd),
         floor=floor,
         run_sd=noise.al_sd,
         nights=nights,
         k=rule.k,
         calibrated=True,
         min_nights=rule.min_nights,
+        factor=factor,
+        centre=centre if centred else None,
+        centre_nights=noise.centre_nights if centred else 0,
+        reference_al=reference_al if centred else None,
     )
     return (widened if run > 0 else diff), threshold
 

@@ -93,15 +93,19 @@ class BisectRun(_Frozen):
     fixed_generation_s: float = 0.0
 
     def looks_saved(self) -> str:
-        """``3 variant(s) stopped early by their looks: generation 1.2 min vs 2.5 min
-        at the fixed sample (0.48x)``, or "" when none did."""
+        """``3 variant(s) stopped early by their looks: generation 41 s vs 86 s at the
+        fixed sample (0.48x)``, or "" when none did."""
         if not self.stopped_early or not self.fixed_generation_s:
             return ""
         return (
             f"{self.stopped_early} variant(s) stopped early by their looks: generation "
-            f"{self.generation_s / 60:.1f} min vs {self.fixed_generation_s / 60:.1f} min at "
-            f"the fixed sample ({self.generation_s / self.fixed_generation_s:.2f}x)"
+            f"{_span(self.generation_s)} vs {_span(self.fixed_generation_s)} at the fixed "
+            f"sample ({self.generation_s / self.fixed_generation_s:.2f}x)"
         )
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 600 else f"{seconds:.0f} s"
 
 
 # --- measuring ----------------------------------------------------------------------

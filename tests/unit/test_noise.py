@@ -117,6 +117,76 @@ def test_a_per_run_shift_false_alarms_the_prompt_only_rule_not_the_calibrated_on
     assert len(clean) - 1 in _flagged(dropped, noise=NoiseRule())
 
 
+def _as_nightly(nights: list[SweepRecord], noise: NoiseRule) -> tuple[list[int], list[str]]:
+    """Each night against the last good night, which moves only on a clean verdict (as
+    `farm nightly`): the nights flagged and each flagged finding's summary."""
+    last_good, flagged, summaries = nights[0], [], []
+    for i in range(1, len(nights)):
+        history = series_from_sweeps(nights[: i + 1], resamples=200)
+        night = judge_night(
+            nights[i], last_good=last_good, history=history, base_of={}, noise=noise
+        )
+        found = [f for f in night.judgement.regressions if f.check == "nightly_vs_last_good"]
+        if found:
+            flagged.append(i)
+            summaries += [f.summary for f in found]
+        else:
+            last_good = nights[i]
+    return flagged, summaries
+
+
+def test_a_lucky_night_as_the_reference_is_re_centred_on_the_baseline_window() -> None:
+    # A night that drew high passes and becomes the last good night; the clean nights
+    # after it read as drops against it (seen on the real engine: bench/detection.py
+    # table 8). The baseline window's median is the reference level instead.
+    rng = np.random.default_rng(7)
+    factors = [float(f) for f in 1.0 + rng.normal(0.0, 0.02, 16)]
+    factors[8] = 1.10  # five sd above the run level
+    clean = [_night(i + 1, f) for i, f in enumerate(factors)]
+    single = NoiseRule(centre_nights=1)  # the last good night alone, as before
+    flagged_single, _ = _as_nightly(clean, single)
+    flagged, _ = _as_nightly(clean, NoiseRule())
+    print("against the last good night:", flagged_single, "re-centred:", flagged)
+    assert [i for i in flagged_single if i > 8], "the lucky night did not ratchet"
+    assert [i for i in flagged if i > 8] == []
+    # A real drop after the lucky night is still caught, and the finding says how the
+    # reference was re-centred.
+    dropped = [*clean[:-1], _night(len(clean), 0.85)]
+    caught, summaries = _as_nightly(dropped, NoiseRule())
+    assert len(clean) - 1 in caught
+    assert any("reference re-centred" in s and "of 10 nights" in s for s in summaries)
+
+
+def test_the_baseline_window_ends_at_the_reference_night() -> None:
+    [key, *_] = series_from_sweeps([_night(1, 1.0)], resamples=10)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    values = [3.0, 3.2, 3.1, 2.0, 2.1, 3.0]  # nights 4 and 5 regressed; 6 is judged
+    points = [
+        HistoryPoint(sweep_id=i, timestamp=t0 + timedelta(days=i), value=v)
+        for i, v in enumerate(values, 1)
+    ]
+    [noise] = key_noise({key: points}, judged_sweep=6, reference_sweep=3).values()
+    assert noise.centre == 3.1 and noise.centre_nights == 3  # nights 1-3 only
+    window = NoiseRule(centre_nights=2)
+    [short] = key_noise({key: points}, judged_sweep=6, reference_sweep=3, rule=window).values()
+    assert short.centre == pytest.approx(3.15) and short.centre_variance() == 0.5
+    [none] = key_noise({key: points}, judged_sweep=6).values()
+    assert none.centre is None and none.centre_variance() == 1.0
+
+
+def test_re_centring_shifts_the_difference_and_narrows_the_run_variance() -> None:
+    noise = KeyNoise(nights=12, al_sd=0.02, centre=3.0, centre_nights=10)
+    diff, rule = calibrated(DIFF, 0.05, noise, NoiseRule(k=3.0), reference_al=3.06)
+    assert diff.estimate == pytest.approx(DIFF.estimate + 0.06)
+    factor = (1 + np.pi / 20) ** 0.5
+    assert rule.factor == pytest.approx(factor) and factor < 2**0.5
+    assert rule.min_effect == pytest.approx(3.0 * factor * 0.02)
+    assert "reference re-centred 3.060 -> median 3.000 of 10 nights" in rule.describe()
+    # Without the reference night's AL the last good night stays the reference.
+    same, plain = calibrated(DIFF, 0.05, noise, NoiseRule(k=3.0))
+    assert same.estimate == DIFF.estimate and plain.centre is None
+
+
 def test_the_noise_table_has_each_keys_spread_and_flip_rate() -> None:
     factors = (1.0, 0.98, 1.01, 0.99)
     nights = [_night(i + 1, f) for i, f in enumerate(factors)]
