@@ -1,7 +1,7 @@
 """The sequential AL rule against the fixed-sample rule: false alarms, power, prompts.
 
     python bench/sequential.py [--replicates N] [--seed S] [--recorded DIR]
-        [--bootstrap-check M]
+        [--bootstrap-check M] [--run-sd X [--nights M]]
 
 Each replicate is one paired comparison of a candidate against its reference on the
 same 200 prompts, in prompt order. Per-prompt counters are drawn as in
@@ -24,6 +24,16 @@ tells "no drop" from "this drop" with the fixed rule's two error rates (Wald 194
 sec. 4.4: E[N] >= error-rate term / Kullback-Leibler information per prompt; the
 per-prompt spread is the simulated one). Where it exceeds 100, the issue's target of
 <= 50% of the fixed sample cannot be met by any rule at these error rates.
+
+``--run-sd X`` adds a second table under run-to-run noise (issue 23): each run of each
+side draws a shift of its AL common to all its prompts, sd X relative (1.7% is what 20
+real-engine nights at the noise patch's defaults gave, thinking on:
+bench/data/recorded-noise). Rules there: fixed prompt-only (as above); fixed
+calibrated (farm.analysis.noise with the spread known: the reference re-centred on the
+median of ``--nights`` earlier nights, run variance added, min effect k x sqrt(1 + c_m)
+x sd); and looks as the farm runs them under noise: the prompt-only sequential rule
+stops the prompts, the calibrated fixed rule judges the prompts that ran (the farm
+takes no early decision where a noise rule calibrated the key).
 """
 
 from __future__ import annotations
@@ -204,6 +214,142 @@ class Tally:
         self.ref_al += float((d.ref_acc.sum(axis=1) / d.ref_drafts.sum(axis=1) + 1).sum())
 
 
+@dataclass(frozen=True)
+class RunNoise:
+    """Per-run AL shifts of each replicate (relative): the last good night's, the
+    baseline window's median's and the candidate's; and the calibrated rule's factor."""
+
+    reference: FloatArray
+    centre: FloatArray
+    candidate: FloatArray
+    factor: float
+
+
+def draw_run_noise(reps: int, run_sd: float, nights: int, rng: np.random.Generator) -> RunNoise:
+    from farm.analysis.noise import KeyNoise
+
+    c_m = KeyNoise(nights=nights, al_sd=run_sd, centre=0.0, centre_nights=nights)
+    return RunNoise(
+        reference=rng.normal(0.0, run_sd, reps),
+        centre=rng.normal(0.0, run_sd * math.sqrt(c_m.centre_variance()), reps),
+        candidate=rng.normal(0.0, run_sd, reps),
+        factor=math.sqrt(1.0 + c_m.centre_variance()),
+    )
+
+
+def synthetic_noisy(reps: int, drop: float, rng: np.random.Generator, noise: RunNoise) -> Draws:
+    """``synthetic`` with each side's run shift applied to its per-prompt acceptance."""
+    slope = (1.0 - _factor_for_drop(0.01)) / 0.01  # p factor per unit of relative AL
+    p = rng.beta(MEAN * CONC, (1 - MEAN) * CONC, size=(reps, PROMPTS))
+    ref = np.clip(p * (1.0 + slope * noise.reference[:, None]), 0, 1)
+    cand = np.clip(p * _factor_for_drop(drop) * (1.0 + slope * noise.candidate[:, None]), 0, 1)
+    ref_acc, ref_d = _accepted(ref, rng)
+    cand_acc, cand_d = _accepted(cand, rng)
+    return Draws(ref_acc, ref_d, cand_acc, cand_d)
+
+
+@dataclass
+class NoisyTally:
+    reps: int = 0
+    prompt_only: int = 0
+    calibrated: int = 0
+    looks: int = 0
+    prompts: float = 0.0
+    calibrated_looks: int = 0
+    calibrated_prompts: float = 0.0
+
+    def add(self, d: Draws, noise: RunNoise, design: SequentialDesign, run_sd: float) -> None:
+        from farm.analysis.noise import NoiseRule
+
+        k, z = NoiseRule().k, 1.959964
+        r = d.ref_acc.shape[0]
+
+        def calibrated_look(n: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+            """(drop, se, spread, min effect) at ``n`` prompts, calibrated: the drop
+            re-centred on the window's median, the run variance in the se (and in the
+            spread, so that spread / sqrt(max prompts) is the fixed rule's se)."""
+            drop, se, spread, m = _look(d, n)
+            ref_al = d.ref_acc[:, :n].sum(axis=1) / d.ref_drafts[:, :n].sum(axis=1) + 1
+            level = ref_al / (1.0 + noise.reference)
+            drop = drop - level * (noise.reference - noise.centre)
+            run = (noise.factor * run_sd * level) ** 2
+            return (
+                drop,
+                np.sqrt(se**2 + run),
+                np.sqrt(spread**2 + PROMPTS * run),
+                np.maximum(m, k * noise.factor * run_sd * level),
+            )
+
+        def calibrated_regress(n: int) -> npt.NDArray[np.bool_]:
+            drop, se, _, m = calibrated_look(n)
+            return np.asarray((drop - z * se > 0) & (drop >= m), dtype=bool)
+
+        stopped = np.zeros(r, dtype=np.int64)
+        for i, n in enumerate(design.looks):
+            codes = decide_drops(design, i, *calibrated_look(n))
+            new = (stopped == 0) & (codes != 0)
+            self.calibrated_prompts += float(n * new.sum())
+            self.calibrated_looks += int((new & (codes == REGRESS)).sum())
+            stopped[new] = codes[new]
+
+        decided = np.zeros(r, dtype=np.int64)
+        used = np.full(r, float(PROMPTS))
+        looks_regress = np.zeros(r, dtype=bool)
+        for i, n in enumerate(design.looks):
+            drop, se, spread, m = _look(d, n)
+            codes = decide_drops(design, i, drop, se, spread, m)
+            new = (decided == 0) & ((codes != 0) | (i == len(design.looks) - 1))
+            used[new] = n
+            if new.any():
+                looks_regress[new] = calibrated_regress(n)[new]
+            decided[new] = np.where(codes[new] != 0, codes[new], 1)
+        self.reps += r
+        self.prompt_only += int((codes == REGRESS).sum())  # the last look: 200 prompts
+        self.calibrated += int(calibrated_regress(PROMPTS).sum())
+        self.looks += int(looks_regress.sum())
+        self.prompts += float(used.sum())
+
+
+def run_noisy(
+    reps: int,
+    run_sd: float,
+    nights: int,
+    rng: np.random.Generator,
+    design: SequentialDesign,
+) -> None:
+    t0 = time.monotonic()
+    print(
+        f"\nunder run-to-run noise: each run's AL shifted by sd {100 * run_sd:.1f}% "
+        f"(the reference re-centred on {nights} nights)\n{reps} replicates per drop; "
+        "regress % by rule"
+    )
+    print(
+        f"{'drop':>5} {'prompt-only':>11} {'calibrated':>10} {'looks+cal':>9} {'E[N]':>5}"
+        f" {'cal looks':>9} {'E[N]':>5}"
+    )
+    for drop in DROPS:
+        tally = NoisyTally()
+        while tally.reps < reps:
+            n = min(CHUNK, reps - tally.reps)
+            noise = draw_run_noise(n, run_sd, nights, rng)
+            tally.add(synthetic_noisy(n, drop, rng, noise), noise, design, run_sd)
+        t = tally
+        print(
+            f"{100 * drop:>4.0f}% {100 * t.prompt_only / t.reps:>11.2f} "
+            f"{100 * t.calibrated / t.reps:>10.2f} {100 * t.looks / t.reps:>9.2f} "
+            f"{t.prompts / t.reps:>5.0f} {100 * t.calibrated_looks / t.reps:>9.2f} "
+            f"{t.calibrated_prompts / t.reps:>5.0f}",
+            flush=True,
+        )
+    print(
+        "(prompt-only: the fixed rule at 200 prompts against the last good night; "
+        "calibrated:\n the farm's rule under noise at 200 prompts; looks+cal: prompts "
+        "stopped by the looks,\n judged by the calibrated rule (as the farm runs them); "
+        "cal looks: the looks'\n rule given the calibrated drop, se and min effect "
+        f"(not built into the farm); {time.monotonic() - t0:.0f} s)"
+    )
+
+
 def wald_bound(theta: float, sigma: float, alpha: float, power: float, under_h1: bool) -> float:
     """Wald's lower bound on E[N] of a test of 0 vs ``theta`` with these error rates
     (normal per-prompt differences of SD ``sigma``); nan where it says nothing."""
@@ -316,6 +462,8 @@ def main() -> None:
         "--bootstrap-check", type=int, default=100, help="replicates per drop checked"
     )
     parser.add_argument("--look-every", type=int, default=16)
+    parser.add_argument("--run-sd", type=float, default=0.0, help="relative AL sd per run")
+    parser.add_argument("--nights", type=int, default=10, help="the baseline window")
     parser.add_argument("--power", type=float, default=0.8, help="SequentialDesign.power")
     parser.add_argument(
         "--regress-spending",
@@ -344,6 +492,8 @@ def main() -> None:
     if args.recorded:
         for rec in load_recorded(args.recorded):
             run(f"recorded {rec.name}", rec.draw, args.replicates, 0, rng, design)
+    if args.run_sd:
+        run_noisy(args.replicates, args.run_sd, args.nights, rng, design)
     print(f"\n({time.monotonic() - t0:.0f} s, seed {args.seed})")
 
 

@@ -152,6 +152,20 @@ class LookDecision(_Frozen):
     pass_at: float
 
 
+class LookCalibration(_Frozen):
+    """A key's AL rule calibrated from its nights (:mod:`farm.analysis.noise`) as its
+    sequential looks apply it: each look's difference taken against ``centre`` (the
+    median AL of the key's baseline window) instead of the reference night's own AL
+    (None: against that night), ``run_sd`` (the run-level sd times sqrt(1 + c)) added to
+    every look's standard error, and a minimum effect of at least ``min_effect`` (k x
+    ``run_sd``). ``rule``: how the threshold came about, as findings say it."""
+
+    centre: float | None = None
+    run_sd: float
+    min_effect: float
+    rule: str = ""
+
+
 class SequentialRecord(_Frozen):
     """The stored record of one sequential comparison, made by the runner as a
     variant's looks went (:mod:`farm.analysis.sequential`): the rule, each look, and
@@ -168,6 +182,7 @@ class SequentialRecord(_Frozen):
     reference_sweep_id: int | None = None
     reference_cell_id: str | None = None
     reference_digest: str | None = None
+    calibration: LookCalibration | None = None  # the key's calibrated rule, when it had one
 
     @property
     def stopped_early(self) -> bool:

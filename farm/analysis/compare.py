@@ -237,11 +237,16 @@ def _early_decision(
     """The candidate's sequential record when it stopped early against this very
     baseline run (the same per-request counters): its decision is the verdict (the
     sequential rule's error rates are those of the fixed rule it was designed from;
-    the prompts it skipped cannot be judged). Not where a noise rule calibrated the
-    key's threshold: the looks carry no run-level variance, and the fixed rule judges
-    the prompts that ran."""
+    the prompts it skipped cannot be judged). Where a noise rule calibrated the key's
+    threshold, only when the looks ran under that very rule (``Threshold.matches``);
+    else the fixed rule judges the prompts that ran."""
     record = candidate.sequential
-    if record is None or not record.stopped_early or (threshold and threshold.calibrated):
+    if record is None or not record.stopped_early:
+        return None
+    calibrated = threshold is not None and threshold.calibrated
+    if (calibrated or record.calibration is not None) and not (
+        threshold is not None and threshold.matches(record.calibration)
+    ):
         return None
     return record if record.reference_digest == counters_digest(baseline.requests) else None
 

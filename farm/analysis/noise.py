@@ -19,9 +19,9 @@ Reference level: under a per-run shift the last good night is one draw of the ru
 level, and not a fair one: a night that drew high passes and becomes the reference,
 a night that drew low fails and does not, so the reference ratchets up and the clean
 nights after a lucky one read as drops (20 recorded real-engine nights at the noise
-patch's defaults: 6 false alarms of 19 against the last good night, thinking off,
-after a night 17% above the key's median became the reference; bench/detection.py
-table 8). So once calibrated the comparison is re-centred: the paired difference
+patch's defaults, bench/detection.py table 8: of the 15 judged with a calibrated
+threshold, 2 raised false alarms against a last good night 12% and 19% above the
+key's median, thinking off). So once calibrated the comparison is re-centred: the paired difference
 against the last good night (per-token jitter, prompt sampling) is shifted by that
 night's AL minus the median AL of the key's last ``centre_nights`` nights up to and
 including it, a baseline window as PyTorch HUD's. The median of m runs has variance
@@ -53,7 +53,7 @@ from pydantic import BaseModel, ConfigDict
 from farm.analysis.history import HistoryPoint
 from farm.analysis.stats import Interval
 from farm.comparable import ComparableKey
-from farm.records import SweepRecord, VariantResult
+from farm.records import LookCalibration, SweepRecord, VariantResult
 from farm.results.verdict import SweepVerdict
 
 __all__ = [
@@ -64,9 +64,11 @@ __all__ = [
     "Threshold",
     "calibrated",
     "key_noise",
+    "look_calibration",
     "night_to_night_sd",
     "noise_table",
     "quarantined",
+    "recentred",
 ]
 
 _MAD_TO_SD = 1.4826
@@ -138,6 +140,17 @@ class Threshold(_Frozen):
             f"{self.min_nights} nights"
         )
 
+    def matches(self, looks: LookCalibration | None) -> bool:
+        """Whether sequential looks made under ``looks`` judged by this very rule (the
+        same centre, run-level sd and minimum effect beyond the floor)."""
+        if not self.calibrated or looks is None:
+            return False
+        return (
+            self.centre == looks.centre
+            and math.isclose(self.factor * self.run_sd, looks.run_sd)
+            and math.isclose(self.k * self.factor * self.run_sd, looks.min_effect)
+        )
+
     def _factor_name(self) -> str:
         return "sqrt2" if math.isclose(self.factor, math.sqrt(2.0)) else f"{self.factor:.3f}"
 
@@ -150,6 +163,7 @@ def night_to_night_sd(values: Sequence[float]) -> float:
     # About 0, not the median difference: under noise the differences centre on 0,
     # and a centre fitted to a handful of them can make the spread vanish.
     return _MAD_TO_SD * float(np.median(np.abs(d))) / math.sqrt(2.0)
+
 
 def key_noise(
     series: Mapping[ComparableKey, Sequence[HistoryPoint]],
@@ -199,11 +213,7 @@ def calibrated(
     centred = centre is not None and reference_al is not None
     factor = math.sqrt(1.0 + (noise.centre_variance() if centred else 1.0))
     shift = reference_al - centre if centre is not None and reference_al is not None else 0.0
-    run = (factor * _z(diff.level) * noise.al_sd) ** 2
-    # Each side of the bootstrap interval (asymmetric) widened by the same variance.
-    low = diff.estimate + shift - math.sqrt((diff.estimate - diff.low) ** 2 + run)
-    high = diff.estimate + shift + math.sqrt((diff.high - diff.estimate) ** 2 + run)
-    widened = Interval(estimate=diff.estimate + shift, low=low, high=high, level=diff.level)
+    widened = recentred(diff, shift, factor * noise.al_sd)
     threshold = Threshold(
         min_effect=max(floor, rule.k * factor * noise.al_sd),
         floor=floor,
@@ -217,7 +227,37 @@ def calibrated(
         centre_nights=noise.centre_nights if centred else 0,
         reference_al=reference_al if centred else None,
     )
-    return (widened if run > 0 else diff), threshold
+    return (widened if noise.al_sd > 0 else diff), threshold
+
+
+def recentred(diff: Interval, shift: float, run_sd: float) -> Interval:
+    """``diff`` moved by ``shift``, each side of its (asymmetric) interval widened by the
+    run-level variance ``run_sd**2``."""
+    run = (_z(diff.level) * run_sd) ** 2
+    low = diff.estimate + shift - math.sqrt((diff.estimate - diff.low) ** 2 + run)
+    high = diff.estimate + shift + math.sqrt((diff.high - diff.estimate) ** 2 + run)
+    return Interval(estimate=diff.estimate + shift, low=low, high=high, level=diff.level)
+
+
+def look_calibration(noise: KeyNoise | None, rule: NoiseRule) -> LookCalibration | None:
+    """The key's calibrated rule for its sequential looks, as :func:`calibrated` will
+    judge the night (the reference re-centred on ``noise.centre``); None while the key
+    has too little history or no spread (the looks' own rule is the fixed one then)."""
+    if noise is None or noise.nights < rule.min_nights or noise.al_sd <= 0:
+        return None
+    _, threshold = calibrated(
+        Interval(estimate=0.0, low=0.0, high=0.0, level=0.95),
+        0.0,
+        noise,
+        rule,
+        reference_al=noise.centre,
+    )
+    return LookCalibration(
+        centre=threshold.centre,
+        run_sd=threshold.factor * noise.al_sd,
+        min_effect=threshold.min_effect,
+        rule=threshold.describe(),
+    )
 
 
 def _z(level: float) -> float:

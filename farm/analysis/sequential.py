@@ -64,8 +64,15 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from farm.analysis.check_rules import CheckConfig, classify_difference
+from farm.analysis.noise import recentred
 from farm.analysis.stats import AcceptanceSample, Interval, compare_acceptance
-from farm.records import Decision, LookDecision, LookStatistics, SequentialRecord
+from farm.records import (
+    Decision,
+    LookCalibration,
+    LookDecision,
+    LookStatistics,
+    SequentialRecord,
+)
 
 __all__ = [
     "RULE_NAME",
@@ -378,30 +385,39 @@ def decide_look(
     look: int,
     *,
     name: str = "",
+    calibration: LookCalibration | None = None,
 ) -> LookDecision:
     """Decide look ``look`` (0-based) from the paired samples seen so far.
 
     The samples hold the prompts run so far (the planned count, or fewer when requests
     failed). At the last look the decision is the fixed rule's; with ``final="bootstrap"``
     its bootstrap draws come from ``design.check.rng(name)``, as the checks draw them.
+    ``calibration``: the key's calibrated rule (:func:`farm.analysis.noise.
+    look_calibration`): the difference re-centred on its centre, its run-level sd in the
+    standard error of every look (and of the last, which the boundaries are built
+    from), its minimum effect; the last look is then the calibrated fixed rule.
     """
     st = look_statistics(reference, candidate, design.check)
-    spread = st.se * math.sqrt(st.prompts)
+    spread, se, m, shift = st.se * math.sqrt(st.prompts), st.se, st.min_effect, 0.0
+    if calibration is not None:
+        if calibration.centre is not None:
+            shift = st.reference_al - calibration.centre
+        spread = math.sqrt(spread**2 + design.max_prompts * calibration.run_sd**2)
+        se = math.hypot(se, calibration.run_sd)
+        m = max(m, calibration.min_effect)
     code = int(
         decide_drops(
             design,
             look,
-            np.array([-st.difference]),
-            np.array([st.se]),
+            np.array([-st.difference - shift]),
+            np.array([se]),
             np.array([spread]),
-            np.array([st.min_effect]),
+            np.array([m]),
         )[0]
     )
     regress_at, pass_at = (
-        -float(x[0])
-        for x in _drop_bounds(
-            design, look, np.array([st.se]), np.array([spread]), np.array([st.min_effect])
-        )
+        -float(x[0]) - shift
+        for x in _drop_bounds(design, look, np.array([se]), np.array([spread]), np.array([m]))
     )
     if look == len(design.looks) - 1 and design.final == "bootstrap":
         diff = compare_acceptance(
@@ -413,11 +429,15 @@ def decide_look(
             level=design.check.level,
         )
         interval: Interval = diff.mean_acceptance_length
-        _, bad = classify_difference(
-            interval, design.check.min_al_effect(diff.reference_al.estimate), "lower"
-        )
+        floor = design.check.min_al_effect(diff.reference_al.estimate)
+        if calibration is not None:
+            if calibration.centre is not None:
+                shift = diff.reference_al.estimate - calibration.centre
+            interval = recentred(interval, shift, calibration.run_sd)
+            floor = max(floor, calibration.min_effect)
+        _, bad = classify_difference(interval, floor, "lower")
         code = REGRESS if bad else PASS
-        regress_at = pass_at = -design.check.min_al_effect(diff.reference_al.estimate)
+        regress_at = pass_at = -floor - shift
     return LookDecision(
         look=look,
         prompts=st.prompts,
@@ -451,8 +471,10 @@ def run_sequential(
     design: SequentialDesign,
     *,
     name: str = "",
+    calibration: LookCalibration | None = None,
 ) -> SequentialRecord:
-    """Replay the looks over paired samples in prompt order until one decides.
+    """Replay the looks over paired samples in prompt order until one decides, under
+    ``calibration`` when the key has one (:func:`decide_look`).
 
     The candidate's order is the prompt order; the samples need at least
     ``max_prompts`` prompts to reach the last look (fewer: the record ends undecided,
@@ -464,7 +486,17 @@ def run_sequential(
         if n > len(candidate):
             break
         ids = candidate.prompt_ids[:n]
-        looks.append(decide_look(reference.take(ids), candidate.take(ids), design, k, name=name))
+        looks.append(
+            decide_look(
+                reference.take(ids),
+                candidate.take(ids),
+                design,
+                k,
+                name=name,
+                calibration=calibration,
+            )
+        )
         if looks[-1].decision != "continue":
             break
-    return sequential_record(design, tuple(looks))
+    record = sequential_record(design, tuple(looks))
+    return record.model_copy(update={"calibration": calibration})

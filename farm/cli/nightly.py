@@ -67,15 +67,19 @@ def _run(
     ray: str | None,
     resume: int | None,
     stored: CellStored,
+    history: int,
 ) -> int:
-    """Run (or finish) the sweep; its id. FarmError when some result was not stored."""
+    """Run (or finish) the sweep; its id. FarmError when some result was not stored.
+    Looks pair with the last good night under each key's calibrated rule over the
+    ``history`` sweeps the night is judged with."""
+    from farm.analysis.noise import NoiseRule
     from farm.cli.run import run_stored
     from farm.orchestrate.driver import SweepOptions
     from farm.workflows.nightly_pipeline import sequential_references
 
     def references(sweep: int) -> dict[ComparableKey, ReferenceRun]:
         with open_session(url) as session:
-            return sequential_references(session, sweep)
+            return sequential_references(session, sweep, history, NoiseRule())
 
     looks = any(w.sequential is not None for w in job.spec.workloads)
     options = SweepOptions(
@@ -242,7 +246,7 @@ def nightly(
         deps = NightlyDeps(
             open_session=open_session,
             run_sweep=lambda sweep, stored: _run(
-                checked, job_file, url, pairs, ray_address, sweep, stored
+                checked, job_file, url, pairs, ray_address, sweep, stored, request.history
             ),
             check_resume=lambda sweep: check_resume(checked, planned, pairs, url, sweep),
             judged=_print_check,

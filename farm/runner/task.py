@@ -10,7 +10,14 @@ from farm.analysis.sequential import SequentialDesign
 from farm.analysis.stats import AcceptanceSample
 from farm.comparable import ComparableKey
 from farm.plan import ServerCell, Variant
-from farm.records import BuildInfo, SpecCounters, StoredCell, counted, counters_digest
+from farm.records import (
+    BuildInfo,
+    LookCalibration,
+    SpecCounters,
+    StoredCell,
+    counted,
+    counters_digest,
+)
 from farm.spec import EngineSpec, ModelSpec, TimeoutSpec
 from farm.workload.prompts import LoadedWorkload
 
@@ -31,6 +38,8 @@ class ReferenceRun(_Frozen):
     prompt_ids: tuple[str, ...]
     counters: tuple[SpecCounters, ...]
     digest: str
+    # The key's calibrated AL rule its looks apply (a noisy key with history), or None.
+    calibration: LookCalibration | None = None
 
     def sample(self) -> AcceptanceSample:
         return AcceptanceSample.from_counters(self.prompt_ids, self.counters)

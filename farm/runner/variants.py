@@ -198,7 +198,12 @@ async def _in_looks(
         shared = [p for p in candidate.prompt_ids if p in known]
         try:
             decision = decide_look(
-                reference.take(shared), candidate.take(shared), design, look, name=looks.name
+                reference.take(shared),
+                candidate.take(shared),
+                design,
+                look,
+                name=looks.name,
+                calibration=looks.reference.calibration,
             )
         except ValueError:
             continue  # too few prompts with drafts on both sides to judge this look
@@ -213,6 +218,7 @@ async def _in_looks(
             "reference_sweep_id": looks.reference.sweep_id,
             "reference_cell_id": looks.reference.cell_id,
             "reference_digest": looks.reference.digest,
+            "calibration": looks.reference.calibration,
         }
     )
 

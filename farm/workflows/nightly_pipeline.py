@@ -28,7 +28,13 @@ from sqlmodel import Session
 from farm.analysis.alert_rules import cell_alert_keys
 from farm.analysis.check_rules import CheckConfig, CheckReport
 from farm.analysis.judgement import Judgement
-from farm.analysis.noise import QuarantineRule, quarantined
+from farm.analysis.noise import (
+    NoiseRule,
+    QuarantineRule,
+    key_noise,
+    look_calibration,
+    quarantined,
+)
 from farm.analysis.summary import patched_bases, summarize_sweep
 from farm.comparable import ComparableKey
 from farm.errors import FarmError, OutputError
@@ -125,13 +131,26 @@ def _last_good(session: Session, sweep_id: int) -> int | None:
     return last_good_night(sweep_id, _earlier_nights(session, job, sweep_id))
 
 
-def sequential_references(session: Session, sweep_id: int) -> dict[ComparableKey, ReferenceRun]:
+def sequential_references(
+    session: Session, sweep_id: int, history: int = 0, noise: NoiseRule | None = None
+) -> dict[ComparableKey, ReferenceRun]:
     """The variants of night ``sweep_id``'s last good night, by comparable key: what its
-    workloads with ``sequential`` looks are paired with. Empty on a job's first night."""
+    workloads with ``sequential`` looks are paired with. Empty on a job's first night.
+    With ``history`` (> 1 sweeps, as the night will be judged) and ``noise``, each key
+    with enough nights carries the calibrated rule its night will be judged by
+    (:func:`farm.analysis.noise.look_calibration`), so that its looks decide by it."""
     good = _last_good(session, sweep_id)
     if good is None:
         return {}
-    return reference_runs((good, stored) for stored in load_sweep(session, good).cells)
+    references = reference_runs((good, stored) for stored in load_sweep(session, good).cells)
+    if history <= 1 or noise is None:
+        return references
+    series = history_series(session, load_sweep(session, sweep_id), history)
+    spread = key_noise(series, sweep_id, good, noise)
+    return {
+        key: ref.model_copy(update={"calibration": look_calibration(spread.get(key), noise)})
+        for key, ref in references.items()
+    }
 
 
 def judge_stored(

@@ -24,12 +24,14 @@ from typer.testing import CliRunner
 
 from farm.cli.main import app
 from farm.cli.nightly import _print_check as print_check
+from farm.comparable import ComparableKey
 from farm.errors import FarmError
 from farm.notify.message import Notice
 from farm.plan import Plan
 from farm.records import BuildInfo, SweepRecord
 from farm.results.alerts import AlertRecord
 from farm.results.verdict import SweepVerdict
+from farm.runner import ReferenceRun
 from farm.store import (
     Session,
     create_sweep,
@@ -310,3 +312,37 @@ def test_migration_0015_takes_aa_verdicts_and_downgrades(db_url: str) -> None:
     finally:
         check.dispose()
     open_store(db_url).dispose()  # and up again
+
+
+def test_looks_carry_each_keys_calibrated_rule_once_its_history_is_there(
+    nights: Nights,
+) -> None:
+    from farm.analysis.noise import NoiseRule
+    from farm.workflows.nightly_pipeline import sequential_references
+
+    def next_night() -> dict[
+        ComparableKey, ReferenceRun
+    ]:  # the references a new night's looks would pair with
+        night = synthetic_night(99, False)
+        with _session(nights.url) as session:
+            plan = Plan(job=night.job, cells=tuple(c.cell for c in night.cells))
+            sweep_id = create_sweep(session, plan, "name: synthetic\n", "test-host")
+            refs = sequential_references(session, sweep_id, 14, NoiseRule())
+            plain = sequential_references(session, sweep_id)
+            finish_sweep(session, sweep_id, "interrupted")
+        assert refs.keys() == plain.keys() and all(r.calibration is None for r in plain.values())
+        return refs
+
+    for seed in range(1, 4):
+        nights.night(seed)
+    early = next_night()
+    assert early and all(r.calibration is None for r in early.values())  # 3 of 5 nights
+    for seed in range(4, 8):
+        nights.night(seed)
+    refs = next_night()
+    calibrated = [r.calibration for r in refs.values() if r.calibration is not None]
+    assert calibrated and len(calibrated) == len(refs)
+    for c in calibrated:
+        assert c.centre is not None and c.run_sd > 0
+        assert c.min_effect == pytest.approx(3 * c.run_sd)
+        assert "night-to-night sd" in c.rule and "re-centred" in c.rule

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from farm.analysis.check_rules import CheckConfig, classify_difference
+from farm.analysis.noise import KeyNoise, NoiseRule, calibrated, look_calibration
 from farm.analysis.sequential import (
     SequentialDesign,
     decide_drops,
@@ -15,7 +16,8 @@ from farm.analysis.sequential import (
     run_sequential,
     spending_boundaries,
 )
-from farm.analysis.stats import AcceptanceSample, compare_acceptance
+from farm.analysis.stats import AcceptanceSample, Interval, compare_acceptance
+from farm.records import LookCalibration
 from tests.fakes.simulate import prompt_acceptance, simulate_sample
 
 DEPTH = 3
@@ -176,3 +178,55 @@ def test_unpaired_samples_are_refused() -> None:
     )
     with pytest.raises(ValueError, match="paired"):
         look_statistics(ref, other, CheckConfig())
+
+
+def test_a_calibrated_look_reads_a_run_shift_within_the_spread_as_noise() -> None:
+    # The candidate run's acceptance is 7% lower on every prompt: a per-run shift the
+    # prompt-only rule reads as a drop; a key whose nights move AL by sd 0.1 does not.
+    ref, cand = _pair(10, 0.93)
+    design = SequentialDesign()
+    assert run_sequential(ref, cand, design).decision == "regress"
+    noisy = LookCalibration(run_sd=0.1 * 2**0.5, min_effect=3 * 0.1 * 2**0.5)
+    record = run_sequential(ref, cand, design, calibration=noisy)
+    assert record.decision == "pass" and record.calibration == noisy
+    last = record.looks[-1]
+    assert last.pass_at <= last.statistics.difference
+    # A drop beyond the calibrated minimum effect is still caught.
+    _, big = _pair(10, 0.80)
+    assert run_sequential(ref, big, design, calibration=noisy).decision == "regress"
+
+
+def test_a_calibrated_look_measures_the_drop_from_the_windows_centre() -> None:
+    # The reference night drew 0.25 above its key's window: against the centre the
+    # candidate's 7% lower run is no drop at all, and the boundaries move with it.
+    ref, cand = _pair(10, 0.93)
+    al = look_statistics(ref, cand, CheckConfig()).reference_al
+    small = 0.02
+    at_night = LookCalibration(run_sd=small, min_effect=3 * small)
+    at_centre = at_night.model_copy(update={"centre": al - 0.25})
+    design = SequentialDesign()
+    assert run_sequential(ref, cand, design, calibration=at_night).decision == "regress"
+    record = run_sequential(ref, cand, design, calibration=at_centre)
+    assert record.decision == "pass"
+    ids = ref.prompt_ids[:32]
+    first, second = ref.take(ids), cand.take(ids)
+    night = decide_look(first, second, design, 1, calibration=at_night)
+    moved = decide_look(first, second, design, 1, calibration=at_centre)
+    shift = look_statistics(first, second, CheckConfig()).reference_al - (al - 0.25)
+    # Both boundaries, on the raw difference, move by the reference's lead on the centre.
+    assert moved.regress_at == pytest.approx(night.regress_at - shift)
+    assert moved.pass_at == pytest.approx(night.pass_at - shift)
+
+
+def test_the_looks_calibration_is_the_rule_the_night_is_judged_by() -> None:
+    noise = KeyNoise(nights=12, al_sd=0.03, centre=2.9, centre_nights=10)
+    rule = NoiseRule()
+    looks = look_calibration(noise, rule)
+    assert looks is not None and looks.centre == 2.9
+    diff = Interval(estimate=-0.1, low=-0.2, high=0.0, level=0.95)
+    _, threshold = calibrated(diff, 0.06, noise, rule, reference_al=3.0)
+    assert threshold.matches(looks) and "re-centred" in looks.rule
+    other = KeyNoise(nights=12, al_sd=0.04, centre=2.9, centre_nights=10)
+    assert not calibrated(diff, 0.06, other, rule, reference_al=3.0)[1].matches(looks)
+    assert look_calibration(KeyNoise(nights=3, al_sd=0.03), rule) is None  # too few nights
+    assert look_calibration(KeyNoise(nights=12, al_sd=0.0), rule) is None  # deterministic
