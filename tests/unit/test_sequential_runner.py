@@ -19,6 +19,7 @@ from rich.console import Console
 
 from farm import store
 from farm.analysis.compare import compare_sweeps
+from farm.analysis.noise import KeyNoise, NoiseRule, look_calibration
 from farm.analysis.sequential import SequentialDesign
 from farm.analysis.summary import summarize_sweep
 from farm.plan import Plan, ServerCell
@@ -137,6 +138,36 @@ def test_the_same_build_passes_early_and_a_comparison_with_another_baseline_igno
     other = _night(monkeypatch, tmp_path / "other", 7)
     (row,) = compare_sweeps(other, candidate).rows
     assert row.decided is None and row.pairs == record.prompts_used
+
+
+def test_calibrated_looks_are_the_verdict_only_under_the_rule_they_ran_by(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, reference: tuple[SweepRecord, ReferenceRun]
+) -> None:
+    # A noisy key with history: its looks run under its calibrated rule (as `farm
+    # nightly` hands it over on the reference run), and the comparison takes their
+    # early decision when it judges by that same rule, not under another spread.
+    baseline, run = reference
+    key = next(iter(reference_runs((1, c) for c in baseline.cells)))
+    al = 1 + sum(c.accepted for c in run.counters) / sum(c.drafts for c in run.counters)
+    noise = KeyNoise(nights=8, al_sd=0.05, centre=al, centre_nights=8)
+    looks = look_calibration(noise, NoiseRule())
+    assert looks is not None
+    calibrated_run = run.model_copy(update={"calibration": looks})
+    task, result = _candidate(monkeypatch, tmp_path, calibrated_run, "spec-counters")
+    (variant,) = result.variants
+    record = variant.sequential
+    assert record is not None and record.calibration == looks, result.error
+    assert record.decision == "pass" and record.stopped_early
+    candidate = _record(2, task, result)
+    (row,) = compare_sweeps(baseline, candidate, noise={key: noise}, noise_rule=NoiseRule()).rows
+    assert row.outcome == "pass" and row.decided == record.describe()
+    assert row.threshold is not None and row.threshold.matches(looks)
+    other = noise.model_copy(update={"al_sd": 0.08})
+    (row,) = compare_sweeps(baseline, candidate, noise={key: other}, noise_rule=NoiseRule()).rows
+    assert row.decided is None and row.pairs == record.prompts_used
+    # Looks under a calibrated rule are not a prompt-only verdict either.
+    (row,) = compare_sweeps(baseline, candidate).rows
+    assert row.decided is None
 
 
 def test_the_record_survives_the_store(
