@@ -262,9 +262,7 @@ def test_a_second_run_measures_nothing_and_resume_continues(tmp_path: Path, url:
         pass
 
     def dies_after(n: int) -> SweepRunner:
-        def run(
-            job: JobSpec, text: str, references: Mapping[ComparableKey, ReferenceRun]
-        ) -> int:
+        def run(job: JobSpec, text: str, references: Mapping[ComparableKey, ReferenceRun]) -> int:
             if len(fake.sweeps) >= n:
                 raise Killed  # the driver dies before the step's sweep
             return fake(job, text, references)
