@@ -39,6 +39,7 @@ cell at the patch's default strengths (bench/noise_strength.py --model tiny-step
 from __future__ import annotations
 
 import itertools
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -277,12 +278,13 @@ def table_power(
     a, b = _variants(repeats[0]), _variants(repeats[1])
     rule = "calibrated thresholds (table 8)" if noise is not None else "check rule"
     drops = NOISY_DROPS if noise is not None else DROPS
-    print(
-        f"\n{9 if noise is not None else 7}. Minimum detectable AL drop at 200 prompts from "
+    title = (
+        f"{9 if noise is not None else 7}. Minimum detectable AL drop at 200 prompts from "
         f"the recorded clean requests (paired; {reps} replicates per drop; flagged = {rule})"
     )
+    print("\n" + textwrap.fill(title, 80, subsequent_indent="   "))
     head = " ".join(f"{100 * d:>4.1f}%" for d in drops)
-    print(f"   {'variant':<24} {'AL':>4} {head} MDE@80%")
+    print(f"  {'variant, thinking':<22} {'AL':>4} {head} MDE@80%")
     for key in sorted(set(a) & set(b)):
         ref_req = [r for r in a[key].requests if r.counters and r.counters.drafts]
         cand_by_id = {r.prompt_id: r for r in b[key].requests if r.counters and r.counters.drafts}
@@ -324,8 +326,8 @@ def table_power(
                 hits += bad
             power.append(hits / reps)
         cells = " ".join(f"{100 * p:>4.0f}%" for p in power)
-        name = f"{'.'.join(key[0].split('.')[2:])[:17]} think-{key[1]}"
-        print(f"   {name:<24} {al:4.2f} {cells} {minimum_detectable(drops, power)}")
+        name = f"{'.'.join(key[0].split('.')[2:])[:17]} {key[1]}"
+        print(f"  {name:<22} {al:4.2f} {cells} {minimum_detectable(drops, power)}")
 
 
 def run_recorded(directory: Path, rng: np.random.Generator, resamples: int, reps: int) -> None:
@@ -359,8 +361,8 @@ def _is_canary(sweep: SweepRecord) -> bool:
 def table_nights(nights: list[SweepRecord]) -> list[SweepRecord]:
     """Table 8; returns the clean nights."""
     print(
-        f"\n8. {len(nights)} nights recorded with the noise patch, each judged against the "
-        "last good night (as farm nightly)"
+        f"\n8. {len(nights)} nights recorded with the noise patch, each judged against\n"
+        "   the last good night (as farm nightly)"
     )
     print(f"   {'rule':<34} {'clean nights':>12} {'false alarms':>13} {'canary caught':>14}")
     for name, rule in (
@@ -387,13 +389,13 @@ def table_nights(nights: list[SweepRecord]) -> list[SweepRecord]:
                 last_good = nights[i]
         print(f"   {name:<34} {judged:>12} {len(alarms):>13} {caught:>9} of {canaries}")
         for line in alarms:
-            print(f"     {line}")
+            print(textwrap.fill(line, 80, initial_indent=" " * 5, subsequent_indent=" " * 7))
     clean = [n for n in nights if not _is_canary(n)]
     print(f"   run-to-run spread over the {len(clean)} clean nights (farm noise):")
     for row in noise_table(clean):
         flips = "-" if row.flip_rate is None else f"{row.flip_rate:.0%}"
         print(
-            f"     {row.key.label[-48:]:<48} AL {row.al_mean:.3f} sd {row.al_relative_sd:.2%} "
+            f"     {row.key.label[-46:]:<46} AL {row.al_mean:.3f} sd {row.al_relative_sd:.2%} "
             f"flips {flips}"
         )
     return clean

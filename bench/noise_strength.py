@@ -128,16 +128,16 @@ def main() -> None:
         runs = [store.load_sweep(session, i) for i in ids[: args.runs]]
     changes = _pair_changes(runs)
     rows = noise_table(runs)
-    width = max((len(r.key.label) for r in rows), default=3)
-    print(f"\n{'key':{width}} {'AL':>5} {'sd':>6} {'outputs changed':>17} {'|dAL|/AL':>14}")
+    print()
     for row in rows:
         pairs = changes.get(row.key.label, [])
         flips = [f for f, _ in pairs] or [0.0]
         shifts = [d for _, d in pairs] or [0.0]
+        print(row.key.label)
         print(
-            f"{row.key.label:{width}} {row.al_mean:5.2f} {row.al_relative_sd:6.1%} "
-            f"{statistics.median(flips):6.0%} ({min(flips):.0%}-{max(flips):.0%}) "
-            f"{statistics.median(shifts):6.1%} (max {max(shifts):.1%})"
+            f"  AL {row.al_mean:.2f}  sd {row.al_relative_sd:.1%}  outputs changed "
+            f"{statistics.median(flips):.0%} ({min(flips):.0%}-{max(flips):.0%})  "
+            f"|dAL|/AL {statistics.median(shifts):.1%} (max {max(shifts):.1%})"
         )
     print("outputs changed and |dAL|/AL: median (range) over consecutive pairs of runs")
 

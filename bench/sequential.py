@@ -319,8 +319,8 @@ def run_noisy(
 ) -> None:
     t0 = time.monotonic()
     print(
-        f"\nunder run-to-run noise: each run's AL shifted by sd {100 * run_sd:.1f}% "
-        f"(the reference re-centred on {nights} nights)\n{reps} replicates per drop; "
+        f"\nunder run-to-run noise: each run's AL shifted by sd {100 * run_sd:.1f}%\n"
+        f"(the reference re-centred on {nights} nights); {reps} replicates per drop;\n"
         "regress % by rule"
     )
     print(
@@ -342,11 +342,11 @@ def run_noisy(
             flush=True,
         )
     print(
-        "(prompt-only: the fixed rule at 200 prompts against the last good night; "
-        "calibrated:\n the farm's rule under noise at 200 prompts; looks+cal: prompts "
-        "stopped by the prompt-only\n looks, judged by the calibrated rule (the farm "
-        "before its looks were calibrated);\n cal looks: the looks under the calibrated "
-        f"rule, as the farm runs them; {time.monotonic() - t0:.0f} s)"
+        "(prompt-only: the fixed rule at 200 prompts against the last good night;\n"
+        " calibrated: the farm's rule under noise at 200 prompts; looks+cal: prompts\n"
+        " stopped by the prompt-only looks, judged by the calibrated rule (the farm\n"
+        " before its looks were calibrated); cal looks: the looks under the\n"
+        f" calibrated rule, as the farm runs them; {time.monotonic() - t0:.0f} s)"
     )
 
 

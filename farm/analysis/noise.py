@@ -211,10 +211,11 @@ def calibrated(
         return diff, Threshold(
             min_effect=floor, floor=floor, nights=nights, min_nights=rule.min_nights
         )
-    centre = noise.centre if noise.al_sd > 0 else None  # sigma 0: nothing to re-centre
-    centred = centre is not None and reference_al is not None
+    centre, shift = None, 0.0  # sigma 0: nothing to re-centre
+    if noise.al_sd > 0 and noise.centre is not None and reference_al is not None:
+        centre, shift = noise.centre, reference_al - noise.centre
+    centred = centre is not None
     factor = math.sqrt(1.0 + (noise.centre_variance() if centred else 1.0))
-    shift = reference_al - centre if centre is not None and reference_al is not None else 0.0
     widened = recentred(diff, shift, factor * noise.al_sd)
     threshold = Threshold(
         min_effect=max(floor, rule.k * factor * noise.al_sd),
@@ -225,7 +226,7 @@ def calibrated(
         calibrated=True,
         min_nights=rule.min_nights,
         factor=factor,
-        centre=centre if centred else None,
+        centre=centre,
         centre_nights=noise.centre_nights if centred else 0,
         reference_al=reference_al if centred else None,
     )

@@ -429,15 +429,12 @@ def decide_look(
             level=design.check.level,
         )
         interval: Interval = diff.mean_acceptance_length
-        floor = design.check.min_al_effect(diff.reference_al.estimate)
         if calibration is not None:
-            if calibration.centre is not None:
-                shift = diff.reference_al.estimate - calibration.centre
             interval = recentred(interval, shift, calibration.run_sd)
-            floor = max(floor, calibration.min_effect)
-        _, bad = classify_difference(interval, floor, "lower")
+        # The paired prompts' reference AL is the look's: ``m`` and ``shift`` hold.
+        _, bad = classify_difference(interval, m, "lower")
         code = REGRESS if bad else PASS
-        regress_at = pass_at = -floor - shift
+        regress_at = pass_at = -m - shift
     return LookDecision(
         look=look,
         prompts=st.prompts,

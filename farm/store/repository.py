@@ -622,24 +622,24 @@ def _summaries(session: Session, sweeps: Sequence[SweepRow]) -> list[SweepSummar
     ]
 
 
-def _history_ids(session: Session, record: SweepRecord, count: int) -> list[int]:
-    """Ids of up to ``count`` sweeps of ``record``'s job ending with it, oldest first."""
+def _history_ids(session: Session, job: str, sweep_id: int, count: int) -> list[int]:
+    """Ids of up to ``count`` sweeps of ``job`` ending with ``sweep_id``, oldest first."""
     if count <= 1:
-        return [record.sweep_id]
+        return [sweep_id]
     earlier = session.exec(
         select(SweepRow.id)
-        .where(SweepRow.job == record.job, col(SweepRow.id) < record.sweep_id)
+        .where(SweepRow.job == job, col(SweepRow.id) < sweep_id)
         .order_by(col(SweepRow.id).desc())
         .limit(count - 1)
     ).all()
-    return [*sorted(_id(i) for i in earlier), record.sweep_id]
+    return [*sorted(_id(i) for i in earlier), sweep_id]
 
 
 def history_sweeps(session: Session, record: SweepRecord, count: int) -> list[SweepRecord]:
     """Up to ``count`` sweeps of ``record``'s job ending with ``record``, oldest first,
     each read whole (requests and text): for callers that pair requests. History
     figures alone come cheaper from :func:`history_series`."""
-    ids = _history_ids(session, record, count)
+    ids = _history_ids(session, record.job, record.sweep_id, count)
     return [*(load_sweep(session, i) for i in ids[:-1]), record]
 
 
@@ -649,7 +649,15 @@ def history_series(
     """Per-key AL series over up to ``count`` sweeps of ``record``'s job ending with it:
     ``series_from_sweeps(history_sweeps(...))`` from the stored per-variant summaries,
     one query whatever ``count``, no request read."""
-    return requests_history_series(session, _history_ids(session, record, count))
+    return job_history_series(session, record.job, record.sweep_id, count)
+
+
+def job_history_series(
+    session: Session, job: str, sweep_id: int, count: int
+) -> dict[ComparableKey, tuple[HistoryPoint, ...]]:
+    """:func:`history_series` by the job's name and the sweep's id: for a sweep still
+    running, whose cells need not be read."""
+    return requests_history_series(session, _history_ids(session, job, sweep_id, count))
 
 
 def completed_cell_ids(session: Session, sweep_id: int) -> set[str]:

@@ -51,6 +51,7 @@ from farm.store.alerts import mark_notified, raise_alerts, recover_alerts, told_
 from farm.store.repository import (
     SweepCost,
     history_series,
+    job_history_series,
     job_sweeps,
     load_sweep,
     sweep_builds,
@@ -145,7 +146,8 @@ def sequential_references(
     references = reference_runs((good, stored) for stored in load_sweep(session, good).cells)
     if history <= 1 or noise is None:
         return references
-    series = history_series(session, load_sweep(session, sweep_id), history)
+    job, _ = sweep_job(session, sweep_id)
+    series = job_history_series(session, job, sweep_id, history)
     spread = key_noise(series, sweep_id, good, noise)
     return {
         key: ref.model_copy(update={"calibration": look_calibration(spread.get(key), noise)})
