@@ -412,7 +412,7 @@ def parse_only(job: JobSpec, only: Mapping[str, str]) -> dict[str, AxisValue]:
 def workload_identity(workload: WorkloadSpec) -> str:
     """12 hex digits naming what a workload measures (not how fast it is sent)."""
     harness = workload.harness
-    payload = {
+    payload: dict[str, object] = {
         "prompts": PurePath(workload.prompts).name if workload.prompts else None,
         "harness": (
             None
@@ -433,5 +433,7 @@ def workload_identity(workload: WorkloadSpec) -> str:
     }
     if workload.system_prompt is not None:  # absent before it existed: identities kept
         payload["system_prompt"] = hashlib.sha256(workload.system_prompt.encode()).hexdigest()
+    if workload.chat_template_kwargs:  # likewise
+        payload["chat_template_kwargs"] = dict(workload.chat_template_kwargs)
     blob = json.dumps(payload, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]

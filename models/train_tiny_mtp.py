@@ -69,12 +69,22 @@ EVAL_N = 200
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 NONSPECIAL_ADDED = ["<think>", "</think>"]
 
+# Earlier turns' thinking is dropped, as Qwen3's template does, unless the request asks
+# for chat_template_kwargs {"preserve_thinking": true} (Qwen3.6's switch): then the
+# earlier answer goes back whole, so a conversation's next request starts with the exact
+# tokens the engine generated and its prefix cache can reuse the decoded part.
 CHAT_TEMPLATE = (
     "{%- for message in messages %}"
     "{%- if message.role == 'assistant' %}"
     "{%- set content = message.content %}"
     "{%- if '</think>' in content %}"
+    "{%- if preserve_thinking is defined and preserve_thinking is true %}"
+    "{%- if not content.startswith('<think>') %}"
+    "{%- set content = '<think>\\n' + content %}"
+    "{%- endif %}"
+    "{%- else %}"
     "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}"
+    "{%- endif %}"
     "{%- endif %}"
     "{{- '<|im_start|>assistant\\n' + content + '<|im_end|>\\n' }}"
     "{%- else %}"

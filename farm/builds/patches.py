@@ -215,19 +215,43 @@ def _check_at(patch: Patch, root: Path, label: str) -> PatchStatus:
     )
 
 
-def check_patch(patch: Patch, target_dir: str | Path, target: Target | None = None) -> PatchStatus:
+def check_patch(
+    patch: Patch,
+    target_dir: str | Path,
+    target: Target | None = None,
+    on_top_of: Sequence[Patch] = (),
+) -> PatchStatus:
     """Dry-run ``patch`` against ``target_dir``; never writes.
 
     ``target`` (release and/or commit, and the tree layout) gates the check on the
     patch's ``applies_to`` (``not_applicable``); without it the content alone decides.
-    Returns ``applied`` (applies cleanly), ``already_upstream`` (the reverse applies),
-    or ``conflict`` with every failing hunk. Raises PatchError when GNU patch is
-    missing or the tree is not where the patch expects it.
+    ``on_top_of``: the patches it is written on top of (its ``requires``), applied
+    first to a copy of the files. Returns ``applied`` (applies cleanly),
+    ``already_upstream`` (the reverse applies), or ``conflict`` with every failing
+    hunk. Raises PatchError when GNU patch is missing, the tree is not where the patch
+    expects it, or a patch below it does not apply.
     """
     label = target.label if target else str(target_dir)
     if reason := not_applicable_reason(patch, target):
         return PatchStatus(patch_id=patch.id, target=label, state="not_applicable", detail=reason)
-    return _check_at(patch, _patch_root(patch, Path(target_dir), target), label)
+    tree = Path(target_dir)
+    if not on_top_of:
+        return _check_at(patch, _patch_root(patch, tree, target), label)
+    with tempfile.TemporaryDirectory(prefix="farm-patch-") as tmp:
+        stage = Path(tmp)
+        plan, _ = _stage([*on_top_of, patch], tree, target, stage)
+        for below, root in plan[:-1]:
+            if root is None:
+                continue
+            run = _gnu_patch(below, stage / root, reverse=False, dry_run=False)
+            if run.returncode != 0:
+                raise PatchError(
+                    f"patch {patch.id}: {below.id}, which it is written on top of, does not "
+                    f"apply to {label}:\n{run.output}"
+                )
+        root = plan[-1][1]
+        assert root is not None  # gated above
+        return _check_at(patch, stage / root, label)
 
 
 def apply_patch_series(

@@ -10,6 +10,7 @@ and parsing diffs; running GNU ``patch`` lives in :mod:`farm.builds.patches`.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
@@ -183,6 +184,11 @@ class PatchEntry(_Frozen):
     strip: int = Field(default=1, ge=0)
     targets: tuple[str, ...] = Field(
         default=(), description="releases the patch claims to apply to; CI checks each"
+    )
+    requires: tuple[str, ...] = Field(
+        default=(),
+        description="ids of earlier patches of the series this one patches on top of; a "
+        "job naming it names them too, and it is checked with them applied",
     )
     notes: str | None = None
 
@@ -409,6 +415,13 @@ def load_series(folder: str | Path) -> PatchSeries:
             line = line_of(root, ("patches", n, "id"))
             problems.append(f"{source}:{line}: patches.{n}.id: duplicate id {entry.id!r}")
             continue
+        for k, needed in enumerate(entry.requires):
+            if not any(p.id == needed for p in patches):
+                line = line_of(root, ("patches", n, "requires", k))
+                problems.append(
+                    f"{source}:{line}: patches.{n}.requires.{k}: {needed!r} is not an earlier "
+                    "patch of the series"
+                )
         diff_path = (folder / entry.file).resolve()
         if not diff_path.is_relative_to(folder.resolve()):
             problems.append(f"{where}: {entry.file} is outside {folder}")
@@ -453,13 +466,16 @@ def check_patch_names(job: JobFile) -> list[str]:
             continue
         known = {p.id: p for p in series.patches}
         for n, name in enumerate(engine.patches):
+            where = job.where("engines", i, "patches", n)
             if name not in known:
                 problems.append(
-                    f"{job.where('engines', i, 'patches', n)}: no patch {name!r} in {series.path} "
+                    f"{where}: no patch {name!r} in {series.path} "
                     f"(known: {', '.join(sorted(known)) or 'none'})"
                 )
-            elif reason := unknown_root(known[name], engine):
-                problems.append(f"{job.where('engines', i, 'patches', n)}: {reason}")
+            elif reason := unknown_root(known[name], engine) or _missing_requirement(
+                known[name], engine.patches
+            ):
+                problems.append(f"{where}: {reason}")
     return problems
 
 
@@ -470,5 +486,28 @@ def select_patches(series: PatchSeries, names: tuple[str, ...] | list[str]) -> t
     """
     wanted = set(names)
     for name in wanted:
-        series.get(name)
+        if reason := _missing_requirement(series.get(name), names):
+            raise PatchSeriesError(f"{series.path}: {reason}")
     return tuple(p for p in series.patches if p.id in wanted)
+
+
+def required_patches(series: PatchSeries, patch: Patch) -> tuple[Patch, ...]:
+    """The patches ``patch`` is written on top of, with their own, in series order."""
+    needed: set[str] = set()
+    pending = list(patch.requires)
+    while pending:
+        name = pending.pop()
+        if name not in needed:
+            needed.add(name)
+            pending += series.get(name).requires
+    return tuple(p for p in series.patches if p.id in needed)
+
+
+def _missing_requirement(patch: PatchEntry, names: Sequence[str]) -> str | None:
+    missing = [r for r in patch.requires if r not in names]
+    if not missing:
+        return None
+    return (
+        f"patch {patch.id} is written on top of {', '.join(missing)} (its requires:); "
+        "name them in the engine's patches too"
+    )

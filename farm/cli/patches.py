@@ -112,7 +112,7 @@ def _targets(patch: Patch, named: Target | None) -> list[tuple[Target, bool | No
 
 def _rows(series: PatchSeries, named: Target | None, trees: _Trees) -> list[_Row]:
     from farm.builds.patches import check_patch
-    from farm.builds.series import not_applicable_reason
+    from farm.builds.series import not_applicable_reason, required_patches
 
     rows = []
     for patch in series.patches:
@@ -129,7 +129,7 @@ def _rows(series: PatchSeries, named: Target | None, trees: _Trees) -> list[_Row
             if reason := not_applicable_reason(patch, target):
                 row = dataclasses.replace(row, state="not_applicable", detail=reason)
             elif (tree := trees.tree(target)) is not None:
-                status = check_patch(patch, tree, target)
+                status = check_patch(patch, tree, target, required_patches(series, patch))
                 row = dataclasses.replace(
                     row, state=status.state, detail=status.detail, status=status
                 )

@@ -53,6 +53,7 @@ __all__ = [
     "EngineProcess",
     "ServerLaunch",
     "chat_messages",
+    "chat_template_kwargs",
     "count_value",
     "keeper_command",
     "last_exception_line",
@@ -240,6 +241,12 @@ def chat_messages(
     for user, assistant in history:
         messages += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
     return [*messages, {"role": "user", "content": prompt}]
+
+
+def chat_template_kwargs(variant: Variant, workload: WorkloadSpec) -> dict[str, Any]:
+    """The chat template's switches of a request: the workload's own, and the thinking
+    axis's ``enable_thinking`` (the workload may not set it: the axis owns it)."""
+    return {**workload.chat_template_kwargs, "enable_thinking": variant.thinking == "on"}
 
 
 def count_value(name: str, labels: dict[str, str], value: float) -> int:

@@ -24,6 +24,7 @@ from farm.engines.base import (
     EngineProcess,
     ServerLaunch,
     chat_messages,
+    chat_template_kwargs,
     count_value,
 )
 from farm.engines.dialects import (
@@ -244,7 +245,7 @@ class SglangAdapter(EngineAdapter):
             "max_tokens": workload.max_tokens,
             "temperature": workload.temperature,
             "seed": workload.seed,
-            "chat_template_kwargs": {"enable_thinking": variant.thinking == "on"},
+            "chat_template_kwargs": chat_template_kwargs(variant, workload),
             "return_meta_info": True,
             "return_spec_tokens_details": True,
         }

@@ -21,6 +21,7 @@ from farm.engines.base import (
     EngineProcess,
     ServerLaunch,
     chat_messages,
+    chat_template_kwargs,
     count_value,
 )
 from farm.engines.dialects import VLLM_ASCEND_GRAPH, pick
@@ -297,7 +298,7 @@ class VllmAdapter(EngineAdapter):
             "max_tokens": workload.max_tokens,
             "temperature": workload.temperature,
             "seed": workload.seed,
-            "chat_template_kwargs": {"enable_thinking": variant.thinking == "on"},
+            "chat_template_kwargs": chat_template_kwargs(variant, workload),
         }
 
     def parse_completion(self, body: dict[str, Any]) -> Completion:

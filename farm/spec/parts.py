@@ -9,6 +9,10 @@ from pydantic import (
     AliasChoices,
     Field,
     SerializerFunctionWrapHandler,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
     ValidationInfo,
     field_validator,
     model_serializer,
@@ -341,10 +345,27 @@ class WorkloadSpec(_Spec):
         description="a system message sent first in every request: a prefix they all "
         "share, which the engine's prefix cache can reuse",
     )
+    chat_template_kwargs: dict[str, StrictStr | StrictBool | StrictInt | StrictFloat] = Field(
+        default_factory=dict,
+        description="the chat template's own switches, sent with every request, e.g. "
+        "{preserve_thinking: true} (Qwen3.6, the tiny models): earlier answers go back "
+        "with their thinking, so each turn starts with the exact tokens of the one "
+        "before and the prefix cache reuses what was decoded. enable_thinking is the "
+        "thinking axis's",
+    )
     sequential: SequentialSpec | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadSpec:
+        if "enable_thinking" in self.chat_template_kwargs:
+            raise ValueError(
+                "chat_template_kwargs: enable_thinking is set by the thinking axis "
+                "(axes.thinking: [on, off]), not by a workload"
+            )
+        if self.harness is not None and self.chat_template_kwargs:
+            raise ValueError(
+                "chat_template_kwargs goes with prompts: a harness writes its own requests"
+            )
         if (self.prompts is None) == (self.harness is None):
             raise ValueError("give either prompts (a JSON-lines file) or harness, not both")
         if self.harness is not None and self.format != "farm":

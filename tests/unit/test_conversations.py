@@ -117,3 +117,47 @@ def test_a_workload_system_prompt_leads_every_request_and_names_the_workload() -
     assert workload_identity(WORKLOAD) == workload_identity(WORKLOAD.model_copy())
     with pytest.raises(ValueError, match="a harness writes its own messages"):
         WorkloadSpec(name="h", harness={"task": "gsm8k"}, system_prompt="x")
+
+
+def test_workload_template_switches_go_with_every_request_and_name_the_workload() -> None:
+    from farm.plan import workload_identity
+
+    kept = WORKLOAD.model_copy(update={"chat_template_kwargs": {"preserve_thinking": True}})
+    for family in ("vllm", "sglang"):
+        for thinking in ("on", "off"):
+            body = adapter_for(family).chat_request(
+                "tiny", "What is 2 + 2?", Variant(thinking=thinking, workload="w"), kept
+            )
+            assert body["chat_template_kwargs"] == {
+                "preserve_thinking": True,
+                "enable_thinking": thinking == "on",
+            }
+    assert workload_identity(kept) != workload_identity(WORKLOAD)
+    with pytest.raises(ValueError, match="enable_thinking is set by the thinking axis"):
+        WorkloadSpec(name="w", prompts="p.jsonl", chat_template_kwargs={"enable_thinking": False})
+    with pytest.raises(ValueError, match="a harness writes its own requests"):
+        WorkloadSpec(name="h", harness={"task": "gsm8k"}, chat_template_kwargs={"x": 1})
+    with pytest.raises(ValueError, match="chat_template_kwargs"):
+        WorkloadSpec(name="w", prompts="p.jsonl", chat_template_kwargs={"x": [1]})
+
+
+@pytest.mark.parametrize("model", ["tiny-step", "tiny-hybrid", "tiny-mtp"])
+def test_preserve_thinking_sends_back_the_exact_text_the_engine_decoded(model: str) -> None:
+    # The stale-prefix canary's condition: the next turn's prompt starts with the
+    # previous prompt and its decoded answer, so the prefix cache can reuse decoded
+    # blocks. Without the switch the template drops the thinking, as Qwen3's does.
+    import jinja2
+
+    config = json.loads(
+        (Path(__file__).parents[2] / "models" / model / "tokenizer_config.json").read_text()
+    )
+    template = jinja2.Environment().from_string(config["chat_template"])
+    answer = "12+34 c0 r\n</think>\n\nAnswer: 46<|im_end|>"
+    first = template.render(messages=chat_messages("What is 12 + 34?"), add_generation_prompt=True)
+    history = [("What is 12 + 34?", answer.removesuffix("<|im_end|>"))]
+    for preserve, continues in ((True, True), (False, False)):
+        kwargs = {"preserve_thinking": True} if preserve else {}
+        second = template.render(
+            messages=chat_messages("And 1 + 1?", history), add_generation_prompt=True, **kwargs
+        )
+        assert second.startswith(first + answer) is continues

@@ -377,3 +377,72 @@ def test_cli_refuses_a_target_without_an_engine() -> None:
     result = CliRunner().invoke(_cli(), ["patches", "check", "--version", "0.5.23"])
     assert result.exit_code == 2
     assert "need --engine" in result.output
+
+
+LAYERED = "    slots[:] = arange(bs * n) + 1\n"
+LAYERED_SERIES = (
+    GOOD_SERIES
+    + """\
+  - id: canary-on-fix
+    file: 0102-on-fix.patch
+    purpose: canary
+    recreates: https://github.com/sgl-project/sglang/pull/27202
+    requires: [fix-slots]
+    applies_to: "<=0.5.12.post1"
+"""
+)
+
+
+def _layered(folder: Path, text: str = LAYERED_SERIES) -> Path:
+    _series(folder, text)
+    on_fix = NEW.replace("    slots[:] = arange(bs * n)\n", LAYERED)
+    (folder / "0102-on-fix.patch").write_text(_diff(MODULE, NEW, on_fix))
+    return folder
+
+
+def test_a_patch_written_on_top_of_another_is_checked_with_it(tmp_path: Path) -> None:
+    from farm.builds.series import required_patches
+
+    series = load_series(_layered(tmp_path / "sglang"))
+    layered = series.get("canary-on-fix")
+    below = required_patches(series, layered)
+    assert [p.id for p in below] == ["fix-slots"]
+    tree = _tree(tmp_path / "t")
+    before = _snapshot(tree)
+    target = Target(version="0.5.12.post1")
+    assert check_patch(layered, tree, target).state == "conflict"  # alone: the fix's lines
+    assert check_patch(layered, tree, target, below).state == "applied"
+    assert _snapshot(tree) == before  # checking on top of a copy never writes
+    drifted = _tree(tmp_path / "d", module=OLD.replace("line 4\n", "line four\n"))
+    with pytest.raises(PatchError, match="fix-slots, which it is written on top of, does not"):
+        check_patch(layered, drifted, target, below)
+    # Applied as a series, in order: the fix, then the patch on top of it.
+    chosen = select_patches(series, ["canary-on-fix", "fix-slots"])
+    apply_patch_series(chosen, tree, target, canaries=["canary-on-fix"])
+    assert LAYERED in (tree / MODULE).read_text()
+
+
+def test_a_job_naming_a_layered_patch_without_its_base_is_refused(tmp_path: Path) -> None:
+    series = load_series(_layered(tmp_path / "sglang"))
+    with pytest.raises(PatchSeriesError, match=r"canary-on-fix is written on top of fix-slots"):
+        select_patches(series, ["canary-on-fix"])
+    folder = _layered(
+        tmp_path / "later",
+        LAYERED_SERIES.replace("requires: [fix-slots]", "requires: [canary-slots, fix-later]"),
+    )
+    with pytest.raises(PatchSeriesError) as info:
+        load_series(folder)
+    message = str(info.value)
+    assert f"{folder / 'series.yaml'}:26: patches.3.requires.1: 'fix-later' is not an" in message
+    assert "requires.0" not in message  # canary-slots is earlier in the series
+
+
+def test_cli_checks_a_layered_patch_on_top_of_its_base(tmp_path: Path) -> None:
+    folder = _layered(tmp_path / "patches" / "sglang")
+    home = _home_with_wheel(tmp_path / "home")
+    env = {"FARM_PATCHES_DIR": str(folder.parent), "FARM_HOME": str(home), "COLUMNS": "200"}
+    argv = ["patches", "check", "--engine", "sglang", "--source", str(_tree(tmp_path / "t"))]
+    result = CliRunner().invoke(_cli(), argv, env=env)
+    assert result.exit_code == 0, result.output
+    (row,) = [line for line in result.output.splitlines() if "canary-on-fix" in line]
+    assert "applies" in row and "CONFLICT" not in result.output
