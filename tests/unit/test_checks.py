@@ -114,10 +114,48 @@ def test_patch_that_lowers_al_and_accuracy_is_found() -> None:
     )
     report = check_patches(sweep, {"base+canary": "base"}, config=FAST)
     found = {(f.metric, f.candidate.mtp_depth) for f in report.regressions}
-    assert found == {("mean_acceptance_length", 3), ("accuracy", 3)}
+    assert found == {("mean_acceptance_length", 3), ("accuracy", 3), ("greedy_divergence", 3)}
     assert all(f.reference.engine == "base" for f in report.regressions)
     # Without the mapping there is nothing to compare.
     assert check_patches(sweep, {}, config=FAST).verdicts == ()
+
+
+def _patched_sweep(divergence: float, depths: tuple[int, ...] = (0, 3)) -> SweepRecord:
+    def stray(cell: ServerCell, v: Variant) -> float:
+        return divergence if cell.engine == "base+canary" else 0.02
+
+    return simulate_sweep(
+        rng=np.random.default_rng(7),
+        engines=("base", "base+canary"),
+        graph_modes=("eager",),
+        depths=depths,
+        sliding_windows=("on",),
+        thinking=("off",),
+        prompts=96,
+        accuracy=0.0,  # a model too weak to score: only the outputs can tell
+        divergence=stray,
+    )
+
+
+def test_a_patch_that_only_changes_speculative_outputs_is_found_by_divergence() -> None:
+    # The stale-prefix canary's signature: AL and accuracy unchanged, greedy outputs
+    # with speculation no longer those without it.
+    report = check_patches(_patched_sweep(0.6), {"base+canary": "base"}, config=FAST)
+    (found,) = report.regressions
+    assert (found.check, found.metric, found.candidate.mtp_depth) == (
+        "patch_vs_base",
+        "greedy_divergence",
+        3,
+    )
+    assert found.baseline is not None and found.baseline.count("base.synthetic.eager.mtp0") == 2
+    assert found.candidate_value.estimate > 0.5 > found.reference_value.estimate
+    # As often as the base: nothing. No spec-off run: AL and accuracy only, no note.
+    assert (
+        check_patches(_patched_sweep(0.02), {"base+canary": "base"}, config=FAST).regressions == ()
+    )
+    alone = check_patches(_patched_sweep(0.6, depths=(3,)), {"base+canary": "base"}, config=FAST)
+    assert {v.metric for v in alone.verdicts} == {"mean_acceptance_length", "accuracy"}
+    assert alone.notes == ()
 
 
 def test_failed_and_counterless_cells_give_notes_not_findings() -> None:
