@@ -24,15 +24,25 @@ from farm.store.alerts import list_alerts, raise_alerts
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "store-before-keys"
 
 
-def test_a_migrated_store_reports_the_same_findings_keys_and_figures(tmp_path: Path) -> None:
+def assert_reports_as_then(findings: list[str], then: list[str]) -> None:
+    """``findings`` of a migrated store hold, in order, every finding the farm that wrote
+    it reported (``then``); the rest come from rules added since: a patched build's
+    greedy divergence against its base's spec-off output."""
+    assert [f for f in findings if f in then] == then
+    added = [f for f in findings if f not in then]
+    assert all(f.startswith("patch_vs_base: greedy_divergence of ") for f in added), added
+
+
+def test_a_migrated_store_reports_the_same_findings_keys_and_figures(
+    tmp_path: Path,
+) -> None:
     db = tmp_path / "store.db"
     shutil.copy(FIXTURE / "store.db", db)
     expected = json.loads((FIXTURE / "expected.json").read_text())
     with Session(open_store(f"sqlite:///{db}")) as session:
         canaries, clean = load_sweep(session, 1), load_sweep(session, 2)
         report = check_sweep(canaries, patched_bases(canaries.builds))
-        assert [f.describe() for f in report.regressions] == expected["findings"]
-        assert len(report.verdicts) == expected["verdicts"]
+        assert_reports_as_then([f.describe() for f in report.regressions], expected["findings"])
 
         comparison = compare_sweeps(clean, canaries)
         rows = [
@@ -43,7 +53,7 @@ def test_a_migrated_store_reports_the_same_findings_keys_and_figures(tmp_path: P
 
         rules = JudgeRules(base_of=patched_bases(canaries.builds))
         candidates = alert_candidates(judge(canaries, rules=rules))
-        assert sorted(c.key for c in candidates) == expected["alert_keys"]
+        assert set(expected["alert_keys"]) <= {c.key for c in candidates}
         # The same regressions seen again update the alerts stored before the change.
         stored = list_alerts(session)
         # Alerts stored before triage states: open ones are untriaged now (migration 0011).
@@ -51,7 +61,10 @@ def test_a_migrated_store_reports_the_same_findings_keys_and_figures(tmp_path: P
         assert all(a.triaged_by is None for a in stored if a.state == "untriaged")
         before = {a.key: a.id for a in stored}
         again = raise_alerts(session, 1, candidates)
-        assert {a.key: a.id for a in again} == {k: before[k] for k in expected["alert_keys"]}
+        again_ids = {a.key: a.id for a in again}
+        assert {k: again_ids[k] for k in expected["alert_keys"]} == {
+            k: before[k] for k in expected["alert_keys"]
+        }
         assert all(a.details.cell.label in a.key for a in again)
 
         series = series_from_sweeps([clean, canaries])

@@ -34,6 +34,7 @@ from farm.store.prune import parse_age, prune_text
 from farm.store.repository import history_series, history_sweeps, list_sweeps, sweep_cost
 from farm.store.requests import history_series as summaries_series
 from tests.fakes.simulate import simulate_sweep
+from tests.integration.test_store_migration import assert_reports_as_then
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDED = REPO / "bench" / "data" / "recorded"
@@ -221,7 +222,9 @@ def _packed_now(conn: sa.Connection) -> dict[int, dict[str, list[object]]]:
     return runs
 
 
-def test_migration_packs_requests_moves_text_and_fills_summaries(tmp_path: Path) -> None:
+def test_migration_packs_requests_moves_text_and_fills_summaries(
+    tmp_path: Path,
+) -> None:
     db = tmp_path / "store.db"
     shutil.copy(FIXTURE / "store.db", db)
     with sqlite3.connect(db) as old:
@@ -239,7 +242,7 @@ def test_migration_packs_requests_moves_text_and_fills_summaries(tmp_path: Path)
             assert _packed_now(conn) == _packed_from_0007(rows)
             canaries, clean = load_sweep(session, 1), load_sweep(session, 2)
             report = check_sweep(canaries, patched_bases(canaries.builds))
-            assert [f.describe() for f in report.regressions] == expected["findings"]
+            assert_reports_as_then([f.describe() for f in report.regressions], expected["findings"])
             for record in (canaries, clean):
                 for count in (1, 2):
                     assert history_series(session, record, count) == series_from_sweeps(
