@@ -225,8 +225,8 @@ def check_patch(
 
     ``target`` (release and/or commit, and the tree layout) gates the check on the
     patch's ``applies_to`` (``not_applicable``); without it the content alone decides.
-    ``on_top_of``: the patches it is written on top of (its ``requires``), applied
-    first to a copy of the files. Returns ``applied`` (applies cleanly),
+    ``on_top_of``: the patches it requires (its ``requires``), applied first to a copy
+    of the files. Returns ``applied`` (applies cleanly),
     ``already_upstream`` (the reverse applies), or ``conflict`` with every failing
     hunk. Raises PatchError when GNU patch is missing, the tree is not where the patch
     expects it, or a patch below it does not apply.
@@ -246,8 +246,8 @@ def check_patch(
             run = _gnu_patch(below, stage / root, reverse=False, dry_run=False)
             if run.returncode != 0:
                 raise PatchError(
-                    f"patch {patch.id}: {below.id}, which it is written on top of, does not "
-                    f"apply to {label}:\n{run.output}"
+                    f"patch {patch.id}: {below.id}, which it requires, does not apply to "
+                    f"{label}:\n{run.output}"
                 )
         root = plan[-1][1]
         assert root is not None  # gated above

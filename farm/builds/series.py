@@ -187,8 +187,9 @@ class PatchEntry(_Frozen):
     )
     requires: tuple[str, ...] = Field(
         default=(),
-        description="ids of earlier patches of the series this one patches on top of; a "
-        "job naming it names them too, and it is checked with them applied",
+        description="ids of earlier patches of the series this one is written on top of "
+        "or does nothing without; a job naming it names them too, and it is checked with "
+        "them applied",
     )
     notes: str | None = None
 
@@ -492,7 +493,7 @@ def select_patches(series: PatchSeries, names: tuple[str, ...] | list[str]) -> t
 
 
 def required_patches(series: PatchSeries, patch: Patch) -> tuple[Patch, ...]:
-    """The patches ``patch`` is written on top of, with their own, in series order."""
+    """The patches ``patch`` requires, with what they require, in series order."""
     needed: set[str] = set()
     pending = list(patch.requires)
     while pending:
@@ -508,6 +509,6 @@ def _missing_requirement(patch: PatchEntry, names: Sequence[str]) -> str | None:
     if not missing:
         return None
     return (
-        f"patch {patch.id} is written on top of {', '.join(missing)} (its requires:); "
-        "name them in the engine's patches too"
+        f"patch {patch.id} needs {', '.join(missing)} (its requires:); name them in the "
+        "engine's patches too"
     )

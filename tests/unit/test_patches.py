@@ -414,7 +414,7 @@ def test_a_patch_written_on_top_of_another_is_checked_with_it(tmp_path: Path) ->
     assert check_patch(layered, tree, target, below).state == "applied"
     assert _snapshot(tree) == before  # checking on top of a copy never writes
     drifted = _tree(tmp_path / "d", module=OLD.replace("line 4\n", "line four\n"))
-    with pytest.raises(PatchError, match="fix-slots, which it is written on top of, does not"):
+    with pytest.raises(PatchError, match="fix-slots, which it requires, does not apply"):
         check_patch(layered, drifted, target, below)
     # Applied as a series, in order: the fix, then the patch on top of it.
     chosen = select_patches(series, ["canary-on-fix", "fix-slots"])
@@ -424,7 +424,7 @@ def test_a_patch_written_on_top_of_another_is_checked_with_it(tmp_path: Path) ->
 
 def test_a_job_naming_a_layered_patch_without_its_base_is_refused(tmp_path: Path) -> None:
     series = load_series(_layered(tmp_path / "sglang"))
-    with pytest.raises(PatchSeriesError, match=r"canary-on-fix is written on top of fix-slots"):
+    with pytest.raises(PatchSeriesError, match=r"canary-on-fix needs fix-slots"):
         select_patches(series, ["canary-on-fix"])
     folder = _layered(
         tmp_path / "later",
