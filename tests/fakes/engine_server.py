@@ -24,6 +24,8 @@ Usage: ``python engine_server.py PORT [MODE...]``; modes combine:
   with a probability set by the prompt (0.45 to 0.85, the same on every run) and
   drawn afresh on each request, so two runs of a prompt differ a little.
   ``spec-drop`` (with it): every draft's probability a third lower, as a regressed build.
+  ``seed=N`` (with it): each request's draws come from N and its prompt, so a run is
+  reproducible whatever order its requests arrive in; two seeds are two runs.
 - ``print-env``: print the environment as one line ``FAKE-ENV {json}`` at start.
 - ``spawn-children``: before serving, start two children that sleep (one by
   multiprocessing, as vLLM starts its EngineCore) and print ``FAKE-CHILDREN pids``.
@@ -62,10 +64,12 @@ def _spec_metrics(prompt: str) -> dict[str, object]:
     rate = 0.45 + (zlib.crc32(prompt.encode()) % 41) / 100
     if "spec-drop" in MODES:
         rate *= 2 / 3
+    seed = next((m.removeprefix("seed=") for m in MODES if m.startswith("seed=")), None)
+    draw = random.Random(f"{seed}:{prompt}").random if seed is not None else random.random
     histogram = [0, 0, 0, 0]
     for _ in range(24):
         accepted = 0
-        while accepted < 3 and random.random() < rate:
+        while accepted < 3 and draw() < rate:
             accepted += 1
         histogram[accepted] += 1
     return {

@@ -154,8 +154,8 @@ def test_cell_survives_its_node_dying_and_is_stored_once(cluster: Cluster, tmp_p
     def kill_first_busy_node() -> None:
         while not sweep_done.is_set():
             markers = sorted(started_dir.iterdir())
-            if markers:
-                node_id = markers[0].read_text()
+            # A marker's text (the node id) may not be written yet when it appears.
+            if markers and (node_id := markers[0].read_text()):
                 doomed = next(n for n in pool_x if n.node_id == node_id)
                 cluster.remove_node(doomed)  # not add_node: it needs the main thread
                 killed.append(node_id)

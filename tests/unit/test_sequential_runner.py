@@ -3,7 +3,8 @@ reference run and stops sending prompts once a look decides.
 
 The engine is the FAKE server of ``tests/fakes/engine_server.py`` (no engine can be
 told to drop acceptance by a third on demand), in mode ``spec-counters``: vLLM's
-per-request speculative counters, drawn afresh on every request; ``spec-drop`` lowers
+per-request speculative counters, drawn afresh on every request (from a seed per
+night, so each test is reproducible); ``spec-drop`` lowers
 every draft's acceptance by a third, as a regressed build. The runner (``run_cell``:
 looks, counters, the record), the store's round trip and the sweep comparison are
 the real code.
@@ -61,7 +62,7 @@ def _night(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, sweep_id: int) -> Sw
     """A night of the clean build with every prompt and no looks."""
     task = _task(tmp_path, [_workload()])
     assert sequential_looks(task.cell, task.workloads, {}) == ()
-    result = _run(monkeypatch, _FakeEngineAdapter("spec-counters"), task)
+    result = _run(monkeypatch, _FakeEngineAdapter("spec-counters", f"seed={sweep_id}"), task)
     assert result.status == "ok", result.error
     (variant,) = result.variants
     assert len(variant.requests) == PROMPTS and variant.sequential is None
@@ -87,7 +88,7 @@ def _candidate(
         update={"sequential": sequential_looks(task.cell, task.workloads, {key: reference})}
     )
     assert [s.design.looks[-1] for s in task.sequential] == [PROMPTS]
-    return task, _run(monkeypatch, _FakeEngineAdapter(*modes), task)
+    return task, _run(monkeypatch, _FakeEngineAdapter(*modes, "seed=0"), task)
 
 
 def test_a_regressed_build_stops_at_an_early_look_and_the_comparison_takes_its_verdict(
