@@ -355,23 +355,28 @@ class WorkloadSpec(_Spec):
     )
     sequential: SequentialSpec | None = None
 
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _not_the_thinking_axis(cls, kwargs: dict[str, object]) -> dict[str, object]:
+        if "enable_thinking" in kwargs:
+            raise ValueError(
+                "enable_thinking is set by the thinking axis (axes.thinking: [on, off]), "
+                "not by a workload"
+            )
+        return kwargs
+
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadSpec:
-        if "enable_thinking" in self.chat_template_kwargs:
-            raise ValueError(
-                "chat_template_kwargs: enable_thinking is set by the thinking axis "
-                "(axes.thinking: [on, off]), not by a workload"
-            )
-        if self.harness is not None and self.chat_template_kwargs:
-            raise ValueError(
-                "chat_template_kwargs goes with prompts: a harness writes its own requests"
-            )
         if (self.prompts is None) == (self.harness is None):
             raise ValueError("give either prompts (a JSON-lines file) or harness, not both")
         if self.harness is not None and self.format != "farm":
             raise ValueError("format goes with prompts: a harness reads its own dataset")
         if self.harness is not None and self.system_prompt is not None:
             raise ValueError("system_prompt goes with prompts: a harness writes its own messages")
+        if self.harness is not None and self.chat_template_kwargs:
+            raise ValueError(
+                "chat_template_kwargs goes with prompts: a harness writes its own requests"
+            )
         if self.sequential is not None:
             if self.harness is not None:
                 raise ValueError("sequential goes with prompts: a harness sends its own requests")

@@ -33,9 +33,7 @@ def assert_reports_as_then(findings: list[str], then: list[str]) -> None:
     assert all(f.startswith("patch_vs_base: greedy_divergence of ") for f in added), added
 
 
-def test_a_migrated_store_reports_the_same_findings_keys_and_figures(
-    tmp_path: Path,
-) -> None:
+def test_a_migrated_store_reports_the_same_findings_keys_and_figures(tmp_path: Path) -> None:
     db = tmp_path / "store.db"
     shutil.copy(FIXTURE / "store.db", db)
     expected = json.loads((FIXTURE / "expected.json").read_text())

@@ -222,9 +222,7 @@ def _packed_now(conn: sa.Connection) -> dict[int, dict[str, list[object]]]:
     return runs
 
 
-def test_migration_packs_requests_moves_text_and_fills_summaries(
-    tmp_path: Path,
-) -> None:
+def test_migration_packs_requests_moves_text_and_fills_summaries(tmp_path: Path) -> None:
     db = tmp_path / "store.db"
     shutil.copy(FIXTURE / "store.db", db)
     with sqlite3.connect(db) as old:
