@@ -39,6 +39,7 @@ from farm.orchestrate.node_builds import (
     default_build,
 )
 from farm.orchestrate.placement import Placement, _alive_nodes
+from farm.orchestrate.worker_lines import settle_worker_lines
 from farm.paths import farm_home
 from farm.records import CellResult
 from farm.runner import CellTask
@@ -76,6 +77,8 @@ class RayPool:
                     _in_process.users += 1
                     self._host = _in_process
                 return self
+            # Worker lines plain text where the output is no terminal (a cron log).
+            settle_worker_lines()
             if self._address:
                 with _sigterm_kept():
                     ray.init(address=self._address, log_to_driver=True)
