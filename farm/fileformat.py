@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from farm.errors import FarmError
+from farm.yamlfile import ParseError, parse_json
 
 __all__ = [
     "FORMAT_KEY",
@@ -65,9 +66,13 @@ def _load_object(path: Path, what: str) -> dict[str, Any]:
             path, what, f"cannot read it ({exc})", "check that it exists and is readable"
         ) from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        reason = f"not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg} (truncated?)"
+        data = parse_json(text)
+    except ParseError as exc:
+        at = f" at line {exc.line}" if exc.line is not None else ""
+        if exc.syntax:
+            reason = f"not valid JSON{at} column {exc.column}: {exc.reason} (truncated?)"
+        else:
+            reason = f"not usable JSON{at}: {exc.reason}"
         raise UnreadableFileError(path, what, reason, _hint(what)) from None
     if not isinstance(data, dict):
         reason = f"expected a JSON object, found {type(data).__name__}"

@@ -39,7 +39,6 @@ itself is :func:`farm.analysis.golden_check.check_goldens`.
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
@@ -52,7 +51,14 @@ from farm.errors import GoldenError
 from farm.plan import ServerCell
 from farm.records import VariantResult
 from farm.spec import JobFile, JobSpec
-from farm.yamlfile import line_of, load_mapping, read_text, validation_problems
+from farm.yamlfile import (
+    ParseError,
+    line_of,
+    load_mapping,
+    parse_json,
+    read_text,
+    validation_problems,
+)
 
 __all__ = [
     "GOLDEN_CHECK",
@@ -222,8 +228,8 @@ def _speculation(
     index, text = found
     where = (*at, "server_cmd", index)
     try:
-        config = json.loads(text) if text is not None else None
-    except json.JSONDecodeError as exc:
+        config = parse_json(text) if text is not None else None
+    except ParseError as exc:
         return None, None, where, [(where, f"--speculative-config is not JSON: {exc}")]
     if not isinstance(config, dict):
         return None, None, where, [(where, "--speculative-config is not a JSON object")]

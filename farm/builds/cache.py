@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import shutil
 import time
@@ -34,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from farm.builds.sources import USED_MARK
 from farm.fileformat import UnreadableFileError, read_versioned, write_versioned
 from farm.records import BuildInfo
+from farm.yamlfile import ParseError, parse_json
 
 __all__ = [
     "BUILD_FORMAT",
@@ -200,8 +200,8 @@ def _size(path: Path) -> int:
 def _source_label(path: Path, info: BuildInfo) -> str:
     # Builds made before sources were recorded all came from PyPI.
     try:
-        label = json.loads(path.read_text())["label"]
-    except (OSError, ValueError, KeyError, TypeError):
+        label = parse_json(path.read_text())["label"]
+    except (OSError, ValueError, KeyError, TypeError, ParseError):
         return f"{info.package}=={info.version}"
     return str(label)
 

@@ -59,6 +59,7 @@ from farm.engines.base import BuildRecipe
 from farm.errors import BuildError
 from farm.records import BuildInfo
 from farm.spec import EngineSpec
+from farm.yamlfile import ParseError, parse_json
 
 __all__ = [
     "OWN_FILES",
@@ -416,10 +417,11 @@ def _sha256(path: Path) -> str:
 def _damage(env_dir: Path) -> str | None:
     """Why a derived build's own files differ from what was recorded, or None if intact."""
     try:
-        recorded: dict[str, str] = json.loads((env_dir / OWN_FILES).read_text())
-    except (OSError, ValueError):
+        recorded = parse_json((env_dir / OWN_FILES).read_text())
+        files = recorded.items()
+    except (OSError, ValueError, AttributeError, ParseError):
         return f"{OWN_FILES} is missing or unreadable"
-    for rel, digest in recorded.items():
+    for rel, digest in files:
         path = env_dir / rel
         if not path.is_file() or _sha256(path) != digest:
             return f"{rel} changed since it was installed or patched"

@@ -18,14 +18,20 @@ HUMAN/BOT/SYSTEM) and whether it was correct; those prompts join the proxy's rec
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 from farm.spec import HarnessSpec, WorkloadSpec
-from farm.workload.harness_types import HarnessCommand, HarnessError, HarnessOutcome, HarnessSample
+from farm.workload.harness_types import (
+    HarnessCommand,
+    HarnessError,
+    HarnessOutcome,
+    HarnessSample,
+    read_output,
+    reading_output,
+)
 from farm.workload.proxy import messages_key
 
 __all__ = ["aisbench_command", "aisbench_outcome"]
@@ -170,8 +176,8 @@ def aisbench_outcome(command: HarnessCommand, spec: HarnessSpec) -> HarnessOutco
         raise HarnessError(f"AISBench wrote no results/{_MODEL_ABBR}/*.json under {root}")
     path = found[-1]
     metric = spec.metric or "accuracy"
-    try:
-        results = json.loads(path.read_text())
+    results = read_output(path, "AISBench")
+    with reading_output("AISBench", path):
         if metric not in results:
             raise HarnessError(f"metric {metric} not in AISBench's {path}: {sorted(results)}")
         details = results.get("details") or {}
@@ -181,21 +187,15 @@ def aisbench_outcome(command: HarnessCommand, spec: HarnessSpec) -> HarnessOutco
                 key=lambda s: s.doc_id,
             )
         )
-    except HarnessError:
-        raise
-    except (OSError, LookupError, TypeError, ValueError) as exc:
-        raise HarnessError(
-            f"AISBench's output {path} is unreadable: {type(exc).__name__}: {exc}"
-        ) from None
-    value = results[metric]
-    # AISBench reports percent; the farm keeps accuracy as a fraction, as lm-eval does.
-    return HarnessOutcome(
-        task=command.task,
-        metric=metric,
-        accuracy=float(value) / 100 if isinstance(value, int | float) else None,
-        samples=samples,
-        results_path=str(path),
-    )
+        value = results[metric]
+        # AISBench reports percent; the farm keeps accuracy as a fraction, as lm-eval does.
+        return HarnessOutcome(
+            task=command.task,
+            metric=metric,
+            accuracy=float(value) / 100 if isinstance(value, int | float) else None,
+            samples=samples,
+            results_path=str(path),
+        )
 
 
 def _sample(key: str, record: dict[str, Any], dataset: str) -> HarnessSample:

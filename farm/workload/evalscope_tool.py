@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from farm.spec import HarnessSpec, WorkloadSpec
-from farm.workload.harness_types import HarnessCommand, HarnessError, HarnessOutcome, HarnessSample
+from farm.workload.harness_types import (
+    HarnessCommand,
+    HarnessError,
+    HarnessOutcome,
+    HarnessSample,
+    read_output,
+    read_output_lines,
+    reading_output,
+)
 from farm.workload.proxy import messages_key
 
 __all__ = ["evalscope_command", "evalscope_outcome"]
@@ -117,33 +125,26 @@ def evalscope_outcome(command: HarnessCommand, spec: HarnessSpec) -> HarnessOutc
         raise HarnessError(f"evalscope wrote no report {report}")
     if not reviews:
         raise HarnessError(f"evalscope wrote no reviews under {root / 'reviews'}")
-    try:
-        figures = json.loads(report.read_text())
+    figures = read_output(report, "evalscope")
+    reviewed = [(path, read_output_lines(path, "evalscope")) for path in reviews]
+    with reading_output("evalscope", root):
         metric = spec.metric or _METRIC
         scores = [m for m in figures["metrics"] if m["identity"]["name"] == metric]
         if not scores:
             names = [m["identity"]["name"] for m in figures["metrics"]]
             raise HarnessError(f"metric {metric} not in the evalscope report {report}: {names}")
         samples: list[HarnessSample] = []
-        for path in reviews:
+        for path, lines in reviewed:
             subset = path.stem.removeprefix(f"{command.task}_")
-            for line in path.read_text().splitlines():
-                if line.strip():
-                    samples.append(_sample(json.loads(line), command.task, subset, metric))
-    except HarnessError:
-        raise
-    except (OSError, LookupError, TypeError, ValueError) as exc:
-        raise HarnessError(
-            f"evalscope's output under {root} is unreadable: {type(exc).__name__}: {exc}"
-        ) from None
-    value = scores[0]["score"]
-    return HarnessOutcome(
-        task=command.task,
-        metric=metric,
-        accuracy=float(value) if isinstance(value, int | float) else None,
-        samples=tuple(sorted(samples, key=lambda s: s.doc_id)),
-        results_path=str(report),
-    )
+            samples += [_sample(line, command.task, subset, metric) for line in lines]
+        value = scores[0]["score"]
+        return HarnessOutcome(
+            task=command.task,
+            metric=metric,
+            accuracy=float(value) if isinstance(value, int | float) else None,
+            samples=tuple(sorted(samples, key=lambda s: s.doc_id)),
+            results_path=str(report),
+        )
 
 
 def _sample(review: dict[str, Any], task: str, subset: str, metric: str) -> HarnessSample:

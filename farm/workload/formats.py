@@ -52,7 +52,7 @@ class Prompt(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
-    id: str
+    id: str = Field(min_length=1)
     prompt: str
     answer: str | None = None
     turns: tuple[Turn, ...] = ()

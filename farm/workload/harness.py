@@ -39,8 +39,12 @@ from farm.workload.harness_types import (
     HarnessError,
     HarnessOutcome,
     HarnessSample,
+    read_output,
+    read_output_lines,
+    reading_output,
 )
 from farm.workload.proxy import Exchange
+from farm.yamlfile import ParseError, parse_json
 
 __all__ = [
     "HarnessCommand",
@@ -232,18 +236,10 @@ def parse_outcome(command: HarnessCommand, spec: HarnessSpec) -> HarnessOutcome:
         raise HarnessError(f"lm-eval wrote no results_*.json under {results_dir}")
     results_path = found[-1]
     samples_files = sorted(results_path.parent.glob(f"samples_{command.task}_*.jsonl"))
-    try:
-        results = json.loads(results_path.read_text())
-        lines = samples_files[-1].read_text().splitlines() if samples_files else []
-        samples = [json.loads(line) for line in lines if line.strip()]
+    results = read_output(results_path, "lm-eval")
+    samples = read_output_lines(samples_files[-1], "lm-eval") if samples_files else []
+    with reading_output("lm-eval", results_path.parent):
         return outcome_from(results, samples, command.task, spec.metric, str(results_path))
-    except HarnessError:
-        raise
-    except (OSError, LookupError, TypeError, ValueError, AttributeError) as exc:
-        raise HarnessError(
-            f"lm-eval's output under {results_path.parent} is unreadable: "
-            f"{type(exc).__name__}: {exc}"
-        ) from None
 
 
 def outcome_from(
@@ -339,8 +335,8 @@ def _sample_key(sample: dict[str, Any]) -> str | None:
     if not isinstance(raw, str):
         return None
     try:
-        messages = json.loads(raw)
-    except ValueError:
+        messages = parse_json(raw, finite=False)
+    except ParseError:
         # A plain prompt (no chat template): the proxy keys those by the text.
         return json.dumps(raw, ensure_ascii=False, sort_keys=True)
     if not isinstance(messages, list):

@@ -3,20 +3,69 @@ what it measured, and its error."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 
 from farm.errors import CellError
 from farm.spec.parts import HarnessTool
+from farm.yamlfile import ParseError, json_lines, parse_json, read_json, read_text
 
-__all__ = ["HarnessCommand", "HarnessError", "HarnessOutcome", "HarnessSample"]
+__all__ = [
+    "HarnessCommand",
+    "HarnessError",
+    "HarnessOutcome",
+    "HarnessSample",
+    "read_output",
+    "read_output_lines",
+    "reading_output",
+]
 
 
 class HarnessError(CellError):
     """The harness could not run or its output could not be read."""
 
 
+def read_output(path: Path, tool: str) -> Any:
+    """The JSON of a harness's output file; HarnessError naming it and the line when
+    it cannot be read or parsed (:func:`farm.yamlfile.read_json`). ``NaN`` passes: a
+    harness may write it for a figure it could not compute."""
+    return read_json(path, f"{tool} output", HarnessError, finite=False)
+
+
+def read_output_lines(path: Path, tool: str) -> list[Any]:
+    """The JSON value of each line of a harness's JSON-lines output file."""
+    values = []
+    for number, line in json_lines(read_text(path, f"{tool} output", HarnessError)):
+        try:
+            values.append(parse_json(line, finite=False))
+        except ParseError as exc:
+            raise HarnessError(f"{path}:{number}: {tool} output: {exc.reason}") from None
+    return values
+
+
+@contextlib.contextmanager
+def reading_output(tool: str, where: Path | str) -> Iterator[None]:
+    """Turn what reading a harness output of an unexpected shape raises (a list where
+    an object was expected, a missing key, a word where a number was) into a
+    HarnessError naming the output; HarnessErrors pass as they are."""
+    try:
+        yield
+    except HarnessError:
+        raise
+    except (OSError, LookupError, TypeError, ValueError, AttributeError) as exc:
+        detail = str(exc).splitlines()[0][:300] if str(exc) else ""
+        raise HarnessError(
+            f"{tool}'s output {where} is unreadable: {type(exc).__name__}: {detail}"
+        ) from None
+
+
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # A NaN accuracy or score is no figure: the store and `farm export` refuse it.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class HarnessCommand(_Frozen):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from farm.errors import SpecError
 from farm.spec import JobFile, WorkloadSpec
 from farm.spec.parts import PromptFormat
 from farm.workload.formats import Prompt, Turn, parse_record, select_prompts
-from farm.yamlfile import read_text
+from farm.yamlfile import ParseError, json_lines, parse_json, read_text
 
 __all__ = [
     "LoadedWorkload",
@@ -52,9 +51,9 @@ def load_workload(spec: WorkloadSpec, resolve: Callable[[str], Path]) -> LoadedW
 def _record(line: str, fmt: PromptFormat, number: int) -> Prompt | str:
     """The prompt record on one line of a JSON-lines file, or what is wrong with it."""
     try:
-        data = json.loads(line)
-    except json.JSONDecodeError as exc:
-        return f"not JSON: {exc.msg} (column {exc.colno})"
+        data = parse_json(line)
+    except ParseError as exc:
+        return f"not JSON: {exc.reason} (column {exc.column})" if exc.syntax else exc.reason
     return parse_record(data, fmt, number)
 
 
@@ -68,19 +67,28 @@ def read_prompt_file(
     text = read_text(path, "prompt file", SpecError)
     prompts: list[Prompt] = []
     problems: list[str] = []
+    # Every request id (a turn k >= 2 is ``{id}#{k}``) with the line that gave it: a
+    # record ``a#2`` beside a two-turn ``a`` would send two requests of one id.
     first: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, line in json_lines(text):
         record = _record(line, fmt, number)
         if isinstance(record, str):
             problems.append(f"{path}:{number}: {record}")
-        elif record.id in first:
+            continue
+        ids = [request_id for request_id, _ in record.conversation()]
+        again = next((i for i in ids if i in first), None)
+        if again == record.id:
             problems.append(
                 f"{path}:{number}: id {record.id!r} again (first at line {first[record.id]})"
             )
+        elif again is not None:
+            problems.append(
+                f"{path}:{number}: request id {again!r} again (first at line {first[again]}): "
+                "a turn k >= 2 of a record is sent as request <id>#<k>; give the record "
+                "another id"
+            )
         else:
-            first[record.id] = number
+            first.update(dict.fromkeys(ids, number))
             prompts.append(record)
     return tuple(prompts), problems
 
