@@ -51,6 +51,7 @@ from farm.analysis.checks import check_sweep
 from farm.analysis.history import series_from_sweeps
 from farm.analysis.judgement import BASELINE_CHECK
 from farm.analysis.noise import KeyNoise, NoiseRule, calibrated, night_to_night_sd, noise_table
+from farm.analysis.rules import night_rules
 from farm.analysis.stats import AcceptanceSample, compare_acceptance
 from farm.analysis.summary import patched_bases
 from farm.records import (
@@ -373,7 +374,10 @@ def table_nights(nights: list[SweepRecord]) -> list[SweepRecord]:
         for i in range(1, len(nights)):
             history = series_from_sweeps(nights[: i + 1], resamples=200)
             night = judge_night(
-                nights[i], last_good=last_good, history=history, base_of={}, noise=rule
+                nights[i],
+                last_good=last_good,
+                history=history,
+                rules=night_rules(base_of={}, noise=rule),
             )
             flagged = [
                 f for f in night.verdict.findings if f.check == BASELINE_CHECK and f.is_regression

@@ -14,13 +14,13 @@ from pydantic import BaseModel, ConfigDict
 
 from farm.analysis import (
     Attribution,
-    CheckConfig,
     CheckReport,
     LabeledCell,
     attribute,
-    check_patches,
     labels_from_report,
 )
+from farm.analysis.judgement import judge
+from farm.analysis.rules import selftest_rules
 from farm.axes import AXIS_NAMES
 from farm.records import SweepRecord
 from farm.spec import JobSpec
@@ -79,12 +79,11 @@ def selftest_bases(job: JobSpec) -> dict[str, str]:
     return {e.name: reference.name for e in job.engines[1:]}
 
 
-def analyze_selftest(
-    record: SweepRecord, job: JobSpec, config: CheckConfig | None = None
-) -> SelftestReport:
-    """Compare each engine of the self-test sweep with the clean reference."""
-    bases = selftest_bases(job)
-    checks = check_patches(record, bases, config)
+def analyze_selftest(record: SweepRecord, job: JobSpec) -> SelftestReport:
+    """Compare each engine of the self-test sweep with the clean reference, judged as
+    every verdict is (:func:`farm.analysis.judgement.judge`, :func:`selftest_rules`)."""
+    checks = judge(record, None, None, selftest_rules(selftest_bases(job))).within
+    assert checks is not None  # selftest_rules run the within-sweep checks
     labelled = labels_from_report(checks)
     effects = []
     for engine in job.engines[1:]:

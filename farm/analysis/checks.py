@@ -436,9 +436,11 @@ def check_sweep(
     base_of: Mapping[str, str] | None = None,
     config: CheckConfig | None = None,
     *,
+    graph_modes: bool = True,
     depth_invariance: bool = False,
 ) -> CheckReport:
-    """Run the within-sweep checks; ``base_of`` maps patched engine -> base engine.
+    """Run the within-sweep checks; ``base_of`` maps patched engine -> base engine
+    (``graph_modes``: each graph mode against eager too).
 
     The depth-invariance check is off by default: on the clean CPU build it flagged
     position-0 acceptance 0.65 at depth 3 vs 0.74 at depth 1 (thinking off, 32 prompts).
@@ -447,7 +449,8 @@ def check_sweep(
     token-aligned comparison before it can alert.
     """
     ctx = _context(sweep, config)
-    _graph_modes(ctx)
+    if graph_modes:
+        _graph_modes(ctx)
     _patches(ctx, base_of or {})
     if depth_invariance:
         _depths(ctx)

@@ -79,7 +79,8 @@ CHANGE_POINT_RECENT: Final = 2
 class JudgeRules(BaseModel):
     """How a use judges: the statistics, which checks run, and how findings read.
 
-    ``within``: run the within-sweep checks (``base_of``: patched engine -> base
+    ``within``: run the within-sweep checks (``graph_modes``: graph modes against
+    eager too; ``base_of``: patched engine -> base
     engine; ``depth_invariance``: that check too); ``baseline_check``: the check name
     of a drop against the baseline;
     ``baseline_sweep``: name the baseline's sweep in findings and notes (a nightly's
@@ -104,6 +105,7 @@ class JudgeRules(BaseModel):
     check: CheckConfig = CheckConfig()
     history: HistoryConfig | None = None
     within: bool = True
+    graph_modes: bool = True
     base_of: dict[str, str] = {}
     depth_invariance: bool = False
     baseline_check: str = BASELINE_CHECK
@@ -185,7 +187,13 @@ def judge(
     findings: list[Finding] = []
     notes: list[str] = []
     within = (
-        check_sweep(sweep, r.base_of, r.check, depth_invariance=r.depth_invariance)
+        check_sweep(
+            sweep,
+            r.base_of,
+            r.check,
+            graph_modes=r.graph_modes,
+            depth_invariance=r.depth_invariance,
+        )
         if r.within
         else None
     )

@@ -104,7 +104,8 @@ def check(
     1 a golden was missed, 2 bad input, store unreachable, or no variant held to any
     golden.
     """
-    from farm.analysis.judgement import GOLDEN_CHECK, JudgeRules, judge
+    from farm.analysis.judgement import GOLDEN_CHECK, judge
+    from farm.analysis.rules import golden_rules
     from farm.store.repository import load_sweep
 
     try:
@@ -112,7 +113,7 @@ def check(
         with open_session(db) as session:
             record = load_sweep(session, resolve_sweep(session, sweep))
         checks = _bind(found, record, model, workload)
-        judgement = judge(record, None, None, JudgeRules(within=False, goldens=checks))
+        judgement = judge(record, None, None, golden_rules(checks))
     except FarmError as exc:
         raise fail(exc) from None
     misses = [f for f in judgement.findings if f.check == GOLDEN_CHECK]

@@ -250,7 +250,8 @@ def compare(
     """Compare two sweeps cell by cell: pass / regress / improve, AL difference with its
     interval, as Markdown ready for a pull request."""
     from farm.analysis.gate import engine_map_problems, same_sweep
-    from farm.analysis.judgement import NOTHING_COMPARED, JudgeRules, judge
+    from farm.analysis.judgement import NOTHING_COMPARED, judge
+    from farm.analysis.rules import compare_rules
     from farm.notify.github import parse_pr_ref
     from farm.report.markdown import render_comparison
     from farm.settings import get_settings
@@ -275,8 +276,7 @@ def compare(
         engines = ({c.cell.engine for c in base.cells}, {c.cell.engine for c in cand.cells})
         if problems := engine_map_problems(engine_map, *engines):
             raise FarmError("--map-engine " + "; ".join(problems))
-        rules = JudgeRules(within=False, engine_map=engine_map, require_comparison=True)
-        judgement = judge(cand, base, None, rules)
+        judgement = judge(cand, base, None, compare_rules(engine_map))
         assert judgement.comparison is not None
         comparison = judgement.comparison
         text = render_comparison(comparison)

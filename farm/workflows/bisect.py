@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict
 from farm.analysis.check_rules import CheckConfig
 from farm.analysis.compare import ComparedVariant, SweepComparison
 from farm.analysis.judgement import JudgeRules, judge
+from farm.analysis.rules import bisect_rules
 from farm.analysis.stats import AcceptanceSample, acceptance_stats
 from farm.errors import FarmError
 from farm.records import StoredCell, SweepRecord
@@ -264,19 +265,20 @@ def check_endpoints(
     *,
     good_ref: str,
     bad_ref: str,
-    config: CheckConfig | None = None,
+    rules: JudgeRules | None = None,
 ) -> EndpointCheck:
     """The variants whose AL fell from ``good`` to ``bad`` (``farm compare``: regress).
 
     Raises FarmError (bad input) when an end's cell failed, when the good end is the
     one that shows the drop (the ends are swapped), or when the bad end does not
-    reproduce a drop.
+    reproduce a drop. ``rules``: the bisection's (:func:`farm.analysis.rules.bisect_rules`).
     """
-    cfg = config or CheckConfig()
+    rules = rules or bisect_rules()
+    cfg = rules.check
     for record, ref in ((good, f"good end {good_ref}"), (bad, f"bad end {bad_ref}")):
         if failed := _failed_cells(record):
             raise FarmError(f"the {ref} cannot be measured: {'; '.join(failed)}")
-    comparison = _against(bad, good, cfg)
+    comparison = _against(bad, good, rules)
     good_figs, bad_figs = variant_figures(good, cfg), variant_figures(bad, cfg)
     regressed = {
         r.key.label: bad_figs[r.key.label].cell_id
@@ -307,10 +309,10 @@ def _row(rows: Sequence[ComparedVariant], key: str) -> ComparedVariant | None:
     return next((r for r in rows if r.key.label == key), None)
 
 
-def _against(sweep: SweepRecord, end: SweepRecord, cfg: CheckConfig) -> SweepComparison:
+def _against(sweep: SweepRecord, end: SweepRecord, rules: JudgeRules) -> SweepComparison:
     """``sweep`` judged against one end (:func:`farm.analysis.judgement.judge`, the
     pairing of every use; no within-sweep or history checks): its comparison rows."""
-    judgement = judge(sweep, end, None, JudgeRules(check=cfg, within=False))
+    judgement = judge(sweep, end, None, rules)
     assert judgement.comparison is not None
     return judgement.comparison
 
@@ -353,7 +355,7 @@ def judge_step(
     good: SweepRecord,
     bad: SweepRecord,
     regressed: Mapping[str, str],
-    config: CheckConfig | None = None,
+    rules: JudgeRules | None = None,
 ) -> tuple[StepVerdict, tuple[VariantJudgement, ...], str]:
     """Judge one step's cells (``step``) against both ends, variant by regressed variant.
 
@@ -361,11 +363,12 @@ def judge_step(
     all are good, and ``skip`` when a cell failed or a regressed variant is missing
     (the reason says which). Returns (verdict, per-variant judgements, reason).
     """
-    cfg = config or CheckConfig()
+    rules = rules or bisect_rules()
+    cfg = rules.check
     if failed := _failed_cells(step):
         return "skip", (), "; ".join(failed)
-    vs_good = _against(step, good, cfg).rows
-    vs_bad = _against(step, bad, cfg).rows
+    vs_good = _against(step, good, rules).rows
+    vs_bad = _against(step, bad, rules).rows
     figures = variant_figures(step, cfg)
     good_figs, bad_figs = variant_figures(good, cfg), variant_figures(bad, cfg)
     judged: list[VariantJudgement] = []

@@ -29,7 +29,8 @@ from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session
 
 from farm import store
-from farm.analysis.check_rules import CheckConfig
+from farm.analysis.judgement import JudgeRules
+from farm.analysis.rules import bisect_rules
 from farm.axes import speculates
 from farm.builds.cache import MARKER
 from farm.builds.venv import plan_builds
@@ -140,14 +141,14 @@ class _Bisector:
         runner: SweepRunner,
         cache_dir: Path,
         say: LineSink,
-        config: CheckConfig,
+        rules: JudgeRules,
     ) -> None:
         self.setup = setup
         self.db = store.open_store(db_url)
         self.runner = runner
         self.cache_dir = cache_dir
         self.say = say
-        self.config = config
+        self.rules = rules
         self.builds = 0
         self.cells = 0
         self.engine_s = 0.0
@@ -285,7 +286,6 @@ def run_bisection(
     cache_dir: Path,
     say: LineSink,
     resume: int | None = None,
-    config: CheckConfig | None = None,
 ) -> BisectRun:
     """Measure the ends (unless stored), store the bisection, and run its steps until
     the search ends; each step is stored when it finishes.
@@ -295,8 +295,7 @@ def run_bisection(
     is stored then) or a bisection that is not this one.
     """
     started = time.monotonic()
-    cfg = config or CheckConfig()
-    work = _Bisector(setup, db_url, runner, cache_dir, say, cfg)
+    work = _Bisector(setup, db_url, runner, cache_dir, say, bisect_rules())
     stored = _stored(work, resume)
     commits = setup.commits
     if stored is not None:
@@ -386,7 +385,7 @@ def _start(work: _Bisector) -> tuple[Bisection, _Measured, SweepRecord, SweepRec
         bad_m.record,
         good_ref=commits[0].sha[:12],
         bad_ref=commits[-1].sha[:12],
-        config=work.config,
+        rules=work.rules,
     )
     good_rec, bad_rec = (
         _only(good_m.record, set(check.cells)),
@@ -439,7 +438,7 @@ def _step(
             position=position, commit=commit.sha, verdict="skip", reason=measured.error
         )
     verdict, judged, reason = judge_step(
-        measured.record, good_rec, bad_rec, bisection.regressed, work.config
+        measured.record, good_rec, bad_rec, bisection.regressed, work.rules
     )
     return BisectStep(
         position=position,

@@ -30,12 +30,10 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.alert_rules import alert_candidates
-from farm.analysis.check_rules import CheckConfig
-from farm.analysis.history import HistoryConfig, HistoryPoint
+from farm.analysis.history import HistoryPoint
 from farm.analysis.judgement import BASELINE_CHECK, Judgement, JudgeRules, judge
-from farm.analysis.noise import NoiseRule
+from farm.analysis.rules import night_rules
 from farm.comparable import ComparableKey
-from farm.goldens import GoldenCheck
 from farm.records import SweepRecord
 from farm.results.alerts import AlertCandidate
 from farm.results.verdict import SweepVerdict, VerdictOutcome
@@ -123,33 +121,20 @@ def judge_night(
     *,
     last_good: SweepRecord | None,
     history: Mapping[ComparableKey, Sequence[HistoryPoint]] | None = None,
-    base_of: Mapping[str, str] | None = None,
-    config: CheckConfig | None = None,
-    history_config: HistoryConfig | None = None,
-    noise: NoiseRule | None = NoiseRule(),  # noqa: B008  # frozen: one shared default
-    quarantine: Mapping[str, float] | None = None,
-    goldens: Sequence[GoldenCheck] = (),
+    rules: JudgeRules | None = None,
 ) -> NightJudgement:
     """The verdict on nightly ``sweep`` and the alert candidates it raises.
 
     ``last_good``: the job's last good night (:func:`last_good_night`), None on the
     job's first night; ``history``: per-key AL series over the job's last N sweeps
     ending with ``sweep`` (:func:`farm.analysis.history.series_from_sweeps`, or the
-    store's ``history_series``; fewer than 3 points find no change point; with
-    ``noise``, each key's nights in it calibrate its AL threshold); ``quarantine``:
-    flaky keys (label -> verdict flip rate), shown, not alerted; ``base_of``: patched
-    engine -> base engine for the within-sweep patch check; ``goldens``: the job's
-    goldens (:func:`farm.goldens.job_goldens`), each miss a ``golden`` finding. Failed
-    cells become findings of source ``cells`` and ``cell_failed`` alert candidates.
+    store's ``history_series``; fewer than 3 points find no change point; with the
+    rules' noise rule, each key's nights in it calibrate its AL threshold); ``rules``:
+    the night's (:func:`farm.analysis.rules.night_rules`: patched engines' bases,
+    quarantined keys, goldens). Failed cells become findings of source ``cells`` and
+    ``cell_failed`` alert candidates.
     """
-    rules = JudgeRules(
-        check=config or CheckConfig(),
-        history=history_config,
-        base_of=dict(base_of or {}),
-        noise=noise,
-        quarantine=dict(quarantine or {}),
-        goldens=tuple(goldens),
-    )
+    rules = rules or night_rules()
     judgement = judge(sweep, last_good, history, rules)
     return NightJudgement(
         verdict=judgement.verdict("nightly"),

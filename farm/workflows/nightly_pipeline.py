@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session
 
 from farm.analysis.alert_rules import cell_alert_keys
-from farm.analysis.check_rules import CheckConfig, CheckReport
+from farm.analysis.check_rules import CheckReport
 from farm.analysis.judgement import Judgement
 from farm.analysis.noise import (
     NoiseRule,
@@ -35,6 +35,7 @@ from farm.analysis.noise import (
     look_calibration,
     quarantined,
 )
+from farm.analysis.rules import night_rules
 from farm.analysis.summary import patched_bases, summarize_sweep
 from farm.comparable import ComparableKey
 from farm.errors import FarmError, OutputError
@@ -162,7 +163,6 @@ def judge_stored(
     baseline: Baseline = "last-good",
     history: int = 0,
     base_of: Mapping[str, str] | None = None,
-    config: CheckConfig | None = None,
     goldens: Sequence[GoldenCheck] = (),
 ) -> NightJudgement:
     """Judge stored sweep ``sweep_id`` as a nightly does, writing nothing: against
@@ -185,32 +185,36 @@ def judge_stored(
         baseline = last_good_night(sweep_id, _earlier_nights(session, record.job, sweep_id))
     if isinstance(baseline, int):
         baseline = load_sweep(session, baseline)
+    rules = night_rules(
+        base_of=base_of or patched_bases(record.builds),
+        quarantine=flaky_keys(session, record.job, record.sweep_id),
+        goldens=goldens,
+    )
     return judge_night(
         record,
         last_good=baseline,
         history=history_series(session, record, history) if history > 1 else None,
-        base_of=base_of or patched_bases(record.builds),
-        config=config,
-        quarantine=flaky_keys(session, record),
-        goldens=goldens,
+        rules=rules,
     )
 
 
 def flaky_keys(
-    session: Session, record: SweepRecord, rule: QuarantineRule | None = None
+    session: Session, job: str, before: int | None = None, rule: QuarantineRule | None = None
 ) -> dict[str, float]:
-    """The keys of ``record``'s job whose nightly verdicts flipped too often before it
-    (:func:`farm.analysis.noise.quarantined`), with their flip rates. Reads the job's
-    last ``rule.window`` verdicts and per-variant summaries only."""
+    """The keys of nightly ``job`` whose verdicts flipped too often before sweep
+    ``before`` (None: all of its nights so far; :func:`farm.analysis.noise.quarantined`),
+    with their flip rates: known before a night or a PR runs. Reads the job's last
+    ``rule.window`` verdicts and per-variant summaries only."""
     rule = rule or QuarantineRule()
     verdicts = {
         v.sweep_id: v
-        for v in job_verdicts(session, record.job, "nightly", limit=rule.window + 1)
-        if v.sweep_id < record.sweep_id
+        for v in job_verdicts(session, job, "nightly", limit=rule.window + 1)
+        if before is None or v.sweep_id < before
     }
     if len(verdicts) < rule.min_nights:
         return {}
-    series = history_series(session, record, rule.window + 1)
+    last = max(verdicts) if before is None else before
+    series = job_history_series(session, job, last, rule.window + 1)
     judged: dict[int, set[str]] = {}
     for key, points in series.items():
         for p in points:
@@ -233,7 +237,6 @@ def check_night(
     *,
     history: int,
     notifiers: Sequence[Notifier] | None = None,
-    config: CheckConfig | None = None,
     goldens: Sequence[GoldenCheck] = (),
 ) -> NightlyCheck:
     """Judge stored sweep ``sweep_id`` as a nightly once; raise, store, notify.
@@ -253,7 +256,7 @@ def check_night(
     if stored is not None:
         return _judged_before(session, stored, cost, history)
     channels = list(configured_notifiers() if notifiers is None else notifiers)
-    night = judge_stored(session, sweep_id, history=history, config=config, goldens=goldens)
+    night = judge_stored(session, sweep_id, history=history, goldens=goldens)
     raised = raise_alerts(session, sweep_id, night.alerts)
     recovered = _recover(session, sweep_id, night)
     verdict, new = record_verdict(session, night.verdict)
@@ -290,7 +293,6 @@ def check_aa_night(
     sweep_id: int,
     *,
     history: int,
-    config: CheckConfig | None = None,
     goldens: Sequence[GoldenCheck] = (),
 ) -> NightlyCheck:
     """Judge stored sweep ``sweep_id`` as an A/A night once: against the job's last
@@ -309,9 +311,7 @@ def check_aa_night(
     if good is None:
         raise FarmError(f"sweep {sweep_id}: --aa repeats the last good night; the job has none")
     baseline = load_sweep(session, good)
-    night = judge_stored(
-        session, sweep_id, baseline=baseline, history=history, config=config, goldens=goldens
-    )
+    night = judge_stored(session, sweep_id, baseline=baseline, history=history, goldens=goldens)
     differ = aa_builds_differ(
         night.judgement.builds, {b.engine: b.build_id for b in baseline.builds}, good
     )
@@ -351,21 +351,25 @@ def check_landed_cell(
     cell_id: str,
     *,
     notifiers: Sequence[Notifier] | None = None,
-    config: CheckConfig | None = None,
     baseline: Baseline = "last-good",
+    history: int = 0,
+    goldens: Sequence[GoldenCheck] = (),
 ) -> CellAlerts:
     """Raise the alerts of ``cell_id``, just stored in running sweep ``sweep_id``, and
     send the new ones whose cause this night has not told yet.
 
-    The cells stored so far are judged against the job's last good night (no history
-    or goldens: those read the whole night); only the findings on ``cell_id`` raise.
+    The cells stored so far are judged as the night's end will judge them
+    (:func:`judge_stored` with the night's ``history`` depth and ``goldens``: the same
+    rules, calibration and quarantine); only the findings on ``cell_id`` raise. What
+    the night's verdict does not confirm, its end withdraws
+    (:func:`farm.store.alerts.settle_early_alerts`).
     An alert of a cause already told this night waits for the night's end, where
     :func:`check_night` raises every alert again (nothing duplicates: alerts are
     upserted per key, a delivered one is not sent again) and sends what is pending as
     one message per cause. Writes no verdict and recovers nothing. Raises StoreError
     (store), NotifyError (invalid channel settings).
     """
-    night = judge_stored(session, sweep_id, baseline=baseline, config=config)
+    night = judge_stored(session, sweep_id, baseline=baseline, history=history, goldens=goldens)
     keys = cell_alert_keys(night.judgement, cell_id)
     mine = [c for c in night.alerts if c.key in keys]
     if not mine:
@@ -425,7 +429,6 @@ def check_alerts(
     baseline: Baseline = "last-good",
     base_of: Mapping[str, str] | None = None,
     history: int = 0,
-    config: CheckConfig | None = None,
     notifiers: Sequence[Notifier] | None = None,
     goldens: Sequence[GoldenCheck] = (),
 ) -> AlertCheck:
@@ -443,7 +446,6 @@ def check_alerts(
         baseline=baseline,
         history=history,
         base_of=base_of,
-        config=config,
         goldens=goldens,
     )
     alerts = raise_alerts(session, sweep_id, night.alerts)
@@ -601,7 +603,13 @@ def run_nightly(request: NightlyRequest, deps: NightlyDeps) -> NightlyOutcome:
                     good = _last_good(session, sweep)
                     last_good[sweep] = load_sweep(session, good) if good is not None else None
                 checked = check_landed_cell(
-                    session, sweep, cell_id, notifiers=notifiers, baseline=last_good[sweep]
+                    session,
+                    sweep,
+                    cell_id,
+                    notifiers=notifiers,
+                    baseline=last_good[sweep],
+                    history=request.history,
+                    goldens=request.goldens,
                 )
         except Exception as exc:  # early and best effort: never sinks the sweep
             failed = mask_secrets(f"{type(exc).__name__}: {exc}")

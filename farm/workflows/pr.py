@@ -19,19 +19,18 @@ Pure: no store, git or HTTP here (:mod:`farm.workflows.pr_pipeline` does the I/O
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from farm.analysis.check_rules import CheckConfig
 from farm.analysis.compare import SweepComparison
 from farm.analysis.judgement import GOLDEN_CHECK, NOTHING_COMPARED, PR_CHECK, JudgeRules, judge
+from farm.analysis.rules import pr_rules
 from farm.axes import SERVER_AXES, AxisValue
 from farm.bounds import parse_age as bounded_age
 from farm.errors import FarmError
-from farm.goldens import GoldenCheck
 from farm.plan import ServerCell
 from farm.records import StoredCell, SweepRecord
 from farm.results.baseline import StoredBaselineCell
@@ -328,19 +327,16 @@ def judge_pr(
     number: int,
     head_sha: str | None = None,
     dropped: Sequence[DroppedPatch] = (),
-    config: CheckConfig | None = None,
-    goldens: Sequence[GoldenCheck] = (),
-    quarantine: Mapping[str, float] | None = None,
+    rules: JudgeRules | None = None,
 ) -> PrJudgement:
     """The verdict on PR sweep ``sweep``: every candidate cell against the same
     comparable cell of the base, taken from ``reused`` stored cells or from the base
     cells this sweep ran (:func:`farm.analysis.judgement.judge`, no within-sweep or
     history checks), and the candidate's variants against the job's ``goldens``.
     ``job`` is the job file's name (the verdict's ``engine`` is ``base``). Failed
-    cells of either side are findings of source ``cells``. ``quarantine``: the keys
-    (base labels) flaky in the job's nightly history, with their verdict flip rates
-    (:func:`farm.workflows.nightly_pipeline.flaky_keys`): their findings are shown,
-    marked, and fail no PR.
+    cells of either side are findings of source ``cells``. ``rules``: the PR's
+    (:func:`farm.analysis.rules.pr_rules`, the ones its fail-fast judged by: the
+    job's goldens, and the keys flaky in its nightly history, shown and failing no PR).
     """
     base_cells = [s for s in sweep.cells if s.cell.engine == base]
     cand_cells = [s for s in sweep.cells if s.cell.engine == candidate]
@@ -349,18 +345,7 @@ def judge_pr(
         update={"cells": tuple(taken) + tuple(base_cells), "job": f"{job} at the base"}
     )
     cand = sweep.model_copy(update={"cells": tuple(cand_cells)})
-    rules = JudgeRules(
-        check=config or CheckConfig(),
-        within=False,
-        baseline_check=PR_CHECK,
-        baseline_sweep=False,
-        engine_map={candidate: base},
-        candidate_side="candidate",
-        baseline_side="baseline",
-        require_comparison=True,
-        goldens=tuple(goldens),
-        quarantine=dict(quarantine or {}),
-    )
+    rules = rules or pr_rules(candidate=candidate, base=base)
     judgement = judge(cand, baseline, None, rules)
     assert judgement.comparison is not None
     notes = (*judgement.notes, *(f"patch dropped: {d.describe()}" for d in dropped))

@@ -4,8 +4,9 @@ The cells likeliest to regress start first (:mod:`farm.analysis.risk`, from the 
 own past regressions: its nightly verdicts and this PR's earlier runs, and from the
 files the PR changes); with
 ``--fail-fast`` the sweep starts no more cells once a candidate cell is confirmed
-below its base, paired as the verdict pairs it (:func:`farm.analysis.compare_sweeps`,
-its sequential decision included). The verdict then says what was not run.
+below its base, judged as the verdict judges it (:func:`farm.analysis.judgement.judge`
+with the PR's rules, its sequential decisions and quarantined keys included). The
+verdict then says what was not run.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from datetime import UTC, datetime
 
 from sqlmodel import Session
 
-from farm.analysis.compare import compare_sweeps
+from farm.analysis.judgement import JudgeRules, judge
 from farm.analysis.risk import regression_risk, risk_order, touched_risk
+from farm.analysis.rules import pr_rules
 from farm.comparable import ComparableKey
 from farm.plan import ServerCell
 from farm.records import CellResult, StoredCell, SweepRecord
@@ -79,14 +81,19 @@ def _same_axes(cell: ServerCell) -> tuple[tuple[str, str], ...]:
 @dataclass
 class FailFast:
     """Told of each landed cell; the first candidate cell paired with a base (stored
-    and reused, or landed in this sweep) that regresses stops the sweep."""
+    and reused, or landed in this sweep) in which the PR's verdict would find a
+    regression stops the sweep. ``rules``: the PR's (its verdict's; default
+    :func:`farm.analysis.rules.pr_rules` of the two engines)."""
 
     base: str
     candidate: str
     reused: Iterable[StoredCell]
+    rules: JudgeRules | None = None
     landed: dict[tuple[tuple[str, str], ...], dict[str, StoredCell]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.rules is None:
+            self.rules = pr_rules(candidate=self.candidate, base=self.base)
         for stored in self.reused:
             self.landed.setdefault(_same_axes(stored.cell), {})[self.base] = stored
 
@@ -97,23 +104,18 @@ class FailFast:
             return None
         now = datetime.now(UTC)
 
-        def one(stored: StoredCell) -> SweepRecord:
-            return SweepRecord(sweep_id=0, job="", started_at=now, status="ok", cells=(stored,))
+        def one(stored: StoredCell, sweep_id: int) -> SweepRecord:
+            return SweepRecord(
+                sweep_id=sweep_id, job="", started_at=now, status="ok", cells=(stored,)
+            )
 
-        comparison = compare_sweeps(
-            one(pair[self.base]),
-            one(pair[self.candidate]),
-            engine_map={self.candidate: self.base},
-        )
-        bad = [r for r in comparison.rows if r.outcome == "regress"]
+        judgement = judge(one(pair[self.candidate], 1), one(pair[self.base], 0), None, self.rules)
+        bad = judgement.regressions
         if not bad:
             return None
-        row = bad[0]
-        decided = f", {row.decided}" if row.decided else ""
-        return (
-            f"{row.label} regressed: AL {row.candidate_al} vs {row.baseline_al} at the base"
-            f"{decided}"
-        )
+        first = bad[0]
+        cell_id = first.cells[0] if first.cells else pair[self.candidate].cell.cell_id
+        return f"{cell_id} regressed: {first.summary.split('; ')[0]}"
 
 
 @dataclass

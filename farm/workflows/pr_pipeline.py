@@ -22,7 +22,8 @@ from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlmodel import Session
 
-from farm.analysis.check_rules import CheckConfig
+from farm.analysis.judgement import JudgeRules
+from farm.analysis.rules import pr_rules
 from farm.builds.git_history import changed_paths, merge_base
 from farm.builds.patches import PatchError, check_patch
 from farm.builds.series import Patch, Target
@@ -356,22 +357,33 @@ def plan_baseline(
     return PrBaseline(selection=selection, reused=reused)
 
 
+def pr_judge_rules(
+    session: Session | None, setup: PrSetup, goldens: Sequence[GoldenCheck] = ()
+) -> JudgeRules:
+    """The rules a PR is judged by, its fail-fast as its verdict, made before its sweep
+    runs: the job's ``goldens``, and the keys the job's nightlies found flaky
+    (quarantined as there: shown, failing no PR; none without a store, ``session``
+    None)."""
+    # The base's keys are the nightly's (same engine name): its history says which flip.
+    flaky = flaky_keys(session, setup.job) if session is not None else {}
+    return pr_rules(
+        candidate=setup.candidate.name, base=setup.base.name, goldens=goldens, quarantine=flaky
+    )
+
+
 def check_pr(
     session: Session,
     sweep_id: int,
     setup: PrSetup,
     baseline: PrBaseline,
     *,
+    rules: JudgeRules,
     report_url: str | None = None,
-    config: CheckConfig | None = None,
-    goldens: Sequence[GoldenCheck] = (),
 ) -> PrCheck:
-    """Judge PR sweep ``sweep_id`` (the candidate against the base and the job's
-    ``goldens``) and store its verdict (once); render the comment. A key the job's
-    nightlies found flaky is quarantined here as there: shown, failing no PR."""
+    """Judge PR sweep ``sweep_id`` (the candidate against the base) by ``rules``
+    (:func:`pr_judge_rules`) and store its verdict (once); render the comment."""
     record = load_sweep(session, sweep_id)
-    # The base's keys are the nightly's (same engine name): its history says which flip.
-    flaky = flaky_keys(session, record.model_copy(update={"job": setup.job}))
+    flaky = rules.quarantine
     judgement = judge_pr(
         record,
         base=setup.base.name,
@@ -381,9 +393,7 @@ def check_pr(
         number=setup.number,
         head_sha=setup.head_sha,
         dropped=setup.dropped,
-        config=config,
-        goldens=goldens,
-        quarantine=flaky,
+        rules=rules,
     )
     verdict, new = record_verdict(session, judgement.verdict)
     judgement = judgement.model_copy(update={"verdict": verdict})

@@ -17,6 +17,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from farm.analysis.judgement import JudgeRules
 from farm.analysis.risk import touched_parts
 from farm.goldens import GoldenCheck
 from farm.masking import mask_secrets
@@ -43,6 +44,7 @@ from farm.workflows.pr_pipeline import (
     PrSetup,
     check_pr,
     plan_baseline,
+    pr_judge_rules,
     prepare_pr,
     publish_pr,
     report_name,
@@ -121,8 +123,9 @@ def run_pr(request: PrRequest, deps: PrDeps) -> PrOutcome:
     github = deps.github(setup)
     sha = _head_sha(github, setup, deps.say)
     baseline, job = _plan_sweep(request, setup, deps)
+    rules = _rules(request, setup, deps)
     post = _progress_poster(github, setup, deps.say)
-    sweep_id = deps.run_sweep(_sweep_plan(request, setup, deps, baseline, job, post))
+    sweep_id = deps.run_sweep(_sweep_plan(request, setup, deps, baseline, job, rules, post))
     report_url = (
         # The comment and the status are public: a credential in the URL is masked.
         mask_secrets(f"{request.publish_url.rstrip('/')}/{report_name(request.number, sweep_id)}")
@@ -131,9 +134,7 @@ def run_pr(request: PrRequest, deps: PrDeps) -> PrOutcome:
     )
     report = None
     with deps.open_session(request.url) as session:
-        check = check_pr(
-            session, sweep_id, setup, baseline, report_url=report_url, goldens=request.goldens
-        )
+        check = check_pr(session, sweep_id, setup, baseline, rules=rules, report_url=report_url)
         deps.judged(check, setup)
         if request.folder is not None:
             report = write_pr_report(session, check, request.folder)
@@ -216,12 +217,22 @@ def _progress_poster(
     return post
 
 
+def _rules(request: PrRequest, setup: PrSetup, deps: PrDeps) -> JudgeRules:
+    """The PR's rules, made once before its sweep: its fail-fast and its verdict judge
+    by the same ones."""
+    if _no_store_yet(request.url):
+        return pr_judge_rules(None, setup, request.goldens)
+    with deps.open_session(request.url) as session:
+        return pr_judge_rules(session, setup, request.goldens)
+
+
 def _sweep_plan(
     request: PrRequest,
     setup: PrSetup,
     deps: PrDeps,
     baseline: PrBaseline,
     job: JobSpec,
+    rules: JudgeRules,
     post: ProgressPoster | None = None,
 ) -> PrSweepPlan:
     """The sweep's order (likeliest regressions first), the stored runs the candidate's
@@ -246,7 +257,7 @@ def _sweep_plan(
     if not request.fail_fast and post is None:
         return PrSweepPlan(job=job, references=references, first=first)
     progress = PrProgress(
-        FailFast(setup.base.name, setup.candidate.name, [c.stored for c in baseline.reused]),
+        FailFast(setup.base.name, setup.candidate.name, [c.stored for c in baseline.reused], rules),
         total=len(cells),
     )
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from farm.analysis.rules import pr_rules
 from farm.cli.main import app
 from tests.fakes.simulate import simulate_sweep
 from tests.integration.test_alerts import _cli_env, _store, _synthetic
@@ -79,7 +80,13 @@ def test_a_pr_run_with_nothing_compared_is_an_error_status_not_success() -> None
     from tests.unit.test_pr_verdict import CAND, FAST, _sweep
 
     judged = judge_pr(
-        _sweep(5), base="nosuch", candidate=CAND, reused=(), job="j", number=7, config=FAST
+        _sweep(5),
+        base="nosuch",
+        candidate=CAND,
+        reused=(),
+        job="j",
+        number=7,
+        rules=pr_rules(candidate=CAND, base="nosuch", check=FAST),
     )
     verdict = judged.verdict
     assert verdict.outcome != "clean" and verdict.exit_status != 0

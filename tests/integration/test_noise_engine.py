@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 from farm import store
 from farm.analysis.history import series_from_sweeps
 from farm.analysis.noise import NoiseRule
+from farm.analysis.rules import night_rules
 from farm.cli.main import app
 from farm.records import BuildInfo, SweepRecord
 from farm.results.verdict import SweepVerdict
@@ -94,8 +95,7 @@ def _flagged(
         night,
         last_good=reference,
         history=series_from_sweeps(history, resamples=200),
-        base_of={},
-        noise=rule,
+        rules=night_rules(base_of={}, noise=rule),
     )
     return [
         f.summary

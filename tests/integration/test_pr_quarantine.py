@@ -12,12 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from farm.analysis.check_rules import CheckConfig
 from farm.plan import ServerCell, Variant
 from farm.spec import EngineSpec
 from farm.store import Session, open_store
 from farm.workflows.pr import BaselineSelection
-from farm.workflows.pr_pipeline import PrBaseline, PrSetup, check_pr
+from farm.workflows.pr_pipeline import PrBaseline, PrSetup, check_pr, pr_judge_rules
 from tests.fakes.simulate import simulate_sweep
 from tests.integration.test_alert_triage import _night
 from tests.integration.test_one_judgement import nightly_resume, store_sweep
@@ -64,12 +63,10 @@ def test_a_pr_quarantines_the_keys_the_nightlies_found_flaky(tmp_path: Path) -> 
     engine = open_store(url)
     try:
         with Session(engine) as session:
+            # The rules are made before the PR's sweep runs, as `farm pr` makes them.
+            rules = pr_judge_rules(session, _setup())
             check = check_pr(
-                session,
-                sweep_id,
-                _setup(),
-                PrBaseline(selection=BaselineSelection()),
-                config=CheckConfig(resamples=400),
+                session, sweep_id, _setup(), PrBaseline(selection=BaselineSelection()), rules=rules
             )
     finally:
         engine.dispose()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from farm.analysis.check_rules import CheckConfig
+from farm.analysis.rules import bisect_rules
 from farm.errors import FarmError
 from farm.records import CellResult, SweepRecord
 from farm.workflows.bisect import (
@@ -163,7 +164,9 @@ FAST = CheckConfig(resamples=400)
 
 
 def test_the_ends_name_the_regressed_variants() -> None:
-    check = check_endpoints(_sweep(1.0, 1), _sweep(0.6, 2), good_ref="g", bad_ref="b", config=FAST)
+    check = check_endpoints(
+        _sweep(1.0, 1), _sweep(0.6, 2), good_ref="g", bad_ref="b", rules=bisect_rules(FAST)
+    )
     [(key, cell)] = check.regressed.items()
     assert cell == "base.synthetic.eager.mtp3.swa-on" and key in {r.key.label for r in check.rows}
     assert check.good[0].al and check.bad[0].al and check.bad[0].al < check.good[0].al
@@ -172,9 +175,13 @@ def test_the_ends_name_the_regressed_variants() -> None:
 
 def test_ends_without_the_drop_or_swapped_are_refused() -> None:
     with pytest.raises(FarmError, match="does not reproduce the drop"):
-        check_endpoints(_sweep(1.0, 1), _sweep(1.0, 2), good_ref="g", bad_ref="b", config=FAST)
+        check_endpoints(
+            _sweep(1.0, 1), _sweep(1.0, 2), good_ref="g", bad_ref="b", rules=bisect_rules(FAST)
+        )
     with pytest.raises(FarmError, match=r"--good g shows the drop.*swapped"):
-        check_endpoints(_sweep(0.6, 1), _sweep(1.0, 2), good_ref="g", bad_ref="b", config=FAST)
+        check_endpoints(
+            _sweep(0.6, 1), _sweep(1.0, 2), good_ref="g", bad_ref="b", rules=bisect_rules(FAST)
+        )
 
 
 @pytest.mark.parametrize(
@@ -188,8 +195,10 @@ def test_ends_without_the_drop_or_swapped_are_refused() -> None:
 )
 def test_a_step_is_judged_against_both_ends(factor: float, verdict: str, note: str) -> None:
     good, bad = _sweep(1.0, 1), _sweep(0.6, 2)
-    check = check_endpoints(good, bad, good_ref="g", bad_ref="b", config=FAST)
-    got, judged, reason = judge_step(_sweep(factor, 3), good, bad, check.regressed, FAST)
+    check = check_endpoints(good, bad, good_ref="g", bad_ref="b", rules=bisect_rules(FAST))
+    got, judged, reason = judge_step(
+        _sweep(factor, 3), good, bad, check.regressed, bisect_rules(FAST)
+    )
     assert (got, reason) == (verdict, "")
     [j] = judged
     assert note in j.note and j.figures.al is not None
@@ -197,13 +206,13 @@ def test_a_step_is_judged_against_both_ends(factor: float, verdict: str, note: s
 
 def test_a_step_whose_cell_failed_is_skipped_with_the_reason() -> None:
     good, bad = _sweep(1.0, 1), _sweep(0.6, 2)
-    check = check_endpoints(good, bad, good_ref="g", bad_ref="b", config=FAST)
+    check = check_endpoints(good, bad, good_ref="g", bad_ref="b", rules=bisect_rules(FAST))
     [stored] = _sweep(1.0, 3).cells
     failed = stored.model_copy(
         update={"result": CellResult.never_ran(stored.cell.cell_id, "pip install failed")}
     )
     step = _sweep(1.0, 3).model_copy(update={"cells": (failed,)})
-    verdict, judged, reason = judge_step(step, good, bad, check.regressed, FAST)
+    verdict, judged, reason = judge_step(step, good, bad, check.regressed, bisect_rules(FAST))
     assert verdict == "skip" and judged == () and "pip install failed" in reason
 
 

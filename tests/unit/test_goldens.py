@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from farm.analysis.golden_check import check_goldens
 from farm.analysis.judgement import GOLDEN_CHECK, JudgeRules, judge
+from farm.analysis.rules import night_rules, pr_rules
 from farm.cli.common import FarmConsole
 from farm.cli.main import app
 from farm.errors import GoldenError, SpecError
@@ -361,7 +362,7 @@ def test_the_judgement_holds_every_verdict_to_the_goldens() -> None:
     verdict = judgement.verdict("nightly")
     again = SweepVerdict.model_validate_json(verdict.model_dump_json())
     assert again.findings[0].source == "golden" and again.exit_status == 1
-    night = judge_night(sweep, last_good=None, goldens=(_glm(),))
+    night = judge_night(sweep, last_good=None, rules=night_rules(goldens=(_glm(),)))
     assert night.verdict.outcome == "regression" and night.verdict.comparisons >= 1
     assert judge(sweep, None, None, JudgeRules(within=False)).outcome == "clean"
 
@@ -412,7 +413,7 @@ def test_a_job_naming_a_malformed_golden_is_refused_before_anything_runs(tmp_pat
 
 def test_a_golden_miss_raises_one_alert_per_variant_with_a_figure_per_position() -> None:
     sweep = _sweep(("glm52", 3, _variant((500, 500, 420))))
-    night = judge_night(sweep, last_good=None, goldens=(_glm(),))
+    night = judge_night(sweep, last_good=None, rules=night_rules(goldens=(_glm(),)))
     (alert,) = night.alerts
     assert alert.kind == "golden" and alert.metric == "acceptance_at_position"
     assert [f.position for f in alert.details.figures] == [0, 1]
@@ -444,7 +445,7 @@ def test_a_pr_verdict_holds_the_candidate_to_the_goldens() -> None:
         reused=(),
         job="j",
         number=1,
-        goldens=(_glm(),),
+        rules=pr_rules(candidate="e-pr1", base="vllm-ascend", goldens=(_glm(),)),
     )
     assert pr.verdict.outcome == "regression"
     (miss,) = [f for f in pr.verdict.findings if f.check == GOLDEN_CHECK]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from farm.analysis.rules import pr_rules
 from farm.cli.main import app
 from farm.inert import cut, feishu_markdown, github_markdown, terminal, wecom_markdown
 from farm.notify.feishu import feishu_notice_payload, feishu_payload
@@ -133,7 +134,7 @@ def test_the_pr_comment_carries_labels_patches_and_links_inert(bad: str) -> None
         number=7,
         head_sha="b" * 40,
         dropped=dropped,
-        config=FAST,
+        rules=pr_rules(candidate=CAND, base=BASE, check=FAST),
     )
     marker = comment_marker("pr-unit", BASE)
     text = render_pr_comment(

@@ -11,6 +11,7 @@ import pytest
 from farm.analysis.check_rules import CheckConfig
 from farm.analysis.checks import check_sweep
 from farm.analysis.history import series_from_sweeps
+from farm.analysis.rules import night_rules
 from farm.analysis.summary import summarize_sweep
 from farm.errors import SpecError
 from farm.plan import ServerCell, Variant
@@ -116,13 +117,17 @@ def test_aa_builds_must_be_the_last_good_nights() -> None:
 
 
 def test_an_aa_verdict_names_its_false_alarms_and_exits_5() -> None:
-    judged = judge_night(_night(2, 0.8), last_good=_night(1), config=FAST).judgement
+    judged = judge_night(
+        _night(2, 0.8), last_good=_night(1), rules=night_rules(check=FAST)
+    ).judgement
     aa, nightly = judged.verdict("aa"), judged.verdict("nightly")
     assert aa.findings == nightly.findings  # the one judgement, another kind
     assert aa.false_alarms == aa.regressions and aa.false_alarms and nightly.false_alarms == ()
     assert (aa.exit_status, nightly.exit_status) == (5, 1)
     assert "false alarm(s)" in aa.headline()
-    clean = judge_night(_night(2), last_good=_night(1), config=FAST).judgement.verdict("aa")
+    clean = judge_night(
+        _night(2), last_good=_night(1), rules=night_rules(check=FAST)
+    ).judgement.verdict("aa")
     assert clean.exit_status == 0 and clean.false_alarms == ()
 
 
@@ -130,14 +135,14 @@ def test_an_aa_verdict_names_its_false_alarms_and_exits_5() -> None:
 
 
 def test_first_night_without_baseline_is_clean() -> None:
-    judgement = judge_night(_night(1), last_good=None, config=FAST)
+    judgement = judge_night(_night(1), last_good=None, rules=night_rules(check=FAST))
     v = judgement.verdict
     assert (v.outcome, v.exit_status, v.findings, judgement.alerts) == ("clean", 0, (), ())
     assert v.baseline_sweep_ids == () and "no earlier good night" in v.headline()
 
 
 def test_a_repeat_of_the_same_build_is_clean_against_the_last_good_night() -> None:
-    judgement = judge_night(_night(2), last_good=_night(1), config=FAST)
+    judgement = judge_night(_night(2), last_good=_night(1), rules=night_rules(check=FAST))
     v = judgement.verdict
     assert v.outcome == "clean" and v.exit_status == 0 and judgement.alerts == ()
     assert v.baseline_sweep_ids == (1,)
@@ -149,7 +154,7 @@ def test_a_build_that_drops_acceptance_everywhere_is_caught_on_its_first_night()
     night = _night(3, factor=0.85)
     # The within-sweep checks alone see nothing: every cell has the same build.
     assert check_sweep(night, config=FAST).regressions == ()
-    judgement = judge_night(night, last_good=_night(2), config=FAST)
+    judgement = judge_night(night, last_good=_night(2), rules=night_rules(check=FAST))
     v = judgement.verdict
     assert v.outcome == "regression" and v.exit_status == 1
     found = [f for f in v.findings if f.check == BASELINE_CHECK]
@@ -175,14 +180,18 @@ def test_a_build_that_drops_acceptance_everywhere_is_caught_on_its_first_night()
     ]
     # Deduplication key: cell key and cause, never the sweep or the build.
     assert (
-        judge_night(_night(4, factor=0.85), last_good=_night(2), config=FAST).alerts[0].key
+        judge_night(_night(4, factor=0.85), last_good=_night(2), rules=night_rules(check=FAST))
+        .alerts[0]
+        .key
         == alerts[0].key
     )
 
 
 def test_a_drop_at_late_positions_only_is_named_by_its_positions() -> None:
     # Position i is accepted with p**(i+1): scaling p by 0.9 hurts position 2 most.
-    judgement = judge_night(_night(3, factor=0.9), last_good=_night(2), config=FAST)
+    judgement = judge_night(
+        _night(3, factor=0.9), last_good=_night(2), rules=night_rules(check=FAST)
+    )
     [f, *_] = [f for f in judgement.verdict.findings if f.check == BASELINE_CHECK]
     drops = {p.position: p.difference for p in f.positions}
     assert drops[2] < drops[1] < drops[0] < 0
@@ -190,7 +199,7 @@ def test_a_drop_at_late_positions_only_is_named_by_its_positions() -> None:
 
 def test_failed_cells_without_regression_exit_3_and_raise_a_cell_alert() -> None:
     night = _fail_one(_night(2), "base.synthetic.piecewise.mtp3.swa-on")
-    judgement = judge_night(night, last_good=_night(1), config=FAST)
+    judgement = judge_night(night, last_good=_night(1), rules=night_rules(check=FAST))
     v = judgement.verdict
     assert v.outcome == "failed_cells" and v.exit_status == 3
     [f] = v.findings
@@ -206,7 +215,10 @@ def test_history_checks_see_a_drift_the_nights_confirm() -> None:
     # Judged against night 9 (already low), night 10 passes the paired comparison;
     # the history over 10 nights still shows the step from night 9 on.
     judgement = judge_night(
-        nights[-1], last_good=nights[-2], history=series_from_sweeps(nights), config=FAST
+        nights[-1],
+        last_good=nights[-2],
+        history=series_from_sweeps(nights),
+        rules=night_rules(check=FAST),
     )
     found = [f for f in judgement.verdict.findings if f.source == "history"]
     assert found and all(f.check == "history_change" for f in found)
@@ -244,7 +256,7 @@ def test_a_pr_verdict_has_the_same_shape() -> None:
 
 def test_html_report_and_index_show_the_verdict_and_positions() -> None:
     night, base = _night(3, factor=0.85), _night(2)
-    verdict = judge_night(night, last_good=base, config=FAST).verdict
+    verdict = judge_night(night, last_good=base, rules=night_rules(check=FAST)).verdict
     page = render_html(
         night, summarize_sweep(night), check_sweep(night, config=FAST), verdict=verdict
     )

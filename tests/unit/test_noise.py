@@ -21,6 +21,7 @@ from farm.analysis.noise import (
     noise_table,
     quarantined,
 )
+from farm.analysis.rules import night_rules
 from farm.analysis.stats import Interval
 from farm.plan import ServerCell, Variant
 from farm.records import SweepRecord
@@ -96,7 +97,10 @@ def _flagged(nights: list[SweepRecord], noise: NoiseRule | None) -> list[int]:
     for i in range(6, len(nights)):
         history = series_from_sweeps(nights[: i + 1], resamples=200)
         night = judge_night(
-            nights[i], last_good=nights[i - 1], history=history, base_of={}, noise=noise
+            nights[i],
+            last_good=nights[i - 1],
+            history=history,
+            rules=night_rules(base_of={}, noise=noise),
         )
         if any(f.check == "nightly_vs_last_good" for f in night.judgement.regressions):
             flagged.append(i)
@@ -124,7 +128,10 @@ def _as_nightly(nights: list[SweepRecord], noise: NoiseRule) -> tuple[list[int],
     for i in range(1, len(nights)):
         history = series_from_sweeps(nights[: i + 1], resamples=200)
         night = judge_night(
-            nights[i], last_good=last_good, history=history, base_of={}, noise=noise
+            nights[i],
+            last_good=last_good,
+            history=history,
+            rules=night_rules(base_of={}, noise=noise),
         )
         found = [f for f in night.judgement.regressions if f.check == "nightly_vs_last_good"]
         if found:
@@ -234,11 +241,13 @@ def test_a_key_whose_verdicts_flip_is_quarantined_until_it_settles() -> None:
 
 def test_a_quarantined_key_is_shown_but_neither_a_regression_nor_an_alert() -> None:
     good, bad = _night(1, 1.0), _night(2, 0.8)
-    plain = judge_night(bad, last_good=good, base_of={})
+    plain = judge_night(bad, last_good=good, rules=night_rules(base_of={}))
     assert plain.verdict.outcome == "regression" and plain.alerts
     [finding] = [f for f in plain.verdict.findings if f.check == "nightly_vs_last_good"]
     assert finding.key is not None
-    held = judge_night(bad, last_good=good, base_of={}, quarantine={finding.key.label: 0.4})
+    held = judge_night(
+        bad, last_good=good, rules=night_rules(base_of={}, quarantine={finding.key.label: 0.4})
+    )
     [kept] = [f for f in held.verdict.findings if f.check == "nightly_vs_last_good"]
     assert kept.quarantined and not kept.is_regression
     assert held.verdict.outcome == "clean" and held.alerts == ()

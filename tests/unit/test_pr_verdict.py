@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from farm.analysis.check_rules import CheckConfig
+from farm.analysis.rules import pr_rules
 from farm.engines import job_capabilities
 from farm.errors import FarmError
 from farm.plan import ServerCell, Variant, expand_matrix
@@ -222,7 +223,7 @@ def test_a_candidate_that_lowers_acceptance_is_a_regression_naming_its_cells() -
         job="pr-unit",
         number=7,
         head_sha="a" * 40,
-        config=FAST,
+        rules=pr_rules(candidate=CAND, base=BASE, check=FAST),
     )
     v = judged.verdict
     assert v.outcome == "regression" and v.exit_status == 1 and v.kind == "pr"
@@ -243,7 +244,13 @@ def test_an_unchanged_candidate_is_clean_against_reused_cells() -> None:
     )
     reused = _base_cells(stored, 2, "B", NOW)
     judged = judge_pr(
-        sweep, base=BASE, candidate=CAND, reused=reused, job="pr-unit", number=7, config=FAST
+        sweep,
+        base=BASE,
+        candidate=CAND,
+        reused=reused,
+        job="pr-unit",
+        number=7,
+        rules=pr_rules(candidate=CAND, base=BASE, check=FAST),
     )
     v = judged.verdict
     assert v.outcome == "clean" and v.findings == () and v.comparisons == 2
@@ -264,7 +271,13 @@ def test_a_failed_candidate_cell_is_an_error_status_not_a_regression() -> None:
     )
     sweep = sweep.model_copy(update={"cells": tuple(cells)})
     v = judge_pr(
-        sweep, base=BASE, candidate=CAND, reused=(), job="pr-unit", number=7, config=FAST
+        sweep,
+        base=BASE,
+        candidate=CAND,
+        reused=(),
+        job="pr-unit",
+        number=7,
+        rules=pr_rules(candidate=CAND, base=BASE, check=FAST),
     ).verdict
     assert v.outcome == "failed_cells" and v.exit_status == 3
     [finding] = v.findings
@@ -287,7 +300,7 @@ def test_the_comment_carries_the_marker_the_verdict_and_the_dropped_patches() ->
         number=7,
         head_sha="b" * 40,
         dropped=dropped,
-        config=FAST,
+        rules=pr_rules(candidate=CAND, base=BASE, check=FAST),
     )
     marker = comment_marker("pr-unit", BASE)
     assert marker == "<!-- mtp-farm:pr-unit:vllm-cpu -->"

@@ -1,0 +1,106 @@
+"""The rules factory: every use's :class:`~farm.analysis.judgement.JudgeRules`, made here
+and nowhere else. Pure.
+
+A verdict is only as consistent as the rules it is judged by: the nightly's early
+per-cell check, its end-of-night verdict, a PR's fail-fast and its verdict, a
+bisection's steps and its ends, ``farm compare``, ``farm goldens check`` and
+``farm selftest`` all pass through :func:`farm.analysis.judgement.judge`, each with the
+rules one function below makes from the job (patched engines' bases, goldens), the
+keys' history (calibration, quarantine: both known before a night starts) and the
+command's options. Two checks of one sweep with one use's rules cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from farm.analysis.check_rules import CheckConfig
+from farm.analysis.history import HistoryConfig
+from farm.analysis.judgement import PR_CHECK, JudgeRules
+from farm.analysis.noise import NoiseRule
+from farm.goldens import GoldenCheck
+
+__all__ = [
+    "bisect_rules",
+    "compare_rules",
+    "golden_rules",
+    "night_rules",
+    "pr_rules",
+    "selftest_rules",
+]
+
+_DEFAULT_CHECK = CheckConfig()
+_DEFAULT_NOISE = NoiseRule()
+
+
+def night_rules(
+    *,
+    base_of: Mapping[str, str] | None = None,
+    quarantine: Mapping[str, float] | None = None,
+    goldens: Sequence[GoldenCheck] = (),
+    history: HistoryConfig | None = None,
+    noise: NoiseRule | None = _DEFAULT_NOISE,
+    check: CheckConfig = _DEFAULT_CHECK,
+) -> JudgeRules:
+    """A nightly's rules, for its early per-cell checks and its verdict alike: within the
+    sweep (each patched engine against ``base_of``), against the last good night with
+    each key's AL threshold calibrated from its earlier nights (``noise``; None: the
+    fixed rule), change points over the job's history, the job's ``goldens``, and the
+    flaky keys of ``quarantine`` (label -> verdict flip rate) shown but not alerted."""
+    return JudgeRules(
+        check=check,
+        history=history,
+        base_of=dict(base_of or {}),
+        noise=noise,
+        quarantine=dict(quarantine or {}),
+        goldens=tuple(goldens),
+    )
+
+
+def pr_rules(
+    *,
+    candidate: str,
+    base: str,
+    goldens: Sequence[GoldenCheck] = (),
+    quarantine: Mapping[str, float] | None = None,
+    check: CheckConfig = _DEFAULT_CHECK,
+) -> JudgeRules:
+    """A PR's rules, for its fail-fast and its verdict alike: each ``candidate`` cell
+    against the same cell of ``base`` (no within-sweep or history checks), failed cells
+    of both sides as findings, nothing compared an error rather than a pass, and the
+    nightly's flaky keys (``quarantine``) shown but failing no PR."""
+    return JudgeRules(
+        check=check,
+        within=False,
+        baseline_check=PR_CHECK,
+        baseline_sweep=False,
+        engine_map={candidate: base},
+        candidate_side="candidate",
+        baseline_side="baseline",
+        require_comparison=True,
+        goldens=tuple(goldens),
+        quarantine=dict(quarantine or {}),
+    )
+
+
+def bisect_rules(check: CheckConfig = _DEFAULT_CHECK) -> JudgeRules:
+    """A bisection's rules: a step (or an end) against one end, variant by variant."""
+    return JudgeRules(check=check, within=False)
+
+
+def compare_rules(engine_map: Mapping[str, str] | None = None) -> JudgeRules:
+    """``farm compare``'s rules: the candidate against the baseline (engines renamed by
+    ``engine_map``); a comparison that compared nothing is a finding, not a pass."""
+    return JudgeRules(within=False, engine_map=dict(engine_map or {}), require_comparison=True)
+
+
+def golden_rules(goldens: Sequence[GoldenCheck]) -> JudgeRules:
+    """``farm goldens check``'s rules: the sweep against the goldens, nothing else."""
+    return JudgeRules(within=False, goldens=tuple(goldens))
+
+
+def selftest_rules(base_of: Mapping[str, str], check: CheckConfig = _DEFAULT_CHECK) -> JudgeRules:
+    """``farm selftest``'s rules: each canary (and the clean repeat) against the clean
+    reference (``base_of``), the patch check alone: its false-discovery family is the
+    engines' cells, so the graph-mode checks of the reduced matrix do not dilute it."""
+    return JudgeRules(check=check, base_of=dict(base_of), graph_modes=False)
