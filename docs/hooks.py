@@ -24,6 +24,7 @@ from pydantic import AliasChoices, BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+TOP = "(top level)"
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
 
 
@@ -160,13 +161,14 @@ def model_section(model: type[BaseModel], where: str) -> str:
         cells = (_key(name, info), kind, default_text(info), prose(info.description))
         rows.append("| " + " | ".join(cell(c) for c in cells) + " |")
     doc = model.__doc__ if model.__doc__ != BaseModel.__doc__ else ""
-    lines = [f"### {model.__name__}", "", f"Written at `{where}`.", ""]
+    at = "The top level of the file." if where == TOP else f"Written at `{where}`."
+    lines = [f"### {model.__name__}", "", at, ""]
     if doc := _paragraphs(doc):
         lines += [doc, ""]
     return "\n".join([*lines, *rows, ""])
 
 
-def walk(root: type[BaseModel], where: str = "(top level)") -> list[tuple[type[BaseModel], str]]:
+def walk(root: type[BaseModel], where: str = TOP) -> list[tuple[type[BaseModel], str]]:
     """Every model reachable from ``root`` with the YAML path it is written at, in order."""
     out: list[tuple[type[BaseModel], str]] = []
     seen: set[type[BaseModel]] = set()
@@ -177,7 +179,7 @@ def walk(root: type[BaseModel], where: str = "(top level)") -> list[tuple[type[B
         seen.add(model)
         out.append((model, at))
         for name, info in model.model_fields.items():
-            prefix = "" if at == "(top level)" else at + "."
+            prefix = "" if at == TOP else at + "."
             path = prefix + name + ("[]" if _is_list(info.annotation) else "")
             for inner in _models_in(info.annotation):
                 visit(inner, path)
