@@ -21,8 +21,10 @@ from pydantic import Field
 __all__ = [
     "MAX_AGE",
     "MAX_STORED_INT",
+    "Seconds",
     "StoredCount",
     "StoredId",
+    "StoredInt",
     "parse_age",
     "parse_stored_int",
 ]
@@ -36,6 +38,13 @@ StoredId = Annotated[int, Field(ge=1, le=MAX_STORED_INT)]
 
 StoredCount = Annotated[int, Field(ge=0, le=MAX_STORED_INT)]
 """A count or limit that is stored or queried: 0 .. 2**63 - 1."""
+
+StoredInt = Annotated[int, Field(ge=-MAX_STORED_INT - 1, le=MAX_STORED_INT)]
+"""Any integer a 64-bit signed column holds (a counter read from an engine)."""
+
+Seconds = Annotated[float, Field(allow_inf_nan=False)]
+"""A duration that is stored: a finite number (``"NaN"`` in a spool file is refused
+where it is read, not by ``farm export`` later)."""
 
 _DIGITS = re.compile(r"[0-9]+\Z")
 _AGE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw])\s*\Z")

@@ -14,35 +14,71 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-__all__ = ["bools_for_numbers", "process_text_problems"]
+__all__ = ["bools_for_numbers", "not_an_option", "process_text_problems", "user_path"]
 
 
-def _numeric(annotation: Any) -> bool:
-    """Whether ``annotation`` takes a number and no bool (``int``, ``float | None``)."""
-    if annotation in (int, float):
+def _numeric(annotation: Any, kinds: tuple[type, ...] = (int, float)) -> bool:
+    """Whether ``annotation`` takes a number of ``kinds`` and no bool (``int``,
+    ``float | None``)."""
+    if annotation in kinds:
         return True
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         args = typing.get_args(annotation)
-        return bool not in args and any(_numeric(a) for a in args)
+        # A union that takes text (``int | str``) is no whole-number field for a text.
+        takes_text = str in args and float not in kinds
+        return bool not in args and not takes_text and any(_numeric(a, kinds) for a in args)
     if typing.get_origin(annotation) is typing.Annotated:
-        return _numeric(typing.get_args(annotation)[0])
+        return _numeric(typing.get_args(annotation)[0], kinds)
     return False
 
 
-def bools_for_numbers(fields: Mapping[str, Any], data: object) -> list[str]:
+def bools_for_numbers(
+    fields: Mapping[str, Any], data: object, kind: type | tuple[type, ...] = bool
+) -> list[str]:
     """The names of the number fields (``fields``: a pydantic model's ``model_fields``)
     that ``data`` (its raw input) gives a bool: YAML's ``history: true`` would
-    otherwise be read as 1."""
+    otherwise be read as 1. With ``kind=str``: the whole-number fields given a text
+    (``count: '32'``, which pydantic would read as 32). Float fields take text: YAML
+    1.1 reads ``1e12`` as one."""
     if not isinstance(data, Mapping):
         return []
+    kinds: tuple[type, ...] = (int, float) if kind is bool else (int,)
     out = []
     for name, info in fields.items():
         key = info.alias or name
-        if isinstance(data.get(key), bool) and _numeric(info.annotation):
+        if isinstance(data.get(key), kind) and _numeric(info.annotation, kinds):
             out.append(key)
     return out
+
+
+def user_path(text: str | Path) -> Path:
+    """``text`` as a path, ``~`` and ``~user`` expanded. ValueError (what pydantic and
+    the settings report with the field or variable) when it holds a NUL byte or names
+    a user this machine does not have: ``Path.expanduser`` raises RuntimeError."""
+    if "\x00" in str(text):
+        raise ValueError("the path holds a NUL byte, which no path can hold")
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        user = str(text).partition("/")[0]
+        raise ValueError(
+            f"{user}: no such user on this machine, so the path cannot be found"
+        ) from None
+
+
+def not_an_option(value: str) -> str:
+    """``value`` unchanged; ValueError when it begins with ``-``: it goes into a
+    command line as an option's value or an operand, where it would be read as an
+    option (``served_name: --trust-remote-code``)."""
+    if value.startswith("-"):
+        raise ValueError(
+            f"{value!r} begins with '-', so a command line would read it as an option; "
+            "give a name or a path (write a relative path as ./-x)"
+        )
+    return value
 
 
 def process_text_problems(data: object, where: str = "") -> list[str]:

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from urllib.parse import urlsplit
 
-__all__ = ["MASK", "mask_mapping", "mask_secrets", "secret_values"]
+__all__ = ["MASK", "mask_endpoint", "mask_mapping", "mask_secrets", "secret_values"]
 
 MASK = "***"
 
@@ -62,6 +63,21 @@ def mask_secrets(text: str) -> str:
         return text
     text = _USERINFO.sub(userinfo, text)
     return _SECRET_PARAM.sub(param, text) if "=" in text else text
+
+
+def mask_endpoint(url: str) -> str:
+    """``scheme://host[:port]/***``: where a request went, with nothing that may be a
+    credential (a webhook's path is its secret). Never raises: a URL that does not
+    parse (a bad port, an unclosed ``[``) is ``***``."""
+    try:
+        parts = urlsplit(url)
+        if not parts.scheme or not parts.netloc:
+            return MASK
+        host = parts.hostname or MASK
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return MASK
+    return f"{parts.scheme}://{host}{port}/{MASK}"
 
 
 def secret_values(text: str) -> list[str]:

@@ -16,6 +16,7 @@ from typing import Any, Literal, cast, get_args
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from farm.axes import AxisValue, OnOff, fold_axis_values
+from farm.bounds import Seconds, StoredInt
 from farm.plan import ExcludedCell, ServerCell
 
 __all__ = [
@@ -64,13 +65,13 @@ class SpecCounters(_Frozen):
     ``prefix_queries`` and ``prefix_hits`` (prompt tokens looked up, and found).
     """
 
-    drafts: int = 0
-    draft_tokens: int = 0
-    accepted: int = 0
-    accepted_per_pos: tuple[int, ...] = ()
-    engine_steps: int = 0
-    prefix_queries: int = 0
-    prefix_hits: int = 0
+    drafts: StoredInt = 0
+    draft_tokens: StoredInt = 0
+    accepted: StoredInt = 0
+    accepted_per_pos: tuple[StoredInt, ...] = ()
+    engine_steps: StoredInt = 0
+    prefix_queries: StoredInt = 0
+    prefix_hits: StoredInt = 0
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -115,9 +116,9 @@ class RequestRecord(_Frozen):
     prompt_id: str
     # None once ``farm db prune`` dropped it: greedy agreement is unknown then.
     output_text: str | None
-    completion_tokens: int
+    completion_tokens: StoredInt
     finish_reason: str | None
-    latency_s: float
+    latency_s: Seconds
     correct: bool | None = None
     error: str | None = None
     counters: SpecCounters | None = None
@@ -235,8 +236,8 @@ class VariantResult(_Frozen):
     axes: dict[str, AxisValue]
     counters: SpecCounters
     requests: tuple[RequestRecord, ...]
-    elapsed_s: float
-    concurrency: int
+    elapsed_s: Seconds
+    concurrency: StoredInt
     # Run in looks against a reference (the workload's ``sequential``): what decided.
     sequential: SequentialRecord | None = None
 
@@ -279,9 +280,9 @@ class CellResult(_Frozen):
     argv: tuple[str, ...] = ()
     effective: EffectiveConfig | None = None
     variants: tuple[VariantResult, ...] = ()
-    startup_s: float | None = None
-    generation_s: float | None = None
-    npus: int | None = None  # accelerators the server held; 0 on a CPU host
+    startup_s: Seconds | None = None
+    generation_s: Seconds | None = None
+    npus: StoredInt | None = None  # accelerators the server held; 0 on a CPU host
     error: str | None = None
     log_tail: str | None = None
     log_path: str | None = None

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from farm.errors import FarmError
+from farm.job_text import user_path
 
 __all__ = [
     "ENV_VARS",
@@ -56,6 +57,8 @@ class _Service(BaseSettings):
         env_ignore_empty=True,
         validate_by_name=True,
         validate_by_alias=True,
+        # A timeout of inf or nan is no timeout (and overflows where it is made an int).
+        allow_inf_nan=False,
     )
 
 
@@ -79,7 +82,7 @@ class PathSettings(_Service):
     @field_validator("home", "patches_dir")
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
-        return value.expanduser() if value is not None else None
+        return user_path(value) if value is not None else None
 
 
 class StoreSettings(_Service):

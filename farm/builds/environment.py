@@ -316,10 +316,12 @@ def mask_job_yaml(text: str) -> str:
     spans: list[tuple[int, int]] = []
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        root = None
-    if root is not None:
-        _secret_spans(root, spans)
+        if root is not None:
+            _secret_spans(root, spans)
+    except (yaml.YAMLError, RecursionError, ValueError):
+        # Masking never raises: text that is not a job (too deep to walk) is only
+        # URL-masked, and its secret-looking env values may show.
+        spans = []
     # From the end, so earlier offsets stay valid; an anchor used twice is one span.
     for start, end in sorted(set(spans), reverse=True):
         value = text[start:end]

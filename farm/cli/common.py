@@ -255,5 +255,10 @@ def parse_pairs(values: Sequence[str] | None, option: str, form: str = "A=B") ->
         key, sep, value = item.partition("=")
         if not sep or not key or not value:
             raise typer.BadParameter(f"{option} {item!r}: expected {form}")
+        if key in out:  # a dict would keep the last one without a word
+            raise typer.BadParameter(
+                f"{option} {item!r}: {key} is given twice ({key}={out[key]} before); "
+                "give each once"
+            )
         out[key] = value
     return out

@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from farm.errors import FarmError
+from farm.masking import mask_endpoint
 
 __all__ = ["NotifyError", "RetryPolicy", "check_http_url", "mask_url", "post_json", "redact"]
 
@@ -73,21 +74,22 @@ class RetryPolicy:
         return float(self.backoff_s * 2 ** (attempt - 1))
 
 
-def mask_url(url: str) -> str:
-    """``scheme://host[:port]/***``: where a request went, without its credential."""
-    parts = urlsplit(url)
-    if not parts.scheme or not parts.netloc:
-        return "***"
-    host = parts.hostname or "***"
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}/***"
+mask_url = mask_endpoint
+"""``scheme://host[:port]/***``: where a request went (:func:`farm.masking.mask_endpoint`)."""
 
 
 def check_http_url(url: str, where: str, error: type[NotifyError], hint: str | None = None) -> None:
     """Raise ``error`` at once for a URL that is no http(s) URL with a host: retrying
     one cannot help (it is the setting that is wrong, not the network)."""
-    parts = urlsplit(url)
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+    except ValueError:  # an unclosed "[", a bad port
+        raise error(
+            f"{where} {mask_endpoint(url)}: not a URL that parses, so not tried"
+            + (f"; {hint}" if hint else "")
+        ) from None
+    if parts.scheme.lower() not in ("http", "https") or not hostname:
         shown = f"{parts.scheme}://..." if parts.scheme else "a URL without a scheme"
         raise error(
             f"{where} {shown}: not an http(s) URL with a host, so not tried"
@@ -108,7 +110,10 @@ def _expand(secrets: Sequence[str]) -> list[str]:
         if not s:
             continue
         out.add(s)
-        parts = urlsplit(s)
+        try:
+            parts = urlsplit(s)
+        except ValueError:  # not a URL that parses: masked whole, above
+            continue
         if parts.scheme and parts.netloc:
             # A credential may show up without the rest of its URL (a path in an
             # error, a query string in a log). Short pieces ("/s", "x=1") are left

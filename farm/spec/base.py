@@ -17,7 +17,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from farm.job_text import bools_for_numbers
+from farm.job_text import bools_for_numbers, not_an_option, user_path
 from farm.yamlfile import LOCATED
 
 SpecMethod = Literal["mtp", "draft_model", "ngram", "eagle", "eagle3"]
@@ -59,6 +59,9 @@ def _name(value: str) -> str:
 
 Name = Annotated[str, AfterValidator(_name)]
 
+ArgValue = Annotated[str, AfterValidator(not_an_option)]
+"""A name or path that lands in a command line as a value: never begins with ``-``."""
+
 
 def _located(text: str, problems: Sequence[tuple[tuple[int | str, ...], str, Any]]) -> Exception:
     """A validation error that names each problem's own key (relative to the validated
@@ -83,6 +86,9 @@ class _Spec(BaseModel):
         # `history: true` is a slip, not the number 1 (farm.job_text).
         if bad := bools_for_numbers(cls.model_fields, data):
             raise ValueError(f"{', '.join(bad)}: a yes/no where a number is expected")
+        if texts := bools_for_numbers(cls.model_fields, data, kind=str):
+            message = "a text where a number is expected; write the number without quotes"
+            raise _located(message, [((key,), message, None) for key in texts])
         return data
 
 
@@ -92,7 +98,7 @@ def _job_path(value: str, info: ValidationInfo) -> str:
     ``parse_job`` passes ``base_dir`` as validation context; specs built in code keep
     their paths as given (relative to the working directory).
     """
-    path = Path(value).expanduser()
+    path = user_path(value)
     base = info.context.get("base_dir") if isinstance(info.context, dict) else None
     if base is not None and not path.is_absolute():
         path = (Path(base) / path).resolve()

@@ -19,11 +19,13 @@ from pydantic import (
     model_validator,
 )
 
+from farm.bounds import StoredInt
 from farm.families import ENGINE_FAMILIES
 from farm.spec.base import (
     _ENV_NAME,
     _MAX_COUNT,
     _MAX_SECONDS,
+    ArgValue,
     DistributionName,
     Name,
     ReleaseVersion,
@@ -186,10 +188,11 @@ class ModelSpec(_Spec):
     """A model directory and what the farm must know to serve and speculate with it."""
 
     name: Name
-    path: str = Field(min_length=1)
-    served_name: str | None = None
+    # These three reach the engine's command line as values.
+    path: ArgValue = Field(min_length=1)
+    served_name: ArgValue | None = None
     speculative_method: SpecMethod = "mtp"
-    draft_model: str | None = None
+    draft_model: ArgValue | None = None
     max_model_len: int = Field(default=1024, gt=0, le=1 << 24)
     thinking: bool = Field(default=True, description="chat template honours enable_thinking")
     npus: int | None = Field(
@@ -251,8 +254,8 @@ class HarnessSpec(_Spec):
 
     tool: HarnessTool = Field(default="lm-eval", validation_alias=AliasChoices("tool", "name"))
     task: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    include_path: str | None = Field(default=None, description="folder of task YAMLs")
-    dataset_path: str | None = Field(
+    include_path: ArgValue | None = Field(default=None, description="folder of task YAMLs")
+    dataset_path: ArgValue | None = Field(
         default=None, validation_alias=AliasChoices("dataset_path", "data")
     )
     limit: int | None = Field(default=None, gt=0, le=_MAX_COUNT, description="first N documents")
@@ -337,7 +340,7 @@ class WorkloadSpec(_Spec):
     max_tokens: int = Field(default=256, gt=0, le=_MAX_COUNT)
     concurrency: int = Field(default=4, gt=0, le=10_000)
     temperature: float = Field(default=0.0, ge=0.0)
-    seed: int = 0
+    seed: StoredInt = 0
     scorer: Literal["arith", "exact", "none"] = "none"
     system_prompt: str | None = Field(
         default=None,

@@ -27,6 +27,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from farm.errors import StoreDamagedError, StoreError
+from farm.job_text import user_path
 from farm.masking import mask_secrets, secret_values
 from farm.paths import farm_home
 from farm.settings import get_settings
@@ -111,10 +112,20 @@ def normalize_url(url: str) -> str:
             "database URL has no scheme; use sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE"
         )
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
+        if rest.partition("/")[0].count("@") > 1:
+            # The driver would take the password's tail for the host and print it in
+            # its error ("failed to resolve host 'tail@host'"): refused before it runs.
+            raise StoreError(
+                f"database URL {scheme}://***: the password holds an '@'; write it "
+                "percent-encoded, as %40"
+            )
         url = f"postgresql+psycopg://{rest}"
     elif scheme == "sqlite":
         if rest.startswith("/~"):
-            url = f"sqlite:///{Path(rest[1:]).expanduser()}"
+            try:
+                url = f"sqlite:///{user_path(rest[1:])}"
+            except ValueError as exc:
+                raise StoreError(f"database URL sqlite:///{rest[1:]}: {exc}") from None
     else:
         raise StoreError(
             f"unsupported database URL scheme {scheme!r} in {mask_url(url)}; "

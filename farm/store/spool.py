@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +36,7 @@ from farm.fileformat import UnreadableFileError, dump_versioned, read_versioned
 from farm.records import CellResult
 from farm.store.db import answer_within, mask_url, normalize_url
 from farm.store.repository import CellAlreadyStoredError, save_cell_result
+from farm.yamlfile import ParseError, parse_json
 
 __all__ = [
     "SPOOL_FORMAT",
@@ -147,8 +147,8 @@ def _write_durably(path: Path, data: bytes) -> None:
 def _store_of(path: Path) -> str | None:
     """The store an unreadable file names, when its JSON still says so."""
     try:
-        store = json.loads(path.read_text(encoding="utf-8")).get("store")
-    except (OSError, ValueError, AttributeError):
+        store = parse_json(path.read_text(encoding="utf-8")).get("store")
+    except (OSError, ValueError, AttributeError, ParseError):
         return None
     return store if isinstance(store, str) else None
 
@@ -192,8 +192,9 @@ def spooled(home: Path, url: str, sweep_id: int | None = None) -> list[Path]:
 def flush_spool(engine: Engine, home: Path, url: str, sweep_id: int | None = None) -> FlushReport:
     """Store every result spooled for ``url`` (only sweep ``sweep_id`` when given).
 
-    Each stored file is removed; a file the store still refuses is kept and named
-    with the reason, and so is a file for a cell that already has a result (first
+    Each stored file is removed; a file the store still refuses (or whose values
+    its driver cannot bind) is kept and named with the reason, and the files after
+    it are stored, and so is a file for a cell that already has a result (first
     writer wins: a flush never replaces a stored result); an unreadable file is left
     in place and reported. Once the store cannot be reached (or does not answer within
     the store timeouts), the remaining files are kept without trying each. A file
@@ -240,6 +241,12 @@ def flush_spool(engine: Engine, home: Path, url: str, sweep_id: int | None = Non
                     isinstance(exc, StoreError) and isinstance(exc.__cause__, SQLAlchemyError)
                 ):
                     unreachable = f"the store did not take {path.name}: {first}"
+                continue
+            except (ValueError, OverflowError, TypeError) as exc:
+                # A value the driver cannot bind (a number past 64 bits, text no UTF-8
+                # encoder takes): this file is kept and named, the next one is stored.
+                first = (str(exc).splitlines() or [""])[0][:300]
+                kept.append(f"{path}: the store cannot take it: {type(exc).__name__}: {first}")
                 continue
             path.unlink()
         stored.append(f"sweep {record.sweep_id}: {record.result.cell_id}")
