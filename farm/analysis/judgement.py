@@ -40,6 +40,7 @@ from farm.analysis.noise import NoiseRule, key_noise
 from farm.analysis.stats import Interval
 from farm.analysis.summary import patched_bases
 from farm.comparable import ComparableKey
+from farm.errors import FarmError
 from farm.goldens import GoldenCheck
 from farm.records import StoredCell, SweepRecord
 from farm.results.alerts import AlertFigure, FigureInterval
@@ -182,7 +183,10 @@ def judge(
     over ``history`` (per-key AL series over the job's last N sweeps ending with
     ``sweep``; fewer than two sweeps find nothing), and against the goldens of
     ``rules``. Findings in order: within-sweep, baseline, history, golden, failed cells
-    (the candidate's, then the baseline's)."""
+    (the candidate's, then the baseline's). FarmError when ``baseline`` is ``sweep``
+    itself (a cell compared with itself finds nothing and would recover every alert)."""
+    if baseline is not None:
+        _refuse_self_comparison(sweep, baseline)
     r = rules or JudgeRules()
     findings: list[Finding] = []
     notes: list[str] = []
@@ -250,6 +254,19 @@ def judge(
         if within and within.regressions
         else None,
     )
+
+
+def _refuse_self_comparison(sweep: SweepRecord, baseline: SweepRecord) -> None:
+    """A PR's baseline shares its sweep's id and holds other cells (the base engine's):
+    only the same cells of the same sweep on both sides are a self-comparison."""
+    if baseline.sweep_id != sweep.sweep_id:
+        return
+    shared = {c.cell.cell_id for c in sweep.cells} & {c.cell.cell_id for c in baseline.cells}
+    if shared:
+        raise FarmError(
+            f"sweep {sweep.sweep_id} cannot be judged against itself ({len(shared)} cell(s) on "
+            "both sides): name an earlier sweep as the baseline"
+        )
 
 
 def _compare(

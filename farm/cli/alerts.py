@@ -58,10 +58,11 @@ class StateChoice(StrEnum):
     invalid = "invalid"
     fixed = "fixed"
     recovered = "recovered"
+    withdrawn = "withdrawn"
 
 
 class TriageChoice(StrEnum):
-    """The states a person sets (``recovered`` is the farm's)."""
+    """The states a person sets (``recovered`` and ``withdrawn`` are the farm's)."""
 
     acknowledged = "acknowledged"
     downstream = "downstream"

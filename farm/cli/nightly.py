@@ -146,6 +146,12 @@ def _print_check(check: NightlyCheck) -> None:
     if check.raised:
         fresh = sum(a.opened_by(v.sweep_id) for a in check.raised)
         say(f"{len(check.raised)} alert(s) raised ({fresh} opened by this night)")
+    if check.withdrawn:
+        told = sum(a.needs_notification for a in check.withdrawn)
+        say(
+            f"{len(check.withdrawn)} early alert(s) withdrawn: the verdict did not confirm "
+            f"them ({told} told as withdrawn)"
+        )
     from farm.notify.delivery import delivery_lines
 
     for line, good in delivery_lines(len(check.sent), check.delivered_to, check.errors):

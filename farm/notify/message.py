@@ -35,11 +35,17 @@ MAX_ALERTS_PER_MESSAGE = 10
 
 def headline(alerts: Sequence[AlertRecord]) -> str:
     """One line: how many alerts, how many critical, from which sweep(s); for alerts
-    that all recovered, that they did."""
+    that all recovered (or were withdrawn), that they did."""
     plural = "s" if len(alerts) != 1 else ""
     if alerts and all(a.state == "recovered" for a in alerts):
         sweeps = sorted({a.recovered_sweep_id or a.last_sweep_id for a in alerts})
         return f"mtp-farm: {len(alerts)} alert{plural} recovered in {_sweeps(sweeps)}"
+    if alerts and all(a.state == "withdrawn" for a in alerts):
+        sweeps = sorted({a.last_sweep_id for a in alerts})
+        return (
+            f"mtp-farm: {len(alerts)} early alert{plural} withdrawn: the verdict on "
+            f"{_sweeps(sweeps)} did not confirm {'them' if plural else 'it'}"
+        )
     critical = sum(a.severity == "critical" for a in alerts)
     sweeps = sorted({a.last_sweep_id for a in alerts})
     crit = f", {critical} critical" if critical else ""

@@ -12,8 +12,10 @@ nightly updates the open alert instead of raising a second one.
 Triage states (Perfherder's, less "reassigned"): ``untriaged`` (new, nobody has looked),
 ``acknowledged`` (someone is on it), ``downstream`` (caused by another alert or a
 change elsewhere: linked, not worked on here); closed: ``invalid`` (a false alarm),
-``fixed``, and ``recovered`` (set by the farm: a later sweep compared the same cell
-and found nothing). A closed alert re-opens as untriaged when a newer sweep raises it.
+``fixed``, ``recovered`` (set by the farm: a later sweep compared the same cell
+and found nothing) and ``withdrawn`` (set by the farm: an early alert, raised as a
+night's cell landed, that the night's verdict did not confirm). A closed alert
+re-opens as untriaged when a newer sweep raises it.
 An open alert raised again with a new cause (another build, other draft positions, a
 drop beyond the earlier evidence's interval) is news: it is notified again, saying what
 changed (:func:`news_of`).
@@ -51,7 +53,9 @@ __all__ = [
     "news_of",
 ]
 
-AlertState = Literal["untriaged", "acknowledged", "downstream", "invalid", "fixed", "recovered"]
+AlertState = Literal[
+    "untriaged", "acknowledged", "downstream", "invalid", "fixed", "recovered", "withdrawn"
+]
 Severity = Literal["critical", "warning"]
 # The within-sweep check kinds of farm.analysis.check_rules, plus a cell that did not run,
 # a confirmed change point over nightlies, a drop against the job's last good night
@@ -72,10 +76,11 @@ ALERT_STATES: tuple[AlertState, ...] = (
     "invalid",
     "fixed",
     "recovered",
+    "withdrawn",
 )
 OPEN_STATES: tuple[AlertState, ...] = ("untriaged", "acknowledged", "downstream")
-CLOSED_STATES: tuple[AlertState, ...] = ("invalid", "fixed", "recovered")
-# What a person may set; "recovered" is the farm's word.
+CLOSED_STATES: tuple[AlertState, ...] = ("invalid", "fixed", "recovered", "withdrawn")
+# What a person may set; "recovered" and "withdrawn" are the farm's words.
 TRIAGE_STATES: tuple[AlertState, ...] = ("acknowledged", "downstream", "invalid", "fixed")
 SEVERITIES: tuple[Severity, ...] = ("critical", "warning")
 
@@ -223,7 +228,8 @@ class AlertRecord(_Frozen):
 
     @property
     def needs_notification(self) -> bool:
-        """Not delivered since it was (re-)opened, recovered, or changed cause."""
+        """Not delivered since it was (re-)opened, recovered, withdrawn after it was told,
+        or changed cause."""
         return self.notified_at is None and (
             self.state == "untriaged" or self.state == "recovered" or self.news is not None
         )

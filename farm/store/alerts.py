@@ -54,6 +54,7 @@ __all__ = [
     "raise_alerts",
     "recover_alerts",
     "resolve",
+    "settle_early_alerts",
     "triage",
 ]
 
@@ -220,7 +221,8 @@ def list_alerts(
 
 def pending_notifications(session: Session) -> list[AlertRecord]:
     """Alerts not delivered since they last had news, oldest first: new and re-opened
-    ones, open ones with a new cause, recovered ones, and ones whose delivery failed
+    ones, open ones with a new cause, recovered ones, told ones withdrawn, and ones
+    whose delivery failed
     before (:attr:`AlertRecord.needs_notification`)."""
     query = (
         select(AlertRow)
@@ -228,7 +230,10 @@ def pending_notifications(session: Session) -> list[AlertRecord]:
             col(AlertRow.notified_at).is_(None),
             sa.or_(
                 col(AlertRow.state).in_(("untriaged", "recovered")),
-                sa.and_(col(AlertRow.state).in_(OPEN_STATES), col(AlertRow.news).is_not(None)),
+                sa.and_(
+                    col(AlertRow.state).in_((*OPEN_STATES, "withdrawn")),
+                    col(AlertRow.news).is_not(None),
+                ),
             ),
         )
         .order_by(col(AlertRow.id))
@@ -286,6 +291,49 @@ def recover_alerts(
             recovered.append(row)
         session.flush()
         records = [_record(r) for r in recovered]
+    return records
+
+
+def settle_early_alerts(
+    session: Session, sweep_id: int, checked: Collection[tuple[str, str]], raised: Collection[str]
+) -> list[AlertRecord]:
+    """At night ``sweep_id``'s end, the alerts its early per-cell checks raised that its
+    verdict does not (their keys not in ``raised``): one the night opened is closed as
+    ``withdrawn`` (pending delivery when it was told, so the channels hear it withdrawn;
+    closed without a word when it never was); one open before the night, refreshed by an
+    early check, is ``recovered`` when the verdict compared it again (its check and key
+    label in ``checked``), as :func:`recover_alerts` would have. Returns them."""
+    now = datetime.now(UTC)
+    settled = []
+    with _unit_of_work(session):
+        query = select(AlertRow).where(
+            col(AlertRow.state).in_(OPEN_STATES), col(AlertRow.last_sweep_id) == sweep_id
+        )
+        for row in session.exec(query):
+            if row.key in raised:
+                continue
+            if row.opened_sweep_id == sweep_id and row.state == "untriaged":
+                told = row.notified_at is not None
+                row.state = "withdrawn"
+                row.news = (
+                    f"withdrawn: the verdict on sweep {sweep_id} did not confirm this early alert"
+                    if told
+                    else None
+                )
+                row.notified_at = None
+            else:
+                label = AlertDetails.model_validate(row.details).cell.label
+                if (row.kind, label) not in checked:
+                    continue
+                row.state = "recovered"
+                row.recovered_sweep_id = sweep_id
+                row.news = f"recovered: sweep {sweep_id} compared it again and found no drop"
+                row.notified_at = None
+            row.updated_at = now
+            session.add(row)
+            settled.append(row)
+        session.flush()
+        records = [_record(r) for r in settled]
     return records
 
 

@@ -48,7 +48,13 @@ from farm.report.html import render_html, render_verdict_index
 from farm.results.alerts import AlertRecord
 from farm.results.verdict import SweepVerdict
 from farm.runner import ReferenceRun, reference_runs
-from farm.store.alerts import mark_notified, raise_alerts, recover_alerts, told_during
+from farm.store.alerts import (
+    mark_notified,
+    raise_alerts,
+    recover_alerts,
+    settle_early_alerts,
+    told_during,
+)
 from farm.store.repository import (
     SweepCost,
     history_series,
@@ -104,6 +110,8 @@ class NightlyCheck(BaseModel):
     judgement: Judgement | None = None
     raised: tuple[AlertRecord, ...] = ()
     recovered: tuple[AlertRecord, ...] = ()  # open alerts this night compared clean
+    # Early per-cell alerts of this night that its verdict did not confirm.
+    withdrawn: tuple[AlertRecord, ...] = ()
     sent: tuple[AlertRecord, ...] = ()
     channels: tuple[str, ...] = ()
     delivered_to: tuple[str, ...] = ()  # the channels that took the sent alerts
@@ -259,6 +267,10 @@ def check_night(
     night = judge_stored(session, sweep_id, history=history, goldens=goldens)
     raised = raise_alerts(session, sweep_id, night.alerts)
     recovered = _recover(session, sweep_id, night)
+    settled = settle_early_alerts(
+        session, sweep_id, night.judgement.checked, {c.key for c in night.alerts}
+    )
+    recovered += [a for a in settled if a.state == "recovered"]
     verdict, new = record_verdict(session, night.verdict)
     if not new:
         # Another driver judged this night first: it raises and sends, not us.
@@ -271,6 +283,7 @@ def check_night(
         judgement=night.judgement,
         raised=tuple(raised),
         recovered=tuple(recovered),
+        withdrawn=tuple(a for a in settled if a.state == "withdrawn"),
         sent=tuple(pending),
         channels=tuple(n.name for n in channels),
         delivered_to=tuple(took),

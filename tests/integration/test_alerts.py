@@ -27,7 +27,7 @@ from farm.cli.alerts import alerts_app
 from farm.cli.reports import compare, report_files
 from farm.errors import StoreError
 from farm.notify import AlertCandidate, AlertRecord, NotifyError
-from farm.notify.message import Notice
+from farm.notify.message import Notice, headline
 from farm.plan import Plan, ServerCell, Variant
 from farm.records import SweepRecord
 from farm.store import (
@@ -38,7 +38,16 @@ from farm.store import (
     open_store,
     save_cell_result,
 )
-from farm.store.alerts import acknowledge, get_alert, list_alerts, raise_alerts, resolve
+from farm.store.alerts import (
+    acknowledge,
+    get_alert,
+    list_alerts,
+    mark_notified,
+    pending_notifications,
+    raise_alerts,
+    resolve,
+    settle_early_alerts,
+)
 from farm.store.export import EXPORT_FORMAT, read_sweep_export
 from farm.store.tables import metadata
 from farm.workflows.nightly_pipeline import check_alerts
@@ -426,5 +435,41 @@ def test_check_alerts_is_a_stage_with_a_typed_outcome(db_url: str) -> None:
             assert quiet.fresh == () and quiet.sent == () and len(channel.batches) == 2
             silent = check_alerts(session, sweep.sweep_id, history=3, notifiers=())
             assert silent.channels == () and len(silent.raised) == 1
+    finally:
+        engine.dispose()
+
+
+def test_early_alerts_the_verdict_does_not_confirm_are_withdrawn_and_told_so(
+    db_url: str,
+) -> None:
+    # Night 1 opens two alerts early (as its cells land); one was told, one not yet.
+    # An older alert, opened by night 1, is refreshed early by night 2 and not confirmed.
+    first = _store(db_url, _synthetic(11))
+    second = _store(db_url, _synthetic(12))
+    found = _candidates(first)
+    assert len(found) == 2
+    # A third key: the same cause on another (made-up) key, so one alert stays untold.
+    candidates = [*found, found[1].model_copy(update={"key": found[1].key + "#other"})]
+    engine = open_store(db_url)
+    try:
+        with Session(engine) as s:
+            older = raise_alerts(s, first.sweep_id, candidates[:1])[0]
+            early = raise_alerts(s, second.sweep_id, candidates)
+            told, untold = early[1], early[2]
+            mark_notified(s, [told.id, older.id])
+            confirmed: set[str] = set()
+            label = older.details.cell.label
+            settled = settle_early_alerts(s, second.sweep_id, {(older.kind, label)}, confirmed)
+            by_id = {a.id: a for a in settled}
+            assert by_id[told.id].state == "withdrawn" and by_id[told.id].needs_notification
+            assert "did not confirm" in (by_id[told.id].news or "")
+            assert by_id[untold.id].state == "withdrawn"
+            assert not by_id[untold.id].needs_notification  # never told: closed quietly
+            assert by_id[older.id].state == "recovered"  # open before the night
+            pending = {a.id for a in pending_notifications(s)}
+            assert told.id in pending and untold.id not in pending
+            kept = settle_early_alerts(s, second.sweep_id, set(), {early[0].key})
+            assert kept == []  # confirmed by the verdict: nothing settled (and no repeat)
+            assert headline([by_id[told.id]]).startswith("mtp-farm: 1 early alert withdrawn")
     finally:
         engine.dispose()
