@@ -54,6 +54,7 @@ GRAPH_ORDER = ("eager", "compiled", "piecewise", "full_decode_only", "full")
 _LOW, _MID, _HIGH = (178, 24, 43), (247, 247, 247), (33, 102, 172)
 _FONT = "font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif"
 _CHAR_W = 7.0  # average glyph width at 12px, for laying out labels
+_SMALL_W = _CHAR_W * 11 / 12  # the same at 11px (a chart's title, class "small")
 _LEGEND_W = 520.0
 
 
@@ -371,8 +372,8 @@ def _two_lines(text: str, width: float) -> list[str]:
     return [_fit(head, width), _fit("[" + tail, width)]
 
 
-def _fit(text: str, width: float) -> str:
-    chars = max(3, int(width / _CHAR_W))
+def _fit(text: str, width: float, char_w: float = _CHAR_W) -> str:
+    chars = max(3, int(width / char_w))
     return text if len(text) <= chars else text[: chars - 1] + "…"
 
 
@@ -392,7 +393,7 @@ def heatmap_svg(grid: Grid, title: str = "", uid: str = "hm") -> str:
     top = 30 + 15 * header_lines
     width = max(left + cw * n_cols, left + _LEGEND_W) + 16
     grid_bottom = top + ch * n_rows
-    height = grid_bottom + 110
+    height = grid_bottom + 76  # the legend's two rows below the grid
     limit = grid.limit
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="heatmap" role="img" '
@@ -518,14 +519,14 @@ def bars_svg(
     ``failed`` replaces the bars with that message. Flagged positions (a depth
     invariance finding) are drawn red.
     """
-    w, h = 210.0, 132.0
+    w, h = 250.0, 132.0
     left, right, top, bottom = 34.0, 8.0, 22.0, 26.0
     pw, ph = w - left - right, h - top - bottom
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="bars" role="img" width="{w:.0f}" '
         f'height="{h:.0f}" viewBox="0 0 {w:.0f} {h:.0f}" style="{_FONT}">',
         f"<title>{escape(title)}</title>",
-        _text(4, 13, _fit(title, w - 8), "small", "start"),
+        _text(4, 13, _fit(title, w - 8, _SMALL_W), "small", "start"),
     ]
     for frac in (0.0, 0.5, 1.0):
         gy = top + ph * (1 - frac)

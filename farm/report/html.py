@@ -59,7 +59,8 @@ h1 { font-size: 1.5em; margin-bottom: 4px; } h2 { margin-top: 32px; border-botto
   padding-bottom: 4px; } h3 { margin-bottom: 4px; }
 .meta { color: #555; } .muted { color: #777; font-size: 0.9em; }
 .cards { display: flex; gap: 12px; flex-wrap: wrap; margin: 16px 0; }
-.card { border: 1px solid #ddd; border-radius: 6px; padding: 8px 14px; min-width: 110px; }
+.card { border: 1px solid #ddd; border-radius: 6px; padding: 8px 14px; min-width: 110px;
+  max-width: 150px; }
 .card b { display: block; font-size: 1.5em; } .card.bad { border-color: #b2182b; color: #b2182b; }
 .card.good { border-color: #1b7837; color: #1b7837; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 8px 0; }
@@ -69,7 +70,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 tr.regressed td { background: #fde0dd; } tr.failed td { background: #fff1e6; }
 .ok { color: #1b7837; font-weight: 600; } .bad { color: #b2182b; font-weight: 600; }
 .rule { background: #f7f7f7; border-left: 4px solid #b2182b; padding: 6px 10px; }
-.scroll { overflow-x: auto; }
+.scroll { overflow-x: auto; } .nowrap { white-space: nowrap; }
 .charts { display: flex; flex-wrap: wrap; gap: 6px; }
 .chartrow h4 { margin: 12px 0 4px; font-size: 0.95em; }
 details summary { cursor: pointer; margin: 8px 0; }
@@ -78,6 +79,14 @@ details summary { cursor: pointer; margin: 8px 0; }
 
 def _e(x: object) -> str:
     return escape(str(x))
+
+
+def _label(x: object) -> str:
+    """A variant label, escaped, that may wrap after the dots of its cell id and before
+    its ``[``: a long ``engine.model.graph.mtpN.swa-on[think-off.workload]`` would
+    otherwise widen its table past the page."""
+    cell, bracket, rest = str(x).partition("[")
+    return _e(cell).replace(".", ".<wbr>") + (f"<wbr>[{_e(rest)}" if bracket else "")
 
 
 def _table(head: Sequence[str], rows: Sequence[tuple[str, Sequence[str]]], num: set[int]) -> str:
@@ -120,7 +129,7 @@ def _verdict_table(verdicts: Sequence[Verdict]) -> str:
                     f'<span class="{css}">{_e(status)}</span>',
                     _e(v.check),
                     _e(metric_label(v)),
-                    _e(v.candidate.label),
+                    _label(v.candidate.label),
                     _e(reference_label(v)),
                     _e(fmt_interval(v.candidate_value)),
                     _e(fmt_interval(v.reference_value)),
@@ -202,8 +211,9 @@ def render_html(
         shown = check_report.verdicts[:_MAX_VERDICT_ROWS]
         more = len(check_report.verdicts) - len(shown)
         parts.append(
-            f"<h2>All verdicts</h2><details><summary>{len(check_report.verdicts)} comparisons"
-            f" ({len(findings)} findings)</summary>{_verdict_table(shown)}"
+            "<h2>All verdicts within the sweep</h2><details><summary>"
+            f"{_count(len(check_report.verdicts), 'comparison')} within the sweep "
+            f"({_count(len(findings), 'finding')})</summary>{_verdict_table(shown)}"
             + (f"<p>... and {more} more</p>" if more else "")
             + "</details>"
         )
@@ -218,8 +228,8 @@ def _cards(cells: int, ok: int, failed: int, variants: int, report: CheckReport)
         ("good" if ok == cells else "", "cells ok", f"{ok}"),
         ("bad" if failed else "", "cells failed", f"{failed}"),
         ("", "variants", f"{variants}"),
-        ("", "comparisons", f"{len(report.verdicts)}"),
-        ("bad" if n else "good", "findings", f"{n}"),
+        ("", "comparisons within the sweep", f"{len(report.verdicts)}"),
+        ("bad" if n else "good", "findings within the sweep", f"{n}"),
         ("", "notes", f"{len(report.notes)}"),
     ]
     body = "".join(
@@ -228,13 +238,27 @@ def _cards(cells: int, ok: int, failed: int, variants: int, report: CheckReport)
     return f'<div class="cards">{body}</div>'
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
 def _findings(report: CheckReport) -> str:
+    """The within-sweep checks' findings (each variant against its reference in the same
+    sweep); a verdict's comparisons with other sweeps are in its own section."""
+    compared = (
+        f"{_count(len(report.verdicts), 'comparison')} of a variant with its reference in "
+        "this sweep"
+    )
     if not report.regressions:
         return (
-            f'<h2>Findings</h2><p class="ok">No regression found in {len(report.verdicts)} '
-            "comparisons.</p>"
+            f'<h2>Findings</h2><p class="ok">Within the sweep: no regression found in {compared}.'
+            "</p>"
         )
-    out = ["<h2>Findings</h2>"]
+    out = [
+        "<h2>Findings</h2>",
+        f'<p class="bad">Within the sweep: {_count(len(report.regressions), "finding")} in '
+        f"{compared}.</p>",
+    ]
     rule = attribute(labels_from_report(report))
     if rule is not None and rule.terms:
         terms = " AND ".join(str(t) for t in rule.terms)
@@ -275,7 +299,8 @@ def _positions(grid: Grid, summaries: Sequence[VariantSummary], report: CheckRep
         for col, cell in zip(grid.cols, row, strict=True):
             if cell.kind == "missing":
                 continue
-            title = f"{' · '.join(col)}"
+            # A reference says so first: a long title loses its end, not that.
+            title = ("ref: " if cell.kind == "reference" else "") + " · ".join(col)
             if cell.kind == "failed":
                 charts.append(bars_svg(title, (), failed="FAILED"))
                 continue
@@ -283,7 +308,7 @@ def _positions(grid: Grid, summaries: Sequence[VariantSummary], report: CheckRep
             ref = by_label.get(cell.reference_label or "")
             charts.append(
                 bars_svg(
-                    title + (" (reference)" if cell.kind == "reference" else ""),
+                    title,
                     s.per_position if s else (),
                     ref.per_position if ref else (),
                     flagged_positions=sorted(flagged.get(cell.label, ())),
@@ -362,8 +387,8 @@ _OUTCOME_CLASS = {"clean": "ok", "regression": "bad", "failed_cells": "bad"}
 
 def _finding_row(f: Finding) -> tuple[str, list[str]]:
     positions = "<br>".join(
-        f"{p.position}: {p.baseline:.3f} &rarr; {p.candidate:.3f} ({p.difference:+.3f})"
-        + (" <b>fell</b>" if p.fell else "")
+        f'<span class="nowrap">{p.position}: {p.baseline:.3f} &rarr; {p.candidate:.3f} '
+        f"({p.difference:+.3f})" + (" <b>fell</b>" if p.fell else "") + "</span>"
         for p in f.positions
     )
     rel = f"{f.relative:+.1%}" if f.relative is not None else ""
@@ -373,7 +398,7 @@ def _finding_row(f: Finding) -> tuple[str, list[str]]:
         [
             _e(f.source),
             _e(f.shown_check),
-            _e(", ".join(f.cells)),
+            "<br>".join(_e(c) for c in f.cells),
             _e(rel),
             positions,
             _e(f.summary),
@@ -384,19 +409,32 @@ def _finding_row(f: Finding) -> tuple[str, list[str]]:
 def _verdict_section(verdict: SweepVerdict) -> str:
     """The run's verdict: outcome, what it was compared with, one row per finding."""
     cls = _OUTCOME_CLASS.get(verdict.outcome, "")
-    against = (
-        "compared with sweep " + ", ".join(str(i) for i in verdict.baseline_sweep_ids)
-        if verdict.baseline_sweep_ids
-        else "no earlier good night to compare with"
-    )
+    ids = ", ".join(str(i) for i in verdict.baseline_sweep_ids)
+    # The verdict counts every comparison it made; the within-sweep ones alone are
+    # counted again below, under Findings (issue 42, item 6).
+    if verdict.kind == "pr":
+        against = "compared with the base's cells run in this sweep" + (
+            f" and reused from sweep{'s' if len(verdict.baseline_sweep_ids) > 1 else ''} {ids}"
+            if ids
+            else ""
+        )
+        kinds = "the candidate's cells against the base's, and against goldens"
+    else:
+        against = (
+            f"compared with sweep {ids} (the last good night)"
+            if ids
+            else "no earlier good night to compare with"
+        )
+        kinds = "against the last good night, within the sweep, and against goldens"
+    counted = f"{_count(verdict.comparisons, 'comparison')} in this verdict ({kinds})"
     pr = f" · PR #{verdict.pr_number}" if verdict.pr_number is not None else ""
     head = f" @ {verdict.head_sha[:12]}" if verdict.head_sha else ""
     kind = "A/A night" if verdict.kind == "aa" else verdict.kind.capitalize()
     outcome = f"{len(verdict.false_alarms)} false alarm(s)" if verdict.kind == "aa" else ""
     out = [
         f'<h2>{_e(kind)} verdict: <span class="{cls}">{_e(outcome or verdict.outcome)}</span></h2>',
-        f'<p class="meta">{_e(against)} · {verdict.comparisons} comparisons · history '
-        f"{verdict.history} sweeps{_e(pr)}{_e(head)}</p>",
+        f'<p class="meta">{_e(against)} · {_e(counted)} · history of '
+        f"{_count(verdict.history, 'sweep')}{_e(pr)}{_e(head)}</p>",
     ]
     if verdict.findings:
         head_row = ["source", "check", "cells", "change", "draft positions", "finding"]
