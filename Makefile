@@ -15,6 +15,7 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	scripts/ensure-postgres.sh
+	scripts/ensure-chromium.sh
 	PYTEST=$(VENV)/bin/pytest scripts/run-tests.sh
 
 lint: $(VENV)/.installed
