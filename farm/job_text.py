@@ -70,9 +70,11 @@ def user_path(text: str | Path) -> Path:
 
 
 def not_an_option(value: str) -> str:
-    """``value`` unchanged; ValueError when it begins with ``-``: it goes into a
+    """``value`` unchanged; ValueError when it holds a NUL byte or begins with ``-``: it goes into a
     command line as an option's value or an operand, where it would be read as an
     option (``served_name: --trust-remote-code``)."""
+    if "\x00" in value:
+        raise ValueError("holds a NUL byte, which no command line or path can hold")
     if value.startswith("-"):
         raise ValueError(
             f"{value!r} begins with '-', so a command line would read it as an option; "

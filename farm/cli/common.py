@@ -250,15 +250,14 @@ def resolve_sweep(session: Session, sweep: str | int) -> int:
 def parse_pairs(values: Sequence[str] | None, option: str, form: str = "A=B") -> dict[str, str]:
     """``KEY=VALUE`` option values as a mapping; anything else is a usage error that
     quotes the option, the value and the expected ``form``."""
-    out = {}
+    out: dict[str, str] = {}
     for item in values or []:
         key, sep, value = item.partition("=")
         if not sep or not key or not value:
             raise typer.BadParameter(f"{option} {item!r}: expected {form}")
         if key in out:  # a dict would keep the last one without a word
             raise typer.BadParameter(
-                f"{option} {item!r}: {key} is given twice ({key}={out[key]} before); "
-                "give each once"
+                f"{option} {item!r}: {key} is given twice ({key}={out[key]} before); give each once"
             )
         out[key] = value
     return out

@@ -401,7 +401,15 @@ def open_store(url: str, *, create: bool = True) -> Engine:
     """
     url = normalize_url(url)
     path = sqlite_file(url)
-    if path is not None and not create and not path.exists():
+    try:
+        exists = path is not None and path.exists()
+    except OSError as exc:  # a name too long, a path through a file
+        shown = str(path)[:80] + ("..." if len(str(path)) > 80 else "")
+        raise StoreError(
+            f"database URL sqlite:///{shown}: the store file cannot be used ({exc.strerror}); "
+            "check --db or FARM_DB_URL"
+        ) from None
+    if path is not None and not create and not exists:
         raise StoreError(
             f"no farm store at {path}: the file does not exist; check --db or "
             "FARM_DB_URL (`farm run` creates a store)"

@@ -127,7 +127,7 @@ def evalscope_outcome(command: HarnessCommand, spec: HarnessSpec) -> HarnessOutc
         raise HarnessError(f"evalscope wrote no reviews under {root / 'reviews'}")
     figures = read_output(report, "evalscope")
     reviewed = [(path, read_output_lines(path, "evalscope")) for path in reviews]
-    with reading_output("evalscope", root):
+    with reading_output("evalscope", report, *reviews):
         metric = spec.metric or _METRIC
         scores = [m for m in figures["metrics"] if m["identity"]["name"] == metric]
         if not scores:

@@ -238,7 +238,7 @@ def parse_outcome(command: HarnessCommand, spec: HarnessSpec) -> HarnessOutcome:
     samples_files = sorted(results_path.parent.glob(f"samples_{command.task}_*.jsonl"))
     results = read_output(results_path, "lm-eval")
     samples = read_output_lines(samples_files[-1], "lm-eval") if samples_files else []
-    with reading_output("lm-eval", results_path.parent):
+    with reading_output("lm-eval", results_path, *samples_files[-1:]):
         return outcome_from(results, samples, command.task, spec.metric, str(results_path))
 
 

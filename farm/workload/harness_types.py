@@ -48,7 +48,7 @@ def read_output_lines(path: Path, tool: str) -> list[Any]:
 
 
 @contextlib.contextmanager
-def reading_output(tool: str, where: Path | str) -> Iterator[None]:
+def reading_output(tool: str, *where: Path) -> Iterator[None]:
     """Turn what reading a harness output of an unexpected shape raises (a list where
     an object was expected, a missing key, a word where a number was) into a
     HarnessError naming the output; HarnessErrors pass as they are."""
@@ -56,10 +56,11 @@ def reading_output(tool: str, where: Path | str) -> Iterator[None]:
         yield
     except HarnessError:
         raise
-    except (OSError, LookupError, TypeError, ValueError, AttributeError) as exc:
+    except (OSError, LookupError, TypeError, ValueError, AttributeError, ArithmeticError) as exc:
         detail = str(exc).splitlines()[0][:300] if str(exc) else ""
         raise HarnessError(
-            f"{tool}'s output {where} is unreadable: {type(exc).__name__}: {detail}"
+            f"{tool}'s output {' or '.join(map(str, where))} is unreadable: "
+            f"{type(exc).__name__}: {detail}"
         ) from None
 
 
