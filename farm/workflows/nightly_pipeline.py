@@ -15,6 +15,8 @@ pending and the next check (any sweep's, or ``farm alerts check``) sends it.
 from __future__ import annotations
 
 import os
+import queue
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -607,9 +609,7 @@ def run_nightly(request: NightlyRequest, deps: NightlyDeps) -> NightlyOutcome:
     # The last good night does not change while the night runs: read once.
     last_good: dict[int, SweepRecord | None] = {}
 
-    def landed(sweep: int, cell_id: str, ended: datetime) -> None:
-        if request.aa:
-            return  # an A/A night's findings are false alarms: no early alert either
+    def check_cell(sweep: int, cell_id: str, ended: datetime) -> None:
         try:
             with deps.open_session(request.url) as session:
                 if sweep not in last_good:
@@ -632,19 +632,9 @@ def run_nightly(request: NightlyRequest, deps: NightlyDeps) -> NightlyOutcome:
             checked = checked.model_copy(update={"sent_after_s": after})
         deps.cell_checked(checked)
 
-    sweep_id = _resume_id(request, deps)
-    if sweep_id is not None:
-        with deps.open_session(request.url) as session:
-            status = load_sweep(session, sweep_id).status
-            judged = get_verdict(session, sweep_id, kind) is not None
-        if not judged:
-            deps.check_resume(sweep_id)
-        if status not in _FINISHED and not judged:
-            _check_aa_builds(request, deps, sweep_id)
-            sweep_id = deps.run_sweep(sweep_id, landed)
-    else:
-        _check_aa_builds(request, deps, None)
-        sweep_id = deps.run_sweep(None, landed)
+    # An A/A night's findings are false alarms: no early alert either.
+    with EarlyChecks(None if request.aa else check_cell) as landed:
+        sweep_id = _run_or_resume(request, deps, kind, landed)
     pages: list[Path] = []
     page_error: str | None = None
     with deps.open_session(request.url) as session:
@@ -672,6 +662,63 @@ def run_nightly(request: NightlyRequest, deps: NightlyDeps) -> NightlyOutcome:
             except OutputError as exc:
                 page_error = str(exc)
     return NightlyOutcome(check=check, pages=tuple(pages), page_error=page_error)
+
+
+def _run_or_resume(
+    request: NightlyRequest,
+    deps: NightlyDeps,
+    kind: Literal["nightly", "aa"],
+    landed: CellStored,
+) -> int:
+    """Run the night's sweep, or finish the one ``--resume`` names unless it is finished
+    or judged; its id."""
+    sweep_id = _resume_id(request, deps)
+    if sweep_id is not None:
+        with deps.open_session(request.url) as session:
+            status = load_sweep(session, sweep_id).status
+            judged = get_verdict(session, sweep_id, kind) is not None
+        if not judged:
+            deps.check_resume(sweep_id)
+        if status not in _FINISHED and not judged:
+            _check_aa_builds(request, deps, sweep_id)
+            sweep_id = deps.run_sweep(sweep_id, landed)
+    else:
+        _check_aa_builds(request, deps, None)
+        sweep_id = deps.run_sweep(None, landed)
+    return sweep_id
+
+
+class EarlyChecks:
+    """The early per-cell checks, beside the sweep (a worker thread and a queue): landing
+    a cell only queues it, so the next cell starts without waiting for judging or chat.
+    Leaving the context waits for the queued checks, so the night's end settles every
+    early alert (:func:`check_night`). ``check`` None: a landed cell is not checked."""
+
+    def __init__(self, check: CellStored | None) -> None:
+        self._check = check
+        self._queue: queue.SimpleQueue[tuple[int, str, datetime] | None] = queue.SimpleQueue()
+        self._worker: threading.Thread | None = None
+
+    def __enter__(self) -> CellStored:
+        return self.landed
+
+    def landed(self, sweep: int, cell_id: str, ended: datetime) -> None:
+        if self._check is None:
+            return
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._work, name="early-checks", daemon=True)
+            self._worker.start()
+        self._queue.put((sweep, cell_id, ended))
+
+    def _work(self) -> None:
+        assert self._check is not None
+        while (item := self._queue.get()) is not None:
+            self._check(*item)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._worker is not None:
+            self._queue.put(None)
+            self._worker.join()
 
 
 def _check_aa_builds(request: NightlyRequest, deps: NightlyDeps, sweep_id: int | None) -> None:

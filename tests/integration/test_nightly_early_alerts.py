@@ -11,6 +11,8 @@ webhook channel.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
@@ -56,10 +58,17 @@ def _session(url: str) -> Iterator[Session]:
 
 
 def _cell_by_cell(
-    url: str, night: SweepRecord, receiver: Receiver, seen: list[int]
+    url: str,
+    night: SweepRecord,
+    receiver: Receiver,
+    seen: list[int],
+    checks: list[CellAlerts] | None = None,
 ) -> Callable[[int | None, Callable[[int, str, datetime], None]], int]:
     """The sweep runner's stand-in: the regressed cells first, each stored, then told;
-    ``seen`` gets the receiver's POST count before each cell is stored."""
+    ``seen`` gets the receiver's POST count before each cell is stored. With
+    ``checks``, a cell runs until the previous one's early check is done (a real cell
+    runs for minutes, a check for a second), so what each check saw is the same on
+    every run."""
     order = sorted(night.cells, key=lambda c: (c.cell.cell_id != FIRST, c.cell.cell_id != SECOND))
 
     def run(sweep: int | None, stored: Callable[[int, str, datetime], None]) -> int:
@@ -67,8 +76,11 @@ def _cell_by_cell(
         with _session(url) as session:
             plan = Plan(job=night.job, cells=tuple(c.cell for c in order))
             sweep_id = create_sweep(session, plan, "job: synthetic\n", "test-host")
-        for cell in order:
+        for landed, cell in enumerate(order):
             assert cell.result is not None
+            deadline = time.monotonic() + 30
+            while checks is not None and len(checks) < landed and time.monotonic() < deadline:
+                time.sleep(0.01)
             seen.append(len(receiver.requests))
             with _session(url) as session:
                 save_cell_result(session, sweep_id, cell.result)
@@ -85,13 +97,14 @@ def _nightly(
     night: SweepRecord,
     receiver: Receiver,
     open_session: Callable[[str], AbstractContextManager[Session]] = _session,
+    paced: bool = True,
 ) -> tuple[NightlyOutcome, list[CellAlerts], list[int]]:
     checks: list[CellAlerts] = []
     seen: list[int] = []
     policy = RetryPolicy(attempts=1, backoff_s=0.0, timeout_s=5.0)
     deps = NightlyDeps(
         open_session=open_session,
-        run_sweep=_cell_by_cell(url, night, receiver, seen),
+        run_sweep=_cell_by_cell(url, night, receiver, seen, checks if paced else None),
         check_resume=lambda sweep: None,
         judged=lambda check: None,
         cell_checked=checks.append,
@@ -116,7 +129,7 @@ def test_the_first_regressed_cell_is_notified_before_the_next_cell_is_stored(
     first = next(c for c in checks if c.cell_id == FIRST)
     assert first.sent and first.delivered_to == ("webhook",) and not first.errors
     assert first.sent_after_s is not None and first.sent_after_s >= 0
-    assert seen[0] == 0 and seen[1] == 1  # delivered before the second cell was stored
+    assert seen[0] == 0 and seen[1] == 1  # delivered before the second cell ended
     assert receiver.requests[0].json()["alerts"][0]["key"] == first.sent[0].key
     # The second cell of the same cause waits for the night's summary.
     second = next(c for c in checks if c.cell_id == SECOND)
@@ -182,3 +195,47 @@ def test_a_store_that_fails_the_early_check_does_not_sink_the_night(
     with _session(url) as session:
         stored = {a.key for a in list_alerts(session)}
     assert set(keys) == stored == early | {a.key for a in outcome.check.sent}
+
+
+def test_landing_a_cell_never_waits_for_its_early_check(tmp_path: Path, receiver: Receiver) -> None:
+    # Every early check is held until the sweep has stored all its cells: had landing
+    # waited for checking, the sweep could not finish and each check would time out.
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    store_sweep(url, _night(1, regressed=False))
+    swept = threading.Event()
+    runner_thread = threading.get_ident()
+
+    @contextmanager
+    def held(db: str) -> Iterator[Session]:
+        if threading.get_ident() != runner_thread and not swept.is_set():
+            assert swept.wait(timeout=30), "the sweep waited for an early check"
+        with _session(db) as session:
+            yield session
+
+    def judged(check: object) -> None:
+        pass
+
+    checks: list[CellAlerts] = []
+    seen: list[int] = []
+    run = _cell_by_cell(url, _night(2, regressed=True), receiver, seen)
+
+    def run_then_release(sweep: int | None, stored: Callable[[int, str, datetime], None]) -> int:
+        sweep_id = run(sweep, stored)
+        swept.set()
+        return sweep_id
+
+    deps = NightlyDeps(
+        open_session=held,
+        run_sweep=run_then_release,
+        check_resume=lambda sweep: None,
+        judged=judged,
+        cell_checked=checks.append,
+        notifiers=(WebhookNotifier(receiver.url("/hook"), policy=RetryPolicy(attempts=1)),),
+    )
+    outcome = run_nightly(NightlyRequest(job="synthetic", url=url, history=0), deps)
+    assert seen == [0] * 6  # nothing was sent while the cells landed
+    assert len(checks) == 6 and all(c.failed is None for c in checks)  # all ran after
+    assert any(c.sent for c in checks)  # and still told early, before the night's end
+    assert outcome.exit_status == 1
+    keys = _alert_keys(receiver)
+    assert len(keys) == len(set(keys))
