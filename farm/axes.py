@@ -22,6 +22,7 @@ __all__ = [
     "SERVER_AXES",
     "Axis",
     "AxisValue",
+    "DraftGraphMode",
     "GraphMode",
     "OnOff",
     "axes_text",
@@ -36,6 +37,9 @@ __all__ = [
 
 AxisValue = str | int
 GraphMode = Literal["eager", "compiled", "piecewise", "full_decode_only", "full"]
+# The drafter's own graph mode: the target's (the engines' default) or eager beside a
+# graph-mode target (vLLM's speculative config ``"enforce_eager": true``).
+DraftGraphMode = Literal["target", "eager"]
 OnOff = Literal["on", "off"]
 
 
@@ -87,6 +91,19 @@ AXES: tuple[Axis, ...] = (
         words=get_args(GraphMode),
         default=("eager",),
         short="graph",
+    ),
+    Axis(
+        "draft_graph_mode",
+        "server",
+        "drafter graph mode",
+        words=get_args(DraftGraphMode),
+        default=("target",),
+        id_prefix="draft-",
+        short="draft",
+        # The engines run the drafter in the target's mode unless told otherwise: every
+        # result before the axis was measured so (the CPU build's forced eager drafter
+        # aside, which only tiny-hybrid's compiled cells had: its drafter compiles).
+        implicit="target",
     ),
     Axis(
         "mtp_depth",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 from typing import Any, cast
 
@@ -23,6 +23,7 @@ from farm.axes import (
     SERVER_AXES,
     Axis,
     AxisValue,
+    DraftGraphMode,
     GraphMode,
     OnOff,
     axes_text,
@@ -39,10 +40,12 @@ from farm.spec import JobSpec, WorkloadSpec
 __all__ = [
     "FULL_GRAPH_MODES",
     "Capabilities",
+    "CaptureFit",
     "ExcludedCell",
     "Plan",
     "ServerCell",
     "Variant",
+    "capture_fit",
     "expand_matrix",
     "parse_only",
     "select",
@@ -58,6 +61,56 @@ class _Frozen(BaseModel):
 FULL_GRAPH_MODES = frozenset({"full_decode_only", "full", "full_and_piecewise"})
 
 
+class CaptureFit(_Frozen):
+    """How one cell's verify batches meet its decode graph's capture sizes.
+
+    A decode round of ``r`` requests at MTP depth ``k`` verifies ``r * (k + 1)``
+    tokens. ``exact``: request counts whose round is a capture size; ``padded``:
+    request count -> the request count its round is padded to (the next capture size
+    that holds whole requests); ``eager``: request counts no capture size holds (past
+    the largest, or no larger size is a multiple of ``k + 1``): those rounds run
+    without the full graph.
+    """
+
+    depth: int
+    exact: tuple[int, ...]
+    padded: dict[int, int]
+    eager: tuple[int, ...]
+
+    def describe(self) -> str:
+        k1 = self.depth + 1
+        parts = []
+        if self.exact:
+            parts.append(f"captured {_requests(self.exact, k1)}")
+        if self.padded:
+            pads = ", ".join(f"{r}->{p}" for r, p in self.padded.items())
+            parts.append(f"padded (requests) {pads}")
+        if self.eager:
+            parts.append(f"no full graph for {_requests(self.eager, k1)}")
+        return f"verify rounds of {k1} tokens a request: " + "; ".join(parts)
+
+
+def _requests(counts: Sequence[int], tokens: int) -> str:
+    return ", ".join(f"{r} ({r * tokens})" for r in counts) + " request(s) (tokens)"
+
+
+def capture_fit(depth: int, max_num_seqs: int, sizes: Sequence[int]) -> CaptureFit:
+    """Which of the decode rounds of 1..``max_num_seqs`` requests at MTP ``depth`` the
+    capture ``sizes`` (tokens) capture exactly, pad to whole requests, or leave
+    without the full graph (:class:`CaptureFit`)."""
+    k1 = depth + 1
+    whole = sorted(s // k1 for s in set(sizes) if s % k1 == 0)
+    exact, padded, eager = [], {}, []
+    for r in range(1, max_num_seqs + 1):
+        if r in whole:
+            exact.append(r)
+        elif (up := next((w for w in whole if w > r), None)) is not None:
+            padded[r] = up
+        else:
+            eager.append(r)
+    return CaptureFit(depth=depth, exact=tuple(exact), padded=padded, eager=tuple(eager))
+
+
 class Capabilities(_Frozen):
     """What an engine build can express, declared by its adapter.
 
@@ -68,11 +121,16 @@ class Capabilities(_Frozen):
     graph_modes: dict[str, str | None]
     graph_mode_reasons: dict[str, str] = Field(default_factory=dict)
     speculative_methods: tuple[str, ...]
-    drafter_eager_when_compiled: bool = False
+    # Why the drafter cannot run eager beside a graph-mode target (None: it can).
+    eager_drafter_reason: str | None = None
     sliding_window_toggle: bool = True
     # Tokens one request may verify per decode round in a full (captured) graph:
     # MTP depth + 1 must fit. None: no such limit.
     full_graph_decode_tokens: int | None = None
+    # Requests a full decode graph serves when the model names none (max_num_seqs).
+    default_graph_seqs: int = 16
+    # Why the job's capture sizes do not reach this engine (None: they do).
+    capture_sizes_reason: str | None = None
 
 
 class Variant(_Frozen):
@@ -157,6 +215,10 @@ class ServerCell(_Frozen):
     @property
     def graph_mode(self) -> GraphMode:
         return cast(GraphMode, self.axes["graph_mode"])
+
+    @property
+    def draft_graph_mode(self) -> DraftGraphMode:
+        return cast(DraftGraphMode, self.axes["draft_graph_mode"])
 
     @property
     def mtp_depth(self) -> int:
@@ -349,11 +411,22 @@ def _apply_capabilities(
         )
     if depth > 0 and model.speculative_method not in caps.speculative_methods:
         return f"{engine.name} does not support speculative method {model.speculative_method}"
-    if depth > 0 and planned != "eager" and caps.drafter_eager_when_compiled:
-        remaps.append(
-            "drafter runs eager (enforce_eager in speculative config): "
-            "the compiled drafter fails to start on this engine"
-        )
+    if axes["draft_graph_mode"] == "eager":
+        if depth == 0:
+            return "draft_graph_mode eager: MTP depth 0 runs no drafter"
+        if planned == "eager":
+            return (
+                "draft_graph_mode eager: an eager target's drafter is eager, the same "
+                "server as draft_graph_mode target"
+            )
+        if caps.eager_drafter_reason is not None:
+            return caps.eager_drafter_reason
+    if model.capture_sizes and planned in FULL_GRAPH_MODES and depth > 0:
+        if caps.capture_sizes_reason is not None:
+            remaps.append(f"capture_sizes not passed: {caps.capture_sizes_reason}")
+        else:
+            seqs = model.max_num_seqs or caps.default_graph_seqs
+            remaps.append(capture_fit(depth, seqs, model.capture_sizes).describe())
     if axes["sliding_window"] == "off" and not caps.sliding_window_toggle:
         return f"{engine.name} cannot switch the sliding window off"
     if not model.thinking:

@@ -130,6 +130,13 @@ class SglangAdapter(EngineAdapter):
                 f"graph capture, not as a mode of its own (graph flags: {graph.name})",
             },
             speculative_methods=tuple(_ALGORITHM),
+            # EAGLEWorker captures the draft graph whenever the target's decode graph
+            # is captured; no server argument the adapter knows turns off the draft's
+            # alone (vLLM's speculative enforce_eager has no sglang counterpart).
+            eager_drafter_reason="sglang runs the drafter in the target's graph mode: no "
+            "server argument runs it eager beside a captured decode graph",
+            capture_sizes_reason="sglang captures decode graphs per batch size "
+            "(--cuda-graph-bs), not per token count: give them in extra_args",
         )
 
     def _graph(self, engine: EngineSpec) -> SglangGraphFlags:

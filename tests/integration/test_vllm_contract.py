@@ -59,12 +59,13 @@ def _parse(build: BuildInfo, argvs: list[list[str]]) -> list[dict[str, object]]:
 
 
 def test_every_local_cell_argv_parses_in_vllm(local_job: JobSpec, engine_build: BuildInfo) -> None:
-    # With prefix caching varied: "on" leaves vLLM's default (on), "off" turns it off.
-    job = local_job.model_copy(
-        update={"axes": local_job.axes.model_copy(update={"prefix_caching": ("on", "off")})}
-    )
+    # With prefix caching varied: "on" leaves vLLM's default (on), "off" turns it off;
+    # and the drafter's graph mode: eager beside a compiled target.
+    varied = {"prefix_caching": ("on", "off"), "draft_graph_mode": ("target", "eager")}
+    job = local_job.model_copy(update={"axes": local_job.axes.model_copy(update=varied)})
     plan = expand_matrix(job, job_capabilities(job))
     assert {c.prefix_caching for c in plan.cells} == {"on", "off"}
+    assert {c.draft_graph_mode for c in plan.cells} == {"target", "eager"}
     engine, model = local_job.engines[0], local_job.models[0]
     adapter = adapter_for(engine.family)
     launches = [
@@ -81,7 +82,7 @@ def test_every_local_cell_argv_parses_in_vllm(local_job: JobSpec, engine_build: 
             assert isinstance(spec, dict)
             assert spec["method"] == model.speculative_method
             assert spec["num_speculative_tokens"] == cell.mtp_depth
-            assert spec.get("enforce_eager", False) is (cell.planned_graph_mode != "eager")
+            assert spec.get("enforce_eager", False) is (cell.draft_graph_mode == "eager")
             assert got["per_request_spec"] == "summary"
         overrides = got["hf_overrides"] or {}
         assert (overrides.get("sliding_window", "unset") is None) is (cell.sliding_window == "off")

@@ -26,10 +26,25 @@ def _after(argv: tuple[str, ...], flag: str) -> str:
 
 def test_nightly_covers_both_seed_matrices() -> None:
     job, plan = _plan("nightly-ascend.yaml")
-    vllm = [c for c in plan.cells if c.family == "vllm-ascend"]
+    apart = [c for c in plan.cells if c.draft_graph_mode == "eager"]
+    vllm = [c for c in plan.cells if c.family == "vllm-ascend" and c not in apart]
     sgl = [c for c in plan.cells if c.family == "sglang"]
-    # (a) 2 builds x {eager, piecewise, full_decode_only} x MTP {1, 3} x SWA {on, off}
+    # (a) 2 builds x {eager, piecewise, full_decode_only} x MTP {1, 3} x SWA {on, off},
+    # and the drafter eager beside full_decode_only (vllm-ascend's own nightly case)
     assert len(vllm) == 2 * 3 * 2 * 2
+    assert len(apart) == 2 * 2 * 2
+    assert all(c.planned_graph_mode == "full_decode_only" for c in apart)
+    assert all(c.family == "vllm-ascend" for c in apart)  # sglang has no such switch:
+    no_switch = [
+        e
+        for e in plan.excluded
+        if e.axes["draft_graph_mode"] == "eager"
+        and e.axes["graph_mode"] == "full_decode_only"
+        and e.axes["engine"].startswith("sglang")
+        and e.axes["model"].startswith("qwen")
+        and not e.reason.startswith("job exclude")
+    ]
+    assert no_switch and all("sglang runs the drafter" in e.reason for e in no_switch)
     assert {c.model for c in vllm} == {"step-3.5-flash"}
     assert {(c.planned_graph_mode, c.mtp_depth, c.sliding_window) for c in vllm} == {
         (g, d, s)
@@ -82,12 +97,19 @@ def test_nightly_argv_and_env_per_cell() -> None:
             assert _after(argv, "--distributed-executor-backend") == "mp"
             assert launch.env["ASCEND_RT_VISIBLE_DEVICES"] == ",".join(map(str, range(16)))
             spec = json.loads(_after(argv, "--speculative-config"))
-            assert spec == {"method": "mtp", "num_speculative_tokens": cell.mtp_depth}
+            apart = {"enforce_eager": True} if cell.draft_graph_mode == "eager" else {}
+            assert spec == {"method": "mtp", "num_speculative_tokens": cell.mtp_depth, **apart}
             if cell.planned_graph_mode == "eager":
                 assert "--enforce-eager" in argv and "--compilation-config" not in argv
             else:
-                mode = json.loads(_after(argv, "--compilation-config"))["cudagraph_mode"]
-                assert mode == cell.planned_graph_mode.upper()
+                compilation = json.loads(_after(argv, "--compilation-config"))
+                assert compilation["cudagraph_mode"] == cell.planned_graph_mode.upper()
+                # The job's capture sizes, as the deployment sets them, and the plan's
+                # word on which verify rounds they capture or pad.
+                assert compilation["cudagraph_capture_sizes"] == [1, 2, 4, 8, 16]
+                if cell.planned_graph_mode == "full_decode_only":
+                    fit = f"verify rounds of {cell.mtp_depth + 1} tokens a request"
+                    assert any(r.startswith(fit) and "3->4" in r for r in cell.remaps)
             assert ("--hf-overrides" in argv) is (cell.sliding_window == "off")
         else:
             assert argv[1:3] == ("-m", "sglang.launch_server")

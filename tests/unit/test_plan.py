@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from farm.errors import PlanError
-from farm.plan import Capabilities, expand_matrix, parse_only, select
+from farm.plan import Capabilities, capture_fit, expand_matrix, parse_only, select
 from farm.spec import parse_job
 
 JOB = """\
@@ -33,7 +33,6 @@ CPU = Capabilities(
     },
     graph_mode_reasons={"full_decode_only": "no graph capture", "piecewise": "no capture"},
     speculative_methods=("mtp",),
-    drafter_eager_when_compiled=True,
 )
 
 
@@ -56,7 +55,7 @@ def test_capabilities_exclude_and_remap_with_reasons() -> None:
     assert reasons["full_decode_only"] == "no graph capture"
     assert "same server as cpu.tiny.compiled" in reasons["piecewise"]
     compiled_mtp = next(c for c in plan.cells if c.graph_mode == "compiled" and c.mtp_depth == 3)
-    assert any("drafter runs eager" in r for r in compiled_mtp.remaps)
+    assert compiled_mtp.draft_graph_mode == "target" and compiled_mtp.remaps == ()
     eager_mtp0 = next(c for c in plan.cells if c.graph_mode == "eager" and c.mtp_depth == 0)
     assert eager_mtp0.remaps == ()
 
@@ -124,3 +123,40 @@ def test_prefix_caching_is_a_server_axis_whose_default_keeps_earlier_ids_and_key
     assert [c.key.fingerprint for c in on] == [c.key.fingerprint for c in before.cells]
     assert all(c.cell_id.endswith(".prefix-off") for c in off)
     assert not {c.key.fingerprint for c in off} & {c.key.fingerprint for c in on}
+
+
+def test_the_drafters_graph_mode_is_a_server_axis_where_it_can_differ() -> None:
+    job = JOB.replace("axes:\n", "axes:\n  draft_graph_mode: [target, eager]\n")
+    plan = expand_matrix(parse_job(job), {"cpu": CPU})
+    eager_drafts = [c for c in plan.cells if c.draft_graph_mode == "eager"]
+    # Only beside a compiled target with a drafter: depth 0 and an eager target repeat
+    # the draft-target server, and say so.
+    assert eager_drafts and all(
+        c.planned_graph_mode == "compiled" and c.mtp_depth > 0 for c in eager_drafts
+    )
+    assert all(".draft-eager." in c.cell_id for c in eager_drafts)
+    reasons = [e.reason for e in plan.excluded if e.axes["draft_graph_mode"] == "eager"]
+    assert any("runs no drafter" in r for r in reasons)
+    assert any("an eager target's drafter is eager" in r for r in reasons)
+    # The default value is implicit: cell ids and keys of results before the axis hold.
+    target = next(c for c in plan.cells if c.draft_graph_mode == "target" and c.mtp_depth == 3)
+    assert "draft" not in target.cell_id
+    # An engine that cannot run the drafter apart plans those cells out, with its reason.
+    sglang_like = CPU.model_copy(update={"eager_drafter_reason": "no such switch"})
+    refused = expand_matrix(parse_job(job), {"cpu": sglang_like})
+    assert not [c for c in refused.cells if c.draft_graph_mode == "eager"]
+    assert any(e.reason == "no such switch" for e in refused.excluded)
+
+
+def test_capture_sizes_against_depth_say_which_rounds_pad_or_miss_the_graph() -> None:
+    sizes = (1, 2, 4, 8, 16, 32)
+    # Depth 3: 4 tokens a request; 4, 8, 16, 32 hold 1, 2, 4, 8 requests whole.
+    fit = capture_fit(3, 4, sizes)
+    assert (fit.exact, fit.padded, fit.eager) == ((1, 2, 4), {3: 4}, ())
+    # Depth 2: 3 tokens a request and no size a multiple of 3 (vllm-ascend PR #7148's
+    # class): no verify round replays the full graph.
+    fit = capture_fit(2, 4, sizes)
+    assert (fit.exact, fit.padded, fit.eager) == ((), {}, (1, 2, 3, 4))
+    assert "no full graph for 1 (3), 2 (6)" in fit.describe()
+    # Past the largest size: no graph either.
+    assert capture_fit(1, 20, sizes).eager == (17, 18, 19, 20)

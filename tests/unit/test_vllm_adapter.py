@@ -26,12 +26,13 @@ MODEL = ModelSpec(name="tiny", path="m", speculative_method="mtp", max_model_len
 adapter = adapter_for("vllm")
 
 
-def _cell(graph: str, depth: int, swa: str = "on") -> ServerCell:
+def _cell(graph: str, depth: int, swa: str = "on", draft: str = "target") -> ServerCell:
     return ServerCell(
         engine="cpu",
         family="vllm",
         model="tiny",
         graph_mode=graph,  # type: ignore[arg-type]
+        draft_graph_mode=draft,
         planned_graph_mode=graph,
         mtp_depth=depth,
         sliding_window=swa,  # type: ignore[arg-type]
@@ -155,8 +156,12 @@ def test_launch_flags_follow_the_cell() -> None:
     compiled = adapter.launch(_cell("compiled", 3, "off"), CPU, MODEL, "/m", "py", 9000)
     argv = list(compiled.argv)
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert spec == {"method": "mtp", "num_speculative_tokens": 3, "enforce_eager": True}
+    assert spec == {"method": "mtp", "num_speculative_tokens": 3}  # the drafter follows
     assert "--enforce-eager" not in argv
+    apart = adapter.launch(_cell("compiled", 3, draft="eager"), CPU, MODEL, "/m", "py", 9000)
+    argv_apart = list(apart.argv)
+    spec = json.loads(argv_apart[argv_apart.index("--speculative-config") + 1])
+    assert spec == {"method": "mtp", "num_speculative_tokens": 3, "enforce_eager": True}
     overrides = json.loads(argv[argv.index("--hf-overrides") + 1])
     assert overrides["sliding_window"] is None
     npu = adapter.launch(_cell("eager", 0), CPU, MODEL, "/m", "py", 9000, npu_ids=(4, 5))
