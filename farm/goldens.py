@@ -48,6 +48,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic_core import ErrorDetails
 
 from farm.errors import GoldenError
+from farm.inert import UntrustedText
 from farm.plan import ServerCell
 from farm.records import VariantResult
 from farm.spec import JobFile, JobSpec
@@ -159,14 +160,16 @@ class Golden(_Frozen):
     ``line`` where the benchmark is written.
     """
 
-    name: str
-    case: str
+    # From a case file (vllm-ascend's YAML is not the farm's): held as outside text;
+    # every channel shows it through its own function (farm.inert.CHANNELS).
+    name: UntrustedText
+    case: UntrustedText
     model: str
     method: str | None = None
     k: int = Field(ge=1)
     baseline: tuple[float, ...]
     threshold: float
-    dataset: str
+    dataset: UntrustedText
     batch_size: int
     source: str
     line: int | None = None

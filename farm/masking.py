@@ -28,10 +28,13 @@ __all__ = ["MASK", "mask_endpoint", "mask_mapping", "mask_secrets", "secret_valu
 
 MASK = "***"
 
-# scheme://user[:password]@ ; the password runs to the last @ before the path.
+# scheme://user[:password]@ ; the password runs to the last @ before the path. No word
+# boundary before the scheme: a URL glued to what precedes it (``\x1b[31mpostgresql://``
+# in an engine's coloured log, ``1https://``) is masked all the same.
 _USERINFO = re.compile(
-    r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/\s:@]*)(?::(?P<password>[^/\s]*))?@"
+    r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/\s:@]*)(?::(?P<password>[^/\s]*))?@"
 )
+_HTTP = ("http://", "https://")
 # A query parameter whose name says it is a secret: a word of the name (split at _ - .)
 # is one of these. ``sig``/``signature`` are presigned-URL credentials (S3, Azure SAS).
 _SECRET_WORDS = (
@@ -53,7 +56,7 @@ def mask_secrets(text: str) -> str:
     def userinfo(m: re.Match[str]) -> str:
         if m["password"] is not None:
             return f"{m['scheme']}{m['user']}:{MASK}@"
-        http = m["scheme"].lower() in ("http://", "https://")
+        http = m["scheme"].lower().endswith(_HTTP)
         return f"{m['scheme']}{MASK}@" if m["user"] and http else m[0]
 
     def param(m: re.Match[str]) -> str:
@@ -87,7 +90,7 @@ def secret_values(text: str) -> list[str]:
     for m in _USERINFO.finditer(text):
         if m["password"]:
             found.add(m["password"])
-        elif m["user"] and m["scheme"].lower() in ("http://", "https://"):
+        elif m["user"] and m["scheme"].lower().endswith(_HTTP):
             found.add(m["user"])
     found.update(m["value"] for m in _SECRET_PARAM.finditer(text) if m["value"])
     return sorted(found, key=len, reverse=True)

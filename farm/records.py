@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from farm.axes import AxisValue, OnOff, fold_axis_values
 from farm.bounds import Seconds, StoredInt
+from farm.inert import UntrustedText
 from farm.plan import ExcludedCell, ServerCell
 
 __all__ = [
@@ -120,7 +121,7 @@ class RequestRecord(_Frozen):
     finish_reason: str | None
     latency_s: Seconds
     correct: bool | None = None
-    error: str | None = None
+    error: UntrustedText | None = None  # an engine's or harness's: credentials masked
     counters: SpecCounters | None = None
     # The prompt set's own category (MT-Bench, SPEED-Bench), for acceptance by category.
     category: str | None = None
@@ -283,8 +284,10 @@ class CellResult(_Frozen):
     startup_s: Seconds | None = None
     generation_s: Seconds | None = None
     npus: StoredInt | None = None  # accelerators the server held; 0 on a CPU host
-    error: str | None = None
-    log_tail: str | None = None
+    # From the engine, its harness or a remote service: credentials masked when built
+    # (farm.inert.UntrustedText), so no report, alert or export can show them.
+    error: UntrustedText | None = None
+    log_tail: UntrustedText | None = None
     log_path: str | None = None
 
     @property

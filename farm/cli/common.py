@@ -16,13 +16,14 @@ imported by the functions that open it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console, ConsoleDimensions
+from rich.segment import Segment
 from rich.text import Text
 
 from farm.errors import FarmError, OutputError
@@ -79,6 +80,24 @@ class FarmConsole(Console):
     def size(self, new_size: tuple[int, int]) -> None:
         self._fixed_width = True
         self.width, self.height = new_size
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        # The terminal channel's net under every caller (farm.inert.terminal): whatever
+        # a table, a Text or a str printed holds, no escape sequence, carriage return or
+        # bidirectional override of its text reaches the terminal (`farm plan`'s env and
+        # extra_args, a store's rows). Rich's own control segments (cursor moves) pass.
+        return super()._render_buffer(_inert_segments(buffer))
+
+
+def _inert_segments(buffer: Iterable[Segment]) -> Iterator[Segment]:
+    from farm.inert import show_controls
+
+    for segment in buffer:
+        text = segment.text
+        if segment.control or text.isprintable():
+            yield segment
+        else:
+            yield Segment(show_controls(text, "\n\t"), segment.style, segment.control)
 
 
 console = FarmConsole(markup=False)

@@ -40,14 +40,15 @@ from typing import Any
 
 import httpx
 
+from farm.inert import untrusted
 from farm.notify.http import (
     NotifyError,
     RetryPolicy,
+    answer_text,
     check_http_url,
     log,
     mask_url,
     post_json,
-    redact,
 )
 
 __all__ = [
@@ -171,7 +172,8 @@ class GitHubClient:
             html_url = response.json().get("html_url")
         except ValueError:
             html_url = None
-        return str(html_url or f"{ref}")
+        # GitHub's answer: outside text (printed by the caller), credentials masked.
+        return untrusted(str(html_url)) if html_url else f"{ref}"
 
     def get_pull(self, ref: PullRequestRef) -> PullRequestInfo:
         """The pull request ``ref``: head and base commits. Raises GitHubError (404:
@@ -357,13 +359,14 @@ class GitHubClient:
                     response = http.request(method, url, json=payload, headers=self._headers())
                 except httpx.TransportError as exc:
                     reason = (
-                        f"{type(exc).__name__}: {redact(str(exc), [self.token]) or 'no detail'}"
+                        f"{type(exc).__name__}: "
+                        f"{answer_text(str(exc), [self.token]) or 'no detail'}"
                     )
                 else:
                     status = response.status_code
                     if 200 <= status < 300:
                         return response
-                    excerpt = redact(response.text[:300], [self.token]).strip()
+                    excerpt = answer_text(response.text[:300], [self.token])
                     reason = f"HTTP {status}" + (f": {excerpt}" if excerpt else "")
                     if 400 <= status < 500 and status != 429:
                         extra = f" ({hint[status]})" if status in hint else ""
@@ -406,7 +409,7 @@ class GitHubClient:
                     found.raise_for_status()
                     comments = found.json()
                 except (httpx.HTTPError, ValueError) as exc:
-                    reason = redact(f"{type(exc).__name__}: {exc}", [self.token])
+                    reason = answer_text(f"{type(exc).__name__}: {exc}", [self.token])
                     raise GitHubError(
                         f"github GET {mask_url(url)}: an earlier attempt may have posted the "
                         f"comment and listing the comments to check failed ({reason}); not "

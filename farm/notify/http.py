@@ -36,9 +36,18 @@ from urllib.parse import urlsplit
 import httpx
 
 from farm.errors import FarmError
+from farm.inert import Untrusted, show_controls, untrusted
 from farm.masking import mask_endpoint
 
-__all__ = ["NotifyError", "RetryPolicy", "check_http_url", "mask_url", "post_json", "redact"]
+__all__ = [
+    "NotifyError",
+    "RetryPolicy",
+    "answer_text",
+    "check_http_url",
+    "mask_url",
+    "post_json",
+    "redact",
+]
 
 # Raised before any byte of the request left: sending it again cannot post twice.
 _UNSENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
@@ -102,6 +111,14 @@ def redact(text: str, secrets: Sequence[str]) -> str:
     for secret in _expand(secrets):
         text = text.replace(secret, "***")
     return text
+
+
+def answer_text(text: str, secrets: Sequence[str]) -> Untrusted:
+    """A remote service's answer (a response body, its error message) as the farm
+    holds it from where it is read: outside text, its secrets redacted and URL
+    credentials masked, every control character but newline and tab shown escaped
+    (``\\x1b``), so no failure line built from it can move a terminal's cursor."""
+    return untrusted(show_controls(redact(text, secrets).strip(), "\n\t"))
 
 
 def _expand(secrets: Sequence[str]) -> list[str]:
@@ -302,7 +319,7 @@ def _attempt(http: httpx.Client, request: _Request) -> httpx.Response | _Retry:
 def _transport_failure(request: _Request, exc: httpx.TransportError) -> _Retry:
     """A POST that got no answer: retried if it was never sent, or if posting twice
     is safe; otherwise the caller's error."""
-    reason = f"{type(exc).__name__}: {redact(str(exc), request.secrets) or 'no detail'}"
+    reason = f"{type(exc).__name__}: {answer_text(str(exc), request.secrets) or 'no detail'}"
     if isinstance(exc, _UNSENT):
         return _Retry(reason)
     if not request.retry_all:
@@ -316,12 +333,12 @@ def _answered(request: _Request, response: httpx.Response) -> httpx.Response | _
     """The response if it is an accepted 2xx; a retryable failure for 429, or for
     other non-4xx statuses when posting twice is safe; otherwise the caller's error."""
     status = response.status_code
-    excerpt = redact(response.text[:_BODY_EXCERPT], request.secrets).strip()
+    excerpt = answer_text(response.text[:_BODY_EXCERPT], request.secrets)
     if 200 <= status < 300:
         refused = request.check(response) if request.check else None
         if refused is None:
             return response
-        raise request.fail(f"refused: {redact(refused, request.secrets)}")
+        raise request.fail(f"refused: {answer_text(refused, request.secrets)}")
     reason = f"HTTP {status}" + (f": {excerpt}" if excerpt else "")
     if status == 429:
         # Rate limited: the service did nothing, so a retry cannot post twice.

@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from farm.inert import UntrustedText
 from farm.results.alerts import METRIC_NAMES, AlertFigure, AlertRecord, metric_name
 
 __all__ = [
@@ -112,10 +113,12 @@ class Notice(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    title: str
+    # Lines may quote outside text (a commit subject, a failed step's error): held as
+    # such, credentials masked, in every channel and in the webhook's JSON body.
+    title: UntrustedText
     level: NoticeLevel = "info"
-    lines: tuple[str, ...] = ()
-    footer: str = ""
+    lines: tuple[UntrustedText, ...] = ()
+    footer: UntrustedText = ""
     link: str | None = None
     topic: str = ""
 

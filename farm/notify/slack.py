@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from farm.inert import show_controls
+from farm.inert import show_controls, slack_mrkdwn, untrusted
 from farm.notify.http import NotifyError, RetryPolicy, post_json
 from farm.notify.message import (
     MAX_ALERTS_PER_MESSAGE,
@@ -44,9 +44,14 @@ class SlackError(NotifyError):
 
 def _escape(text: str) -> str:
     # The three characters Slack's mrkdwn requires escaped (mentions and links are
-    # <...>); control characters shown escaped.
-    text = show_controls(text, "\n")
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    # <...>); control characters shown escaped; URL credentials masked.
+    return slack_mrkdwn(text)
+
+
+def _plain(text: str) -> str:
+    # A plain_text element or the notification's fallback: Slack shows it as written,
+    # but a terminal-style control character or a password must not ride along.
+    return show_controls(untrusted(text), "\n")
 
 
 def slack_payload(alerts: Sequence[AlertRecord]) -> dict[str, Any]:
@@ -64,7 +69,7 @@ def slack_payload(alerts: Sequence[AlertRecord]) -> dict[str, Any]:
     more = len(alerts) - len(shown)
     footer = (f"and {more} more; " if more else "") + "`farm alerts list` shows all"
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": footer}]})
-    fallback = "\n".join([title, *(alert_title(a) for a in shown)])
+    fallback = _plain("\n".join([title, *(alert_title(a) for a in shown)]))
     return {"text": fallback, "blocks": blocks}
 
 
@@ -83,7 +88,10 @@ def _sections(lines: Sequence[str], limit: int) -> list[str]:
 def slack_notice_payload(notice: Notice) -> dict[str, Any]:
     """The message for ``notice``: header, sections (within Slack's 50 blocks), context."""
     blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": notice.title[:_HEADER_MAX]}}
+        {
+            "type": "header",
+            "text": {"type": "plain_text", "text": _plain(notice.title)[:_HEADER_MAX]},
+        }
     ]
     sections = _sections([_escape(line) for line in notice.lines], _SECTION_MAX)
     for text in sections[: _MAX_BLOCKS - 2]:  # room for the header and the context
@@ -95,7 +103,7 @@ def slack_notice_payload(notice: Notice) -> dict[str, Any]:
         context.append(f"<{notice.link}|open>")
     text = " | ".join(context)[:_SECTION_MAX]
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": text}]})
-    return {"text": notice.title, "blocks": blocks}
+    return {"text": _plain(notice.title), "blocks": blocks}
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from html import escape
 from typing import Literal
 
 from farm.analysis.check_rules import CheckReport, Verdict
@@ -29,6 +28,7 @@ from farm.axes import (
     explicit,
     speculates,
 )
+from farm.inert import html_text
 from farm.records import CellResult, SweepRecord
 
 __all__ = [
@@ -357,10 +357,11 @@ def _text(
     x: float, y: float, text: str, cls: str = "", anchor: str = "middle", **attrs: str
 ) -> str:
     style = {"fill": "#1a1a1a", **_TEXT_STYLE.get(cls, {}), **attrs}
-    extra = "".join(f' {k}="{escape(v)}"' for k, v in style.items())
+    extra = "".join(f' {k}="{html_text(v)}"' for k, v in style.items())
     klass = f' class="{cls}"' if cls else ""
     return (
-        f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{klass}{extra}>{escape(text)}</text>'
+        f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{klass}{extra}>'
+        f"{html_text(text)}</text>"
     )
 
 
@@ -399,7 +400,7 @@ def heatmap_svg(grid: Grid, title: str = "", uid: str = "hm") -> str:
         f'<svg xmlns="http://www.w3.org/2000/svg" class="heatmap" role="img" '
         f'width="{width:.0f}" height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" '
         f'style="{_FONT}">',
-        f"<title>{escape(title or 'AL difference vs reference')}</title>",
+        f"<title>{html_text(title or 'AL difference vs reference')}</title>",
         "<defs>",
         f'<pattern id="{uid}-hatch" width="8" height="8" patternUnits="userSpaceOnUse" '
         'patternTransform="rotate(45)"><rect width="8" height="8" fill="#fff3f7"/>'
@@ -456,7 +457,7 @@ def _cell_svg(
         f'<g class="gridcell {cell.kind}{" flagged" if cell.flagged else ""}">',
         f'<rect class="cell" x="{x + 1:.1f}" y="{y + 1:.1f}" width="{w - 2:.1f}" '
         f'height="{h - 2:.1f}" fill="{fill}" stroke="{stroke}" stroke-width="{sw}"{dash}>'
-        f"<title>{escape(cell.detail)}</title></rect>",
+        f"<title>{html_text(cell.detail)}</title></rect>",
         _text(x + w / 2, y + h / 2 + (0 if sub else 4), main, "v", fill=fg),
     ]
     if sub:
@@ -525,7 +526,7 @@ def bars_svg(
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="bars" role="img" width="{w:.0f}" '
         f'height="{h:.0f}" viewBox="0 0 {w:.0f} {h:.0f}" style="{_FONT}">',
-        f"<title>{escape(title)}</title>",
+        f"<title>{html_text(title)}</title>",
         _text(4, 13, _fit(title, w - 8, _SMALL_W), "small", "start"),
     ]
     for frac in (0.0, 0.5, 1.0):
@@ -586,7 +587,7 @@ def trend_svg(
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="trend" role="img" width="{w:.0f}" '
         f'height="{h:.0f}" viewBox="0 0 {w:.0f} {h:.0f}" style="{_FONT}">',
-        f"<title>{escape(title)}</title>",
+        f"<title>{html_text(title)}</title>",
     ]
     for k, line in enumerate(_two_lines(title, w - 8)):
         parts.append(_text(4, 13 + 14 * k, line, "small", "start"))

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from farm.goldens import Golden
+from farm.inert import terminal
 
 __all__ = ["render_goldens"]
 
@@ -26,16 +27,20 @@ def _baseline(g: Golden) -> str:
 def render_goldens(goldens: Sequence[Golden], title: str) -> Table:
     """One row per golden: its case, model and source; the speculative method and k,
     dataset and batch size; the per-position baseline and its (absolute) threshold."""
-    table = Table(title=Text(title), title_justify="left", box=box.SIMPLE_HEAD)
+    table = Table(title=Text(terminal(title)), title_justify="left", box=box.SIMPLE_HEAD)
     figures = [_baseline(g) for g in goldens]
     table.add_column("golden: case, model, source", overflow="fold", ratio=3)
     table.add_column("method k, dataset, batch", overflow="fold", ratio=2)
     table.add_column("baseline", no_wrap=True, min_width=max(map(cell_len, figures), default=8))
     table.add_column("thr", no_wrap=True, justify="right")
     for g, figure in zip(goldens, figures, strict=True):
+        # Every word of a case file is outside text: no escape sequence reaches the
+        # terminal (farm.inert.terminal).
         table.add_row(
-            Text(f"{g.label}\n{g.model}\n{g.where}"),
-            Text(f"{g.method or '-'} k={g.k}\n{g.dataset}\nbatch {g.batch_size}"),
+            Text(f"{terminal(g.label)}\n{terminal(g.model)}\n{terminal(g.where)}"),
+            Text(
+                f"{terminal(g.method or '-')} k={g.k}\n{terminal(g.dataset)}\nbatch {g.batch_size}"
+            ),
             Text(figure),
             Text(f"{g.threshold:.2f}"),
         )

@@ -6,13 +6,13 @@ Pure: returns a string.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from html import escape
 from typing import TYPE_CHECKING
 
 from farm import __version__
 from farm.analysis.attribution import attribute, labels_from_report
 from farm.analysis.check_rules import CheckReport, Verdict
 from farm.analysis.summary import VariantSummary
+from farm.inert import html_text
 from farm.records import SweepRecord
 from farm.report.categories import CATEGORY_HEADINGS, category_rows
 from farm.report.charts import (
@@ -78,7 +78,9 @@ details summary { cursor: pointer; margin: 8px 0; }
 
 
 def _e(x: object) -> str:
-    return escape(str(x))
+    # The one way this page shows text (farm.inert.html_text): escaped, no control
+    # character, no URL credential (a bisection's repository, a cell's error).
+    return html_text(x)
 
 
 def _label(x: object) -> str:

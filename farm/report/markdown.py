@@ -19,7 +19,7 @@ from farm.analysis.history import HistoryPoint
 from farm.analysis.stats import Interval
 from farm.analysis.summary import VariantSummary
 from farm.comparable import ComparableKey
-from farm.inert import cut, github_cell, github_markdown
+from farm.inert import cut, github_cell, github_code, github_markdown
 from farm.records import SweepRecord
 from farm.report.categories import CATEGORY_HEADINGS, category_rows
 from farm.report.charts import al_grid
@@ -228,8 +228,15 @@ def render_markdown(
         lines += _trends(sweep, check_report, history)
     if check_report.notes or sweep.excluded:
         lines += ["", "### Notes", ""]
-        lines += [f"- {n.check}: {n.message}" for n in check_report.notes]
-        lines += [f"- excluded {e.label}: {e.reason}" for e in sweep.excluded]
+        # A note may quote a failed cell's error: outside text, shown verbatim in a
+        # code span where no tag, link or mention renders (farm.inert.github_code).
+        lines += [
+            f"- {github_markdown(n.check)}: {github_code(n.message)}" for n in check_report.notes
+        ]
+        lines += [
+            f"- excluded {github_markdown(e.label)}: {github_markdown(e.reason)}"
+            for e in sweep.excluded
+        ]
     lines += ["", f"<sub>mtp-farm {__version__}</sub>", ""]
     return "\n".join(lines)
 
@@ -430,7 +437,8 @@ def render_bisection(b: Bisection) -> str:
         "",
         f"**{github_markdown(b.headline())}**",
         "",
-        f"- searched: {b.searched()} from {b.good.commit[:12]} to {b.bad.commit[:12]}",
+        f"- searched: {github_markdown(b.searched())} from {b.good.commit[:12]} to "
+        f"{b.bad.commit[:12]}",
         f"- regressed variants: {github_markdown(', '.join(sorted(b.regressed)) or '-')}",
         f"- cost: {len(b.steps)} step(s), {b.builds_run} build(s), {b.cells_run} cell(s), "
         f"{b.wall_s:.0f} s wall",

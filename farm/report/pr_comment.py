@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from farm.analysis.compare import SweepComparison
 from farm.inert import github_markdown as md
+from farm.inert import untrusted
 from farm.report.markdown import render_comparison
 from farm.results.verdict import SweepVerdict
 
@@ -58,7 +59,8 @@ def render_pr_comment(
         lines.append("- bundled patches dropped: " + "; ".join(md(d) for d in dropped))
     if report_url:
         # A link the farm was given (--publish-url), shown as a link to itself.
-        link = f"<{report_url}>" if _LINKABLE.fullmatch(report_url) else md(report_url)
+        shown = untrusted(report_url)  # never a credential of the publishing host
+        link = f"<{shown}>" if _LINKABLE.fullmatch(shown) else md(shown)
         lines.append(f"- report: {link}")
     if quarantined:
         lines.append(

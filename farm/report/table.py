@@ -25,6 +25,7 @@ from rich.text import Text
 
 from farm.analysis import VariantSummary
 from farm.axes import REQUEST_AXES, axes_text
+from farm.inert import terminal
 from farm.plan import Plan
 from farm.report.figures import (
     FIGURE_HEADINGS,
@@ -79,7 +80,7 @@ def render_plan(plan: Plan, build_ids: dict[str, str] | None = None) -> list[Tab
         excluded.add_column("axes", overflow="fold")
         excluded.add_column("reason", overflow="fold")
         for e in plan.excluded:
-            excluded.add_row(Text(e.label), Text(e.reason))
+            excluded.add_row(Text(terminal(e.label)), Text(terminal(e.reason)))
         tables.append(excluded)
     return tables
 
@@ -88,8 +89,8 @@ def _status(r: VariantSummary) -> str:
     status = r.status if not r.failed_requests else f"{r.status} ({r.failed_requests} req failed)"
     if r.decided:
         status += f" ({r.decided})"
-    if r.error:
-        status += f": {r.error[:60]}"
+    if r.error:  # an engine's: no escape sequence reaches the terminal
+        status += f": {terminal(r.error[:60], newlines=True)}"
     return status
 
 

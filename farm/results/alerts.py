@@ -30,6 +30,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from farm.comparable import ComparableKey
+from farm.inert import UntrustedText
 
 __all__ = [
     "ALERT_STATES",
@@ -165,7 +166,7 @@ class AlertDetails(_Stored):
     sweep_id: int
     figures: tuple[AlertFigure, ...] = ()
     attribution: str | None = None
-    error: str | None = None
+    error: UntrustedText | None = None  # a cell's: credentials masked
     build_id: str | None = None  # the candidate cell's build (None: stored before builds)
 
     @property
@@ -181,7 +182,7 @@ class AlertCandidate(_Frozen):
     kind: AlertKind
     metric: str | None = None
     severity: Severity
-    summary: str
+    summary: UntrustedText  # may quote a cell's error: credentials masked
     details: AlertDetails
 
 
@@ -201,7 +202,7 @@ class AlertRecord(_Frozen):
     metric: str | None
     state: AlertState
     severity: Severity
-    summary: str
+    summary: UntrustedText  # may quote a cell's error: credentials masked
     details: AlertDetails
     first_sweep_id: int
     last_sweep_id: int
@@ -211,10 +212,10 @@ class AlertRecord(_Frozen):
     updated_at: datetime
     triaged_by: str | None = None
     triaged_at: datetime | None = None
-    note: str | None = None  # the triage's reason
+    note: UntrustedText | None = None  # the triage's reason
     link: str | None = None  # the bug, PR or bisection it was triaged to
     notified_at: datetime | None = None
-    news: str | None = None  # what the latest raising changed, until it is notified
+    news: UntrustedText | None = None  # what the latest raising changed, until it is notified
     recovered_sweep_id: int | None = None
 
     @property

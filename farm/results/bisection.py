@@ -14,6 +14,8 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from farm.inert import UntrustedText
+
 __all__ = [
     "BISECTION_STATUSES",
     "STEP_VERDICTS",
@@ -65,7 +67,7 @@ class Commit(_Stored):
     ``package==version``)."""
 
     sha: str
-    subject: str = ""
+    subject: UntrustedText = ""  # git metadata: credentials masked
     pr: int | None = None
     release: bool = False
 
@@ -228,7 +230,7 @@ class BisectStep(_Stored):
     sweep_id: int | None = None
     verdict: StepVerdict
     judgements: tuple[VariantJudgement, ...] = ()
-    reason: str = ""
+    reason: UntrustedText = ""  # a failed build's or cell's error: credentials masked
     engine_s: float = 0.0
     created_at: datetime | None = None
 
@@ -241,7 +243,9 @@ class Bisection(_Stored):
     job: str
     engine: str
     overlay: str | None = None
-    repo: str
+    # The job's source.repo: its user information (https://user:PASSWORD@host) masked
+    # when the bisection is built or read back, so no page or notice can show it.
+    repo: UntrustedText
     commits: tuple[Commit, ...]
     planned_cells: tuple[str, ...]
     regressed: dict[str, str]
@@ -250,7 +254,7 @@ class Bisection(_Stored):
     status: BisectionStatus = "running"
     first_bad: int | None = None
     last_good: int | None = None
-    reason: str = ""
+    reason: UntrustedText = ""
     builds_run: int = 0
     cells_run: int = 0
     wall_s: float = 0.0

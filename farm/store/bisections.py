@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from farm.errors import FarmError, StoreError
+from farm.inert import untrusted
 from farm.results.bisection import (
     Bisection,
     BisectionStatus,
@@ -55,7 +56,7 @@ def create_bisection(session: Session, bisection: Bisection) -> tuple[Bisection,
                 job=bisection.job,
                 engine=bisection.engine,
                 overlay=bisection.overlay,
-                repo=bisection.repo,
+                repo=untrusted(bisection.repo),  # never a source's password
                 good_commit=bisection.good.commit,
                 bad_commit=bisection.bad.commit,
                 commits=[c.model_dump(mode="json") for c in bisection.commits],
@@ -66,7 +67,7 @@ def create_bisection(session: Session, bisection: Bisection) -> tuple[Bisection,
                     "bad": bisection.bad.model_dump(mode="json"),
                 },
                 status=bisection.status,
-                reason=bisection.reason,
+                reason=untrusted(bisection.reason),
                 created_at=now,
             )
             session.add(row)
@@ -118,7 +119,7 @@ def record_step(session: Session, bisection_id: int, step: BisectStep) -> tuple[
                     sweep_id=step.sweep_id,
                     verdict=step.verdict,
                     figures=[j.model_dump(mode="json") for j in step.judgements],
-                    reason=step.reason,
+                    reason=untrusted(step.reason),
                     engine_s=step.engine_s,
                     created_at=now,
                 )
@@ -163,7 +164,7 @@ def finish_bisection(session: Session, bisection_id: int, outcome: SearchOutcome
         row.status = outcome.status
         row.first_bad = outcome.first_bad
         row.last_good = outcome.last_good
-        row.reason = outcome.reason
+        row.reason = untrusted(outcome.reason)
         row.finished_at = datetime.now(UTC)
         session.add(row)
 

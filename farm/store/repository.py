@@ -22,6 +22,7 @@ from sqlmodel import Session, col, select
 from farm import __version__
 from farm.comparable import ComparableKey
 from farm.errors import FarmError, StoreError
+from farm.inert import untrusted
 from farm.plan import ExcludedCell, Plan, ServerCell
 from farm.records import (
     CELL_OUTCOMES,
@@ -335,8 +336,9 @@ def save_cell_result(
         row.startup_s = result.startup_s
         row.generation_s = result.generation_s
         row.npus = result.npus
-        row.error = result.error
-        row.log_tail = result.log_tail
+        # Masked again here: a result changed by model_copy skipped its fields' masking.
+        row.error = None if result.error is None else untrusted(result.error)
+        row.log_tail = None if result.log_tail is None else untrusted(result.log_tail)
         row.log_path = result.log_path
         session.add(row)
         _insert_variants(session, sweep_id, _server_cell(row), cell_row_id, result.variants)
