@@ -31,7 +31,7 @@ _CORRECTNESS_METRICS = ("greedy_divergence", "accuracy")
 # Alerts come in this order of their findings' sources (the order they were raised in
 # before findings and alerts had one type): within the sweep, failed cells, the
 # baseline, history; then the goldens.
-_ORDER = ("within_sweep", "cells", "baseline", "history", "golden")
+_ORDER = ("label", "within_sweep", "cells", "baseline", "history", "golden")
 
 
 def alert_candidates(judgement: Judgement) -> list[AlertCandidate]:
@@ -90,6 +90,8 @@ def _candidate(key: str, findings: list[Finding], judgement: Judgement) -> Alert
 def _severity(first: Finding, figures: Iterable[AlertFigure]) -> Severity:
     if first.source == "cells":
         return "warning"
+    if first.source == "label":
+        return "critical"  # the night's comparisons of that cell cannot be trusted
     if first.source == "history":
         rel = first.relative
         return "critical" if rel is not None and rel <= -CRITICAL_RELATIVE_DROP else "warning"
@@ -107,6 +109,8 @@ def _severity(first: Finding, figures: Iterable[AlertFigure]) -> Severity:
 def _summary(first: Finding, figures: tuple[AlertFigure, ...]) -> str:
     if first.source in ("cells", "history"):
         return first.summary
+    if first.source == "label":
+        return f"{first.check}: {first.summary}"
     if first.source == "baseline":
         return f"{first.check}: {first.summary}"
     f = figures[0]

@@ -14,6 +14,9 @@
 
 and holds it to the goldens the job names (:mod:`farm.analysis.golden_check`: the
 per-position spec-decode gates vllm-ascend keeps), each miss a regression finding.
+Before any of that, a cell that ran as another configuration than its label says is a
+``label_mismatch`` finding of its own and is left out of every comparison
+(:mod:`farm.analysis.labels`).
 
 ``farm nightly``, ``farm alerts check``, ``farm pr``, ``farm compare``, each bisection
 step, the HTML report and the published pages take its result; alerts are derived from
@@ -36,6 +39,7 @@ from farm.analysis.compare import ComparedVariant, SweepComparison, compare_swee
 from farm.analysis.gate import nothing_compared
 from farm.analysis.golden_check import GOLDEN_CHECK, check_goldens
 from farm.analysis.history import HistoryAnalysis, HistoryConfig, HistoryPoint, analyze_histories
+from farm.analysis.labels import as_labelled, label_findings
 from farm.analysis.noise import NoiseRule, key_noise
 from farm.analysis.stats import Interval
 from farm.analysis.summary import patched_bases
@@ -188,8 +192,14 @@ def judge(
     if baseline is not None:
         _refuse_self_comparison(sweep, baseline)
     r = rules or JudgeRules()
-    findings: list[Finding] = []
+    # A cell that ran as another configuration is a finding, first, and is compared as
+    # nothing: every check below sees only cells that ran as their labels say.
+    findings: list[Finding] = label_findings(sweep, r.candidate_side)
     notes: list[str] = []
+    if baseline is not None:
+        notes += [f.summary for f in label_findings(baseline, r.baseline_side or "baseline")]
+        baseline = as_labelled(baseline)
+    sweep = as_labelled(sweep)
     within = (
         check_sweep(
             sweep,

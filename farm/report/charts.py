@@ -239,11 +239,22 @@ def al_grid(
     return Grid(
         mode=mode,
         reference=reference,
-        row_axis=" · ".join(axis(k).label for k in _ROW_AXES),
+        row_axis=" · ".join(axis(k).label for k in _shown_row_axes(rows)),
         col_axis=" · ".join(axis(k).label for k in col_names),
         rows=tuple(axes_text(dict(zip(_ROW_AXES, r, strict=True)), " · ") for r in rows),
         cols=col_labels,
         cells=cells,
+    )
+
+
+def _shown_row_axes(rows: Sequence[tuple[AxisValue, ...]]) -> tuple[str, ...]:
+    """The row axes a reader needs named: an axis added later whose every row holds its
+    implicit value (the job does not vary it) is left out, as the rows' labels leave
+    its value out."""
+    return tuple(
+        k
+        for i, k in enumerate(_ROW_AXES)
+        if axis(k).implicit is None or any(r[i] != axis(k).implicit for r in rows)
     )
 
 

@@ -62,6 +62,7 @@ Severity = Literal["critical", "warning"]
 # a confirmed change point over nightlies, a drop against the job's last good night
 # (farm.workflows.nightly), and a variant below a golden the team keeps (farm.goldens).
 AlertKind = Literal[
+    "label_mismatch",
     "graph_vs_eager",
     "patch_vs_base",
     "depth_invariance",

@@ -49,7 +49,8 @@ EXIT_FALSE_ALARM = 5
 # good night, or a PR's base build); history: change points over the job's nightlies;
 # cells: a cell that failed (no regression by itself); golden: a variant below a golden
 # the team keeps (farm.goldens: vllm-ascend's per-position spec-decode gates).
-FindingSource = Literal["within_sweep", "baseline", "history", "cells", "golden"]
+# "label": a cell that ran as another configuration than its label says.
+FindingSource = Literal["label", "within_sweep", "baseline", "history", "cells", "golden"]
 
 
 class _Stored(BaseModel):
