@@ -62,7 +62,7 @@ from farm.records import (
     VariantResult,
 )
 from farm.store.export import read_sweep_export
-from farm.workflows.nightly import judge_night
+from farm.workflows.nightly.decide import judge_night
 
 __all__ = ["minimum_detectable", "run_recorded"]
 

@@ -3,11 +3,11 @@
 A simulated 40-cell night (4 graph modes x MTP depth 0-4 x window on/off, 32 prompts,
 thinking on and off) is stored cell by cell in a real SQLite store after a stored
 baseline night, by a stand-in for the sweep runner that calls back as the real one does
-(:func:`farm.workflows.nightly_pipeline.run_nightly`, nothing else stubbed). For each
+(:func:`farm.workflows.nightly.run.run_nightly`, nothing else stubbed). For each
 cell the bench times how long the landing callback holds the runner: the time from a
 cell's result being stored to the next cell's start. ``inline`` judges and notifies
 inside the callback (what a nightly did before the checks moved beside the sweep);
-``beside`` is today's :class:`~farm.workflows.nightly_pipeline.EarlyChecks` queue.
+``beside`` is today's :class:`~farm.workflows.nightly.run.EarlyChecks` queue.
 Both runs judge every cell the same way and wait for every check before the night's
 end; the table compares where the time goes.
 
@@ -34,13 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from farm.plan import Plan, ServerCell, Variant
 from farm.records import SweepRecord
 from farm.store import Session, create_sweep, finish_sweep, open_store, save_cell_result
-from farm.workflows import nightly_pipeline
-from farm.workflows.nightly_pipeline import (
-    CellAlerts,
-    NightlyDeps,
-    NightlyRequest,
-    run_nightly,
-)
+from farm.workflows.nightly import run as nightly_run
+from farm.workflows.nightly.run import NightlyDeps, NightlyRequest, run_nightly
+from farm.workflows.nightly.steps import CellAlerts
 from tests.fakes.simulate import simulate_sweep
 
 CellStored = Callable[[int, str, datetime], None]
@@ -139,7 +135,7 @@ def main() -> None:
             for seed in range(1, 4):  # three clean nights: a baseline and some history
                 _store(url, _night(seed, regressed=False))
             night = _night(9, regressed=True)
-            patch = mock.patch.object(nightly_pipeline, "EarlyChecks", _Inline)
+            patch = mock.patch.object(nightly_run, "EarlyChecks", _Inline)
             with patch if mode == "inline" else _nothing():
                 held, total, told = _run(url, night, args.history)
         rows.append((mode, held, total, told))

@@ -45,7 +45,7 @@ from farm.records import SweepRecord
 from farm.runner import reference_runs
 from farm.spec import parse_job
 from farm.store.alerts import list_alerts
-from farm.workflows.pr_order import FailFast
+from farm.workflows.pr.order import FailFast
 
 REPO = Path(__file__).resolve().parents[1]
 FIX, CANARY = "fix-step3p5-mtp-layer-types", "canary-late-draft-token"

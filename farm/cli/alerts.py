@@ -1,6 +1,6 @@
 """`farm alerts list|triage|ack|resolve|check`: regression alerts in the store.
 
-`check` judges a stored sweep as `farm nightly` does (:func:`farm.workflows.nightly_pipeline.
+`check` judges a stored sweep as `farm nightly` does (:func:`farm.workflows.nightly.steps.
 check_alerts`: within the sweep, against the job's last good night, over its history),
 raises the alerts of its findings, notifies, and prints what it did.
 """
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from sqlmodel import Session
 
     from farm.goldens import GoldenCheck
-    from farm.workflows.nightly_pipeline import AlertCheck
+    from farm.workflows.alerts.steps import AlertCheck
 
 __all__ = ["alerts_app"]
 
@@ -235,7 +235,7 @@ def check_command(
     Exit status 4 when a notification channel failed (the alerts stay pending), as
     `farm nightly` gives for the same failure.
     """
-    from farm.workflows.nightly_pipeline import check_alerts
+    from farm.workflows.alerts.steps import check_alerts
 
     pairs = parse_pairs(base_of, "--base-of")
     against = _baseline(baseline)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from farm.results.bisection import Bisection
     from farm.runner import ReferenceRun
     from farm.spec import JobSpec
-    from farm.workflows.bisect_pipeline import BisectRun, SweepRunner
+    from farm.workflows.bisect.steps import BisectRun, SweepRunner
 
 __all__ = ["bisect_app"]
 
@@ -195,9 +195,9 @@ def bisect(
     is stored), 2 bad input.
     """
     from farm.cli.preflight import check_job
-    from farm.workflows.bisect_ends import BisectEnds, complete_ends, stored_ends
-    from farm.workflows.bisect_pipeline import run_bisection
-    from farm.workflows.bisect_setup import prepare_bisect
+    from farm.workflows.bisect.ends import BisectEnds, complete_ends, stored_ends
+    from farm.workflows.bisect.setup import prepare_bisect
+    from farm.workflows.bisect.steps import run_bisection
 
     pairs = parse_pairs(only, "--only", "AXIS=VALUE")
     _check_pr_ref(post_github)

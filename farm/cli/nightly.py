@@ -33,12 +33,8 @@ if TYPE_CHECKING:
     from farm.comparable import ComparableKey
     from farm.runner import ReferenceRun
     from farm.spec import JobFile
-    from farm.workflows.nightly_pipeline import (
-        CellAlerts,
-        CellStored,
-        NightlyCheck,
-        NightlyRequest,
-    )
+    from farm.workflows.nightly.run import CellStored, NightlyRequest
+    from farm.workflows.nightly.steps import CellAlerts, NightlyCheck
 
 __all__ = ["nightly_app"]
 
@@ -75,7 +71,7 @@ def _run(
     from farm.analysis.noise import NoiseRule
     from farm.cli.run import run_stored
     from farm.orchestrate.driver import SweepOptions
-    from farm.workflows.nightly_pipeline import sequential_references
+    from farm.workflows.nightly.steps import sequential_references
 
     def references(sweep: int) -> dict[ComparableKey, ReferenceRun]:
         with open_session(url) as session:
@@ -230,7 +226,7 @@ def nightly(
     """
     from farm.cli.preflight import check_job, check_resume
     from farm.goldens import job_goldens
-    from farm.workflows.nightly_pipeline import NightlyDeps, NightlyRequest, run_nightly
+    from farm.workflows.nightly.run import NightlyDeps, NightlyRequest, run_nightly
 
     pairs = parse_pairs(only, "--only", "AXIS=VALUE")
     try:

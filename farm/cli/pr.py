@@ -31,9 +31,9 @@ from farm.errors import FarmError
 if TYPE_CHECKING:
     from farm.notify.github import GitHubClient, PullRequestRef
     from farm.spec import JobSpec
-    from farm.workflows.pr_order import PrSweepPlan
-    from farm.workflows.pr_pipeline import PrCheck, PrSetup
-    from farm.workflows.pr_run import PrDeps, PrOutcome
+    from farm.workflows.pr.order import PrSweepPlan
+    from farm.workflows.pr.run import PrDeps, PrOutcome
+    from farm.workflows.pr.steps import PrCheck, PrSetup
 
 __all__ = ["pr_app"]
 
@@ -41,7 +41,7 @@ pr_app = typer.Typer(rich_markup_mode="markdown")
 
 
 class _BaseAt(StrEnum):
-    """``--base``: farm.workflows.pr_pipeline.BaseAt as typer's choices."""
+    """``--base``: farm.workflows.pr.steps.BaseAt as typer's choices."""
 
     branch = "branch"
     merge_base = "merge-base"
@@ -59,7 +59,7 @@ def _github(
         return None
     if repo is None:
         # The repository the PR belongs to, when it is on github.com.
-        from farm.workflows.pr import replaced_overlay
+        from farm.workflows.pr.decide import replaced_overlay
 
         overlay = replaced_overlay(setup.base)
         source = (
@@ -158,7 +158,7 @@ def _deps(
 ) -> PrDeps:
     """What the PR workflow is handed: the console, the sweep runner with its progress
     display, the store session, the GitHub client (None when nothing is posted)."""
-    from farm.workflows.pr_run import PrDeps
+    from farm.workflows.pr.run import PrDeps
 
     return PrDeps(
         say=say,
@@ -250,8 +250,8 @@ def pr(
     from farm.cli.preflight import check_job
     from farm.goldens import job_goldens
     from farm.settings import get_settings
-    from farm.workflows.pr import parse_age
-    from farm.workflows.pr_run import PrRequest, run_pr
+    from farm.workflows.pr.decide import parse_age
+    from farm.workflows.pr.run import PrRequest, run_pr
 
     pairs = parse_pairs(only, "--only", "AXIS=VALUE")
     try:

@@ -44,12 +44,7 @@ from farm.store.alerts import list_alerts
 from farm.store.db import _alembic_config, normalize_url
 from farm.store.spread import stored_spread
 from farm.store.verdicts import get_verdict, record_verdict
-from farm.workflows.nightly_pipeline import (
-    NightlyDeps,
-    NightlyOutcome,
-    NightlyRequest,
-    run_nightly,
-)
+from farm.workflows.nightly.run import NightlyDeps, NightlyOutcome, NightlyRequest, run_nightly
 from tests.integration.test_bad_input_store import fill_store
 from tests.integration.test_one_judgement import synthetic_night
 
@@ -318,7 +313,7 @@ def test_looks_carry_each_keys_calibrated_rule_once_its_history_is_there(
     nights: Nights,
 ) -> None:
     from farm.analysis.noise import NoiseRule
-    from farm.workflows.nightly_pipeline import sequential_references
+    from farm.workflows.nightly.steps import sequential_references
 
     def next_night() -> dict[
         ComparableKey, ReferenceRun

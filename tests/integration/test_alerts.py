@@ -50,7 +50,7 @@ from farm.store.alerts import (
 )
 from farm.store.export import EXPORT_FORMAT, read_sweep_export
 from farm.store.tables import metadata
-from farm.workflows.nightly_pipeline import check_alerts
+from farm.workflows.alerts.steps import check_alerts
 from tests.fakes.receiver import Receiver, receiver_fixture  # noqa: F401
 from tests.fakes.simulate import simulate_sweep
 

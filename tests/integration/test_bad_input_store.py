@@ -32,7 +32,7 @@ from farm.orchestrate.driver import plan_job
 from farm.plan import ExcludedCell, Plan
 from farm.records import BuildInfo, CellResult, RequestRecord, SpecCounters, VariantResult
 from farm.spec import load_job
-from farm.workflows.nightly_pipeline import check_alerts
+from farm.workflows.alerts.steps import check_alerts
 
 REPO = Path(__file__).resolve().parents[2]
 BRACKETS = "engine died: [/models/m/config.json] missing; [bold] and [think-on.arith] stay"

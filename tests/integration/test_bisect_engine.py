@@ -34,7 +34,7 @@ from farm import store
 from farm.cli.main import app
 from farm.records import BuildInfo
 from farm.store.bisections import list_bisections
-from farm.workflows.bisect import Bisection
+from farm.workflows.bisect.decide import Bisection
 from tests.fakes.plugin_repo import PluginRepo
 from tests.integration.tiny_job import tiny_job
 

@@ -33,8 +33,8 @@ from farm.records import BuildInfo, CellResult, SpecCounters, VariantResult
 from farm.runner import ReferenceRun
 from farm.spec import EngineSpec, GitSource, JobSpec, parse_job
 from farm.store.bisections import get_bisection, list_bisections
-from farm.workflows.bisect_pipeline import BisectRun, SweepRunner, run_bisection
-from farm.workflows.bisect_setup import prepare_bisect
+from farm.workflows.bisect.setup import prepare_bisect
+from farm.workflows.bisect.steps import BisectRun, SweepRunner, run_bisection
 from tests.fakes.plugin_repo import PluginRepo, git
 from tests.fakes.simulate import FloatArray, prompt_acceptance, simulate_requests
 
@@ -437,7 +437,7 @@ def test_an_alert_gives_the_engine_the_cell_and_both_ends(tmp_path: Path) -> Non
     last good night at commit 1 names the engine, the cell and both commits."""
     from farm.results.alerts import AlertCandidate, AlertDetails, AlertFigure, FigureInterval
     from farm.store.alerts import raise_alerts
-    from farm.workflows.bisect_ends import alert_ends, alert_refs
+    from farm.workflows.bisect.ends import alert_ends, alert_refs
 
     h = _history(tmp_path, 9)
     url = f"sqlite:///{tmp_path / 'farm.db'}"
@@ -484,7 +484,7 @@ def test_from_alert_bisects_the_nightly_alert_end_to_end(
     the cell and both ends from it and names the guilty commit, running only the
     alert's cell (the FAKE engine stands in for each step's sweep)."""
     from farm.store.alerts import list_alerts
-    from farm.workflows.nightly_pipeline import check_night
+    from farm.workflows.nightly.steps import check_night
 
     h = _history(tmp_path, 9)
     url = f"sqlite:///{tmp_path / 'farm.db'}"

@@ -285,8 +285,8 @@ def test_a_pypi_overlay_from_an_alert_is_bisected_on_layered_builds(
     nights' layered builds, builds each step as a layer over the one cached base, and
     skips the release whose wheel pip cannot install."""
     from farm.store.alerts import list_alerts
-    from farm.workflows.bisect_setup import prepare_bisect
-    from farm.workflows.nightly_pipeline import check_night
+    from farm.workflows.bisect.setup import prepare_bisect
+    from farm.workflows.nightly.steps import check_night
 
     job, job_file = _job(tmp_path, OVERLAYS)
     url = f"sqlite:///{tmp_path / 'farm.db'}"

@@ -274,7 +274,7 @@ def _aa_verdict(sweep: SweepRecord, cell: ServerCell, thinking: str) -> SweepVer
 def _store_spread(
     s: Session, nights: Sequence[SweepRecord], old: SweepRecord
 ) -> dict[int, list[KeyNoiseRow]]:
-    """The key spread as each nightly's verdict stores it (farm.workflows.night_spread):
+    """The key spread as each nightly's verdict stores it (farm.workflows.nightly.spread):
     over the nights up to it, night two an A/A night with a false alarm on the eager
     thinking-off key; and one at the old sweep, outside the range."""
     aa = [_aa_verdict(nights[1], CELL_EAGER, "off")]

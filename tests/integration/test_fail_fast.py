@@ -20,7 +20,7 @@ from farm.plan import ServerCell
 from farm.records import CellResult
 from farm.report.pr_comment import render_pr_progress
 from farm.spec import parse_job
-from farm.workflows.pr_order import FailFast, PrProgress, likely_first, past_regressions
+from farm.workflows.pr.order import FailFast, PrProgress, likely_first, past_regressions
 from tests.fakes.simulate import simulate_sweep
 from tests.integration.test_one_judgement import nightly_resume, store_sweep, synthetic_night
 

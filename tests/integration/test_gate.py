@@ -76,7 +76,7 @@ def test_nothing_compared_is_no_pass(two_sweeps: tuple[str, int, int], tmp_path:
 
 
 def test_a_pr_run_with_nothing_compared_is_an_error_status_not_success() -> None:
-    from farm.workflows.pr import commit_status, judge_pr
+    from farm.workflows.pr.decide import commit_status, judge_pr
     from tests.unit.test_pr_verdict import CAND, FAST, _sweep
 
     judged = judge_pr(

@@ -19,7 +19,7 @@ from farm.plan import Plan
 from farm.records import SweepRecord
 from farm.store import create_sweep, finish_sweep, open_store, save_cell_result
 from farm.store.verdicts import get_verdict
-from farm.workflows.nightly_pipeline import NightlyDeps, NightlyRequest, run_nightly
+from farm.workflows.nightly.run import NightlyDeps, NightlyRequest, run_nightly
 from tests.fakes.simulate import simulate_sweep
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ after the last cell (issue 25: alerts as cells finish).
 The nights are simulated (tests.fakes.simulate) and stored in SQLite; the night's
 sweep is stored cell by cell by a stand-in for the sweep runner that calls back as the
 real one does (no engine: what is checked is the order of store, judge and send in
-:func:`farm.workflows.nightly_pipeline.run_nightly`). Alerts go to a FAKE webhook
+:func:`farm.workflows.nightly.run.run_nightly`). Alerts go to a FAKE webhook
 receiver (a real local HTTP server, tests/fakes/receiver.py) through the farm's own
 webhook channel.
 """
@@ -24,13 +24,8 @@ from farm.plan import Plan, ServerCell, Variant
 from farm.records import SweepRecord
 from farm.store import Session, create_sweep, finish_sweep, open_store, save_cell_result
 from farm.store.alerts import list_alerts
-from farm.workflows.nightly_pipeline import (
-    CellAlerts,
-    NightlyDeps,
-    NightlyOutcome,
-    NightlyRequest,
-    run_nightly,
-)
+from farm.workflows.nightly.run import NightlyDeps, NightlyOutcome, NightlyRequest, run_nightly
+from farm.workflows.nightly.steps import CellAlerts
 from tests.fakes.receiver import Receiver, receiver_fixture  # noqa: F401
 from tests.integration.test_one_judgement import store_sweep, synthetic_night
 

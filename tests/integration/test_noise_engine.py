@@ -32,7 +32,7 @@ from farm.cli.main import app
 from farm.records import BuildInfo, SweepRecord
 from farm.results.verdict import SweepVerdict
 from farm.store.verdicts import get_verdict
-from farm.workflows.nightly import judge_night
+from farm.workflows.nightly.decide import judge_night
 from tests.integration.tiny_job import tiny_job
 
 pytestmark = pytest.mark.engine

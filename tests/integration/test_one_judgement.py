@@ -2,7 +2,7 @@
 check` and `farm compare` against the same baseline gives the same findings.
 
 The sweeps are simulated and stored in SQLite (no engine). ``farm nightly --resume N``
-is its workflow (:func:`farm.workflows.nightly_pipeline.run_nightly`, what the command
+is its workflow (:func:`farm.workflows.nightly.run.run_nightly`, what the command
 calls once it has read the job file; a sweep whose cells all ran is not run again);
 ``farm alerts check`` and ``farm compare`` run through typer's CliRunner.
 """
@@ -23,13 +23,8 @@ from farm.plan import Plan, ServerCell, Variant
 from farm.records import SweepRecord
 from farm.store import Session, create_sweep, finish_sweep, load_sweep, open_store, save_cell_result
 from farm.store.alerts import list_alerts
-from farm.workflows.nightly_pipeline import (
-    NightlyDeps,
-    NightlyOutcome,
-    NightlyRequest,
-    check_alerts,
-    run_nightly,
-)
+from farm.workflows.alerts.steps import check_alerts
+from farm.workflows.nightly.run import NightlyDeps, NightlyOutcome, NightlyRequest, run_nightly
 from tests.fakes.simulate import CellEffect, simulate_sweep
 
 runner = CliRunner()

@@ -33,7 +33,7 @@ from farm.cli.main import app
 from farm.records import BuildInfo
 from farm.results.verdict import SweepVerdict
 from farm.store.verdicts import get_verdict
-from farm.workflows.pr import commit_status
+from farm.workflows.pr.decide import commit_status
 from tests.fakes.github_server import FakeGitHub, FakePull, fake_github
 from tests.fakes.plugin_repo import PluginRepo
 from tests.integration.tiny_job import FIX, tiny_job

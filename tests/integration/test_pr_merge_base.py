@@ -22,8 +22,8 @@ from farm.builds.sources import SourceError
 from farm.cli.main import app
 from farm.errors import FarmError
 from farm.spec import GitSource, JobSpec, parse_job
-from farm.workflows.pr import with_replaced_source
-from farm.workflows.pr_pipeline import BaseAt, PrSetup, prepare_pr
+from farm.workflows.pr.decide import with_replaced_source
+from farm.workflows.pr.steps import BaseAt, PrSetup, prepare_pr
 from tests.fakes.plugin_repo import PluginRepo
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,8 +15,8 @@ import numpy as np
 from farm.plan import ServerCell, Variant
 from farm.spec import EngineSpec
 from farm.store import Session, open_store
-from farm.workflows.pr import BaselineSelection
-from farm.workflows.pr_pipeline import PrBaseline, PrSetup, check_pr, pr_judge_rules
+from farm.workflows.pr.decide import BaselineSelection
+from farm.workflows.pr.steps import PrBaseline, PrSetup, check_pr, pr_judge_rules
 from tests.fakes.simulate import simulate_sweep
 from tests.integration.test_alert_triage import _night
 from tests.integration.test_one_judgement import nightly_resume, store_sweep

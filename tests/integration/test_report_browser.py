@@ -34,7 +34,7 @@ from farm.cli.reports import render_report
 from farm.plan import Plan, ServerCell, Variant
 from farm.records import BuildInfo, CellResult, StoredCell, SweepRecord
 from farm.store import create_sweep, finish_sweep, open_store, record_build, save_cell_result
-from farm.workflows.nightly_pipeline import check_night, publish_night
+from farm.workflows.nightly.steps import check_night, publish_night
 from tests.fakes.simulate import simulate_sweep
 
 WIDTH, HEIGHT = 1280, 900

@@ -21,7 +21,7 @@ from farm.cli.main import app
 from farm.results.verdict import Finding, SweepVerdict
 from farm.store.bisections import create_bisection, record_step
 from farm.store.verdicts import record_verdict
-from farm.workflows.bisect import BisectStep
+from farm.workflows.bisect.decide import BisectStep
 from tests.integration.test_bad_input_store import fill_store
 from tests.unit.test_notify_notice import _bisection
 

@@ -1,5 +1,5 @@
 """The pure search of `farm bisect`: midpoints, skips, inconclusive answers, the step
-bound, PR numbers in subjects (farm.workflows.bisect)."""
+bound, PR numbers in subjects (farm.workflows.bisect.decide)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from farm.analysis.check_rules import CheckConfig
 from farm.analysis.rules import bisect_rules
 from farm.errors import FarmError
 from farm.records import CellResult, SweepRecord
-from farm.workflows.bisect import (
+from farm.workflows.bisect.decide import (
     Commit,
     StepVerdict,
     baseline_sweep_of,
@@ -276,7 +276,7 @@ def test_a_layered_build_source_names_its_overlay_release() -> None:
 
 
 def test_a_release_bisection_says_release() -> None:
-    from farm.workflows.bisect import Bisection, Endpoint
+    from farm.workflows.bisect.decide import Bisection, Endpoint
 
     commits = releases_between("p", LISTED, "0.30.1", "0.31.1")
     b = Bisection(

@@ -39,8 +39,8 @@ from farm.records import (
 from farm.report.golden_table import render_goldens
 from farm.results.verdict import SweepVerdict
 from farm.spec import check_job_paths, parse_job_file
-from farm.workflows.nightly import judge_night
-from farm.workflows.pr import commit_status, judge_pr
+from farm.workflows.nightly.decide import judge_night
+from farm.workflows.pr.decide import commit_status, judge_pr
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "goldens"

@@ -21,7 +21,7 @@ from farm.notify.message import Notice
 from farm.notify.slack import slack_payload
 from farm.notify.wecom import wecom_notice_payload, wecom_payload
 from farm.report.markdown import render_bisection
-from farm.workflows.bisect import Commit
+from farm.workflows.bisect.decide import Commit
 from tests.unit.test_notify import _alert
 from tests.unit.test_notify_notice import _bisection
 
@@ -121,7 +121,7 @@ def test_alert_notes_refuse_control_characters_and_old_ones_print_escaped(
 @pytest.mark.parametrize("bad", HOSTILE)
 def test_the_pr_comment_carries_labels_patches_and_links_inert(bad: str) -> None:
     from farm.report.pr_comment import render_pr_comment
-    from farm.workflows.pr import DroppedPatch, comment_marker, judge_pr
+    from farm.workflows.pr.decide import DroppedPatch, comment_marker, judge_pr
     from tests.unit.test_pr_verdict import BASE, CAND, FAST, _sweep
 
     dropped = (DroppedPatch(patch_id="a", reason="conflict", detail=bad),)

@@ -160,7 +160,11 @@ def test_pure_modules_import_no_store_renderer_or_channel() -> None:
 
 def test_no_workflow_decision_imports_a_renderer() -> None:
     # The pure decisions of the three uses (nightly, pr, bisect) feed the renderers.
-    pure = ("farm.workflows.nightly", "farm.workflows.pr", "farm.workflows.bisect")
+    pure = (
+        "farm.workflows.nightly.decide",
+        "farm.workflows.pr.decide",
+        "farm.workflows.bisect.decide",
+    )
     bad = [
         f"{m} imports {t}"
         for m in pure

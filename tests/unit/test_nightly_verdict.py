@@ -19,7 +19,7 @@ from farm.records import CellResult, StoredCell, SweepRecord
 from farm.report.html import render_html, render_verdict_index
 from farm.results.verdict import Finding, SweepVerdict, outcome_of
 from farm.spec import parse_job
-from farm.workflows.nightly import (
+from farm.workflows.nightly.decide import (
     BASELINE_CHECK,
     EarlierNight,
     aa_builds_differ,
@@ -305,11 +305,11 @@ def test_the_core_imports_no_io_and_the_command_module_no_stage() -> None:
     import sys
 
     code = (
-        "import sys, farm.workflows.nightly, farm.results.verdict\n"
+        "import sys, farm.workflows.nightly.decide, farm.results.verdict\n"
         "io = ('ray', 'sqlmodel', 'sqlalchemy', 'httpx', 'farm.store', 'farm.runner')\n"
         "print(','.join(m for m in io if m in sys.modules))\n"
         "import farm.cli.nightly\n"
-        "stages = ('farm.orchestrate.driver', 'farm.workflows.nightly_pipeline')\n"
+        "stages = ('farm.orchestrate.driver', 'farm.workflows.nightly.steps')\n"
         "print(','.join(m for m in stages if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

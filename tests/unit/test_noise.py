@@ -25,7 +25,7 @@ from farm.analysis.rules import night_rules
 from farm.analysis.stats import Interval
 from farm.plan import ServerCell, Variant
 from farm.records import SweepRecord
-from farm.workflows.nightly import judge_night
+from farm.workflows.nightly.decide import judge_night
 from tests.fakes.simulate import simulate_sweep
 
 DIFF = Interval(estimate=-0.03, low=-0.05, high=-0.01, level=0.95)

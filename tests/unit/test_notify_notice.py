@@ -29,7 +29,7 @@ from farm.notify import (
 from farm.notify.feishu import feishu_sign
 from farm.notify.webhook import IDEMPOTENCY_HEADER, NOTICE_TYPE, TIMESTAMP_HEADER
 from farm.report.notice import bisection_notice
-from farm.workflows.bisect import (
+from farm.workflows.bisect.decide import (
     Bisection,
     BisectStep,
     Commit,

@@ -13,8 +13,8 @@ import pytest
 
 from farm.notify.github import GitHubClient, GitHubError, PullRequestRef
 from farm.notify.http import RetryPolicy
-from farm.workflows.pr import comment_marker
-from farm.workflows.pr_pipeline import publish_pr
+from farm.workflows.pr.decide import comment_marker
+from farm.workflows.pr.steps import publish_pr
 from tests.fakes.github_server import FakeGitHub, FakePull, fake_github
 
 TOKEN = "ghp_OWNERownertoken0123456789abcdefSECRET"

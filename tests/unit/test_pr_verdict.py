@@ -17,7 +17,7 @@ from farm.plan import ServerCell, Variant, expand_matrix
 from farm.records import CellResult, StoredCell, SweepRecord
 from farm.report.pr_comment import render_pr_comment
 from farm.spec import GitSource, PullRequestSource, WheelSource, parse_job
-from farm.workflows.pr import (
+from farm.workflows.pr.decide import (
     PR_CHECK,
     DroppedPatch,
     StoredBaselineCell,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from farm.analysis.risk import touched_parts, touched_risk
 from farm.plan import ServerCell, Variant
-from farm.workflows.pr_order import likely_first
+from farm.workflows.pr.order import likely_first
 
 
 def _cell(graph: str, depth: int, window: str, prefix: str = "on") -> ServerCell:

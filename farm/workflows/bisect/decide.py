@@ -1,7 +1,7 @@
 """`farm bisect`: which commit between a good and a bad build dropped acceptance. Pure.
 
-No store, git or engine here (:mod:`farm.workflows.bisect_setup` and
-:mod:`farm.workflows.bisect_pipeline` do the I/O).
+No store, git or engine here (:mod:`farm.workflows.bisect.setup` and
+:mod:`farm.workflows.bisect.steps` do the I/O).
 
 - The *candidates* are the first-parent commits from the good commit to the bad one,
   oldest first: index 0 is the good end, the last index the bad end (:class:`Commit`);

@@ -21,9 +21,9 @@ from farm.spec import JobSpec
 from farm.store.alerts import get_alert
 from farm.store.bisections import get_bisection
 from farm.store.repository import load_sweep
-from farm.workflows.bisect import baseline_sweep_of
-from farm.workflows.bisect_setup import bisected_part
-from farm.workflows.pr import job_engine
+from farm.workflows.bisect.decide import baseline_sweep_of
+from farm.workflows.bisect.setup import bisected_part
+from farm.workflows.pr.decide import job_engine
 
 __all__ = ["AlertEnds", "BisectEnds", "alert_ends", "alert_refs", "complete_ends", "stored_ends"]
 

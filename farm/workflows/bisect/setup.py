@@ -29,14 +29,14 @@ from farm.orchestrate.driver import plan_job
 from farm.plan import ServerCell
 from farm.records import BuildInfo
 from farm.spec import BuildSource, EngineSpec, GitSource, JobSpec, PullRequestSource
-from farm.workflows.bisect import (
+from farm.workflows.bisect.decide import (
     Commit,
     check_release_ends,
     commit_of_source,
     release_of_source,
     releases_between,
 )
-from farm.workflows.pr import (
+from farm.workflows.pr.decide import (
     job_engine,
     replaced_overlay,
     replaced_source,

@@ -1,7 +1,7 @@
 """The I/O around `farm bisect`: measure the ends (stored cells of the same build
 reused), store the bisection, and run one step after another until the search of
-:mod:`farm.workflows.bisect` ends. What is searched, and every refusal that needs no
-measurement, is :mod:`farm.workflows.bisect_setup`.
+:mod:`farm.workflows.bisect.decide` ends. What is searched, and every refusal that needs no
+measurement, is :mod:`farm.workflows.bisect.setup`.
 
 The ends are measured first; a bad end that does not reproduce the drop, or a good end
 that shows it, is refused before the bisection is stored (the ends' cells stay in the
@@ -50,7 +50,7 @@ from farm.store.bisections import (
     record_step,
 )
 from farm.store.repository import SweepCost, sweep_cost
-from farm.workflows.bisect import (
+from farm.workflows.bisect.decide import (
     Bisection,
     BisectStep,
     Commit,
@@ -60,8 +60,8 @@ from farm.workflows.bisect import (
     judge_step,
     max_steps,
 )
-from farm.workflows.bisect_setup import BisectSetup, bisect_job_name, one_engine_job
-from farm.workflows.pr import cell_rule, select_baseline
+from farm.workflows.bisect.setup import BisectSetup, bisect_job_name, one_engine_job
+from farm.workflows.pr.decide import cell_rule, select_baseline
 
 __all__ = ["BisectRun", "SweepRunner", "run_bisection"]
 

@@ -14,13 +14,7 @@ pending and the next check (any sweep's, or ``farm alerts check``) sends it.
 
 from __future__ import annotations
 
-import os
-import queue
-import threading
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -42,8 +36,7 @@ from farm.analysis.summary import patched_bases, summarize_sweep
 from farm.comparable import ComparableKey
 from farm.errors import FarmError, OutputError
 from farm.goldens import GoldenCheck
-from farm.masking import mask_secrets
-from farm.notify.delivery import EXIT_UNDELIVERED, deliver, send_pending
+from farm.notify.delivery import deliver, send_pending
 from farm.notify.registry import Notifier, configured_notifiers
 from farm.records import SweepRecord
 from farm.report.html import render_html, render_verdict_index
@@ -63,36 +56,34 @@ from farm.store.repository import (
     job_history_series,
     job_sweeps,
     load_sweep,
-    sweep_builds,
     sweep_cost,
     sweep_job,
 )
 from farm.store.verdicts import get_verdict, job_verdicts, record_verdict, verdict_outcomes
-from farm.workflows.night_spread import store_night_spread
-from farm.workflows.nightly import (
+from farm.workflows.common import write_page
+from farm.workflows.nightly.decide import (
     EarlierNight,
     NightJudgement,
     aa_builds_differ,
     judge_night,
     last_good_night,
 )
+from farm.workflows.nightly.spread import store_night_spread
 
 __all__ = [
-    "AlertCheck",
     "Baseline",
     "CellAlerts",
     "NightlyCheck",
-    "NightlyDeps",
-    "NightlyOutcome",
-    "NightlyRequest",
     "check_aa_night",
-    "check_alerts",
     "check_landed_cell",
     "check_night",
+    "earlier_nights",
+    "flaky_keys",
     "judge_stored",
+    "last_good_id",
     "publish_night",
-    "run_nightly",
-    "write_page",
+    "recover_compared",
+    "sequential_references",
 ]
 
 # What a stored sweep is judged against: the job's last good night (as the nightly
@@ -122,13 +113,13 @@ class NightlyCheck(BaseModel):
     spread_error: str | None = None
 
 
-def _recover(session: Session, sweep_id: int, night: NightJudgement) -> list[AlertRecord]:
+def recover_compared(session: Session, sweep_id: int, night: NightJudgement) -> list[AlertRecord]:
     """Close the open alerts this sweep compared again without raising them."""
     raised = {c.key for c in night.alerts}
     return recover_alerts(session, sweep_id, night.judgement.checked, raised)
 
 
-def _earlier_nights(session: Session, job: str, sweep_id: int) -> list[EarlierNight]:
+def earlier_nights(session: Session, job: str, sweep_id: int) -> list[EarlierNight]:
     outcomes = verdict_outcomes(session, job, "nightly", sweep_id)
     aa = verdict_outcomes(session, job, "aa", sweep_id)
     return [
@@ -137,10 +128,10 @@ def _earlier_nights(session: Session, job: str, sweep_id: int) -> list[EarlierNi
     ]
 
 
-def _last_good(session: Session, sweep_id: int) -> int | None:
+def last_good_id(session: Session, sweep_id: int) -> int | None:
     """The last good night before night ``sweep_id`` (its cells are not read)."""
     job, _ = sweep_job(session, sweep_id)
-    return last_good_night(sweep_id, _earlier_nights(session, job, sweep_id))
+    return last_good_night(sweep_id, earlier_nights(session, job, sweep_id))
 
 
 def sequential_references(
@@ -151,7 +142,7 @@ def sequential_references(
     With ``history`` (> 1 sweeps, as the night will be judged) and ``noise``, each key
     with enough nights carries the calibrated rule its night will be judged by
     (:func:`farm.analysis.noise.look_calibration`), so that its looks decide by it."""
-    good = _last_good(session, sweep_id)
+    good = last_good_id(session, sweep_id)
     if good is None:
         return {}
     references = reference_runs((good, stored) for stored in load_sweep(session, good).cells)
@@ -192,7 +183,7 @@ def judge_stored(
                 f"(it ran {', '.join(sorted(ran)) or 'none'})"
             )
     if baseline == "last-good":
-        baseline = last_good_night(sweep_id, _earlier_nights(session, record.job, sweep_id))
+        baseline = last_good_night(sweep_id, earlier_nights(session, record.job, sweep_id))
     if isinstance(baseline, int):
         baseline = load_sweep(session, baseline)
     rules = night_rules(
@@ -268,7 +259,7 @@ def check_night(
     channels = list(configured_notifiers() if notifiers is None else notifiers)
     night = judge_stored(session, sweep_id, history=history, goldens=goldens)
     raised = raise_alerts(session, sweep_id, night.alerts)
-    recovered = _recover(session, sweep_id, night)
+    recovered = recover_compared(session, sweep_id, night)
     settled = settle_early_alerts(
         session, sweep_id, night.judgement.checked, {c.key for c in night.alerts}
     )
@@ -322,7 +313,7 @@ def check_aa_night(
     stored = get_verdict(session, sweep_id, "aa")
     if stored is not None:
         return _judged_before(session, stored, cost, history)
-    good = _last_good(session, sweep_id)
+    good = last_good_id(session, sweep_id)
     if good is None:
         raise FarmError(f"sweep {sweep_id}: --aa repeats the last good night; the job has none")
     baseline = load_sweep(session, good)
@@ -407,91 +398,6 @@ def check_landed_cell(
     )
 
 
-class AlertCheck(BaseModel):
-    """What one check-alert-notify pass (``farm alerts check``) did."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
-
-    sweep_id: int
-    judgement: Judgement
-    raised: tuple[AlertRecord, ...] = ()  # every alert the sweep raised or refreshed
-    recovered: tuple[AlertRecord, ...] = ()  # open alerts the sweep compared clean
-    fresh: tuple[AlertRecord, ...] = ()  # of those, the ones not yet notified
-    sent: tuple[AlertRecord, ...] = ()  # pending alerts handed to the channels (any sweep)
-    channels: tuple[str, ...] = ()
-    delivered_to: tuple[str, ...] = ()  # the channels that took the sent alerts
-    errors: tuple[str, ...] = ()  # one per failed channel, secrets masked
-
-    @property
-    def comparisons(self) -> int:
-        return self.judgement.comparisons
-
-    @property
-    def findings(self) -> int:
-        """How many regressions were found (failed cells are not counted)."""
-        return len(self.judgement.regressions)
-
-    @property
-    def delivered(self) -> bool:
-        """True when no channel failed (the sent alerts are marked notified)."""
-        return not self.errors
-
-
-def check_alerts(
-    session: Session,
-    sweep_id: int,
-    *,
-    baseline: Baseline = "last-good",
-    base_of: Mapping[str, str] | None = None,
-    history: int = 0,
-    notifiers: Sequence[Notifier] | None = None,
-    goldens: Sequence[GoldenCheck] = (),
-) -> AlertCheck:
-    """Judge stored sweep ``sweep_id`` (:func:`judge_stored`), record its alerts, notify
-    pending ones. Stores no verdict: a nightly's verdict is the nightly's.
-
-    ``notifiers`` default to the configured channels (``FARM_NOTIFY_*``); pass ``()``
-    to notify nobody. A failed channel leaves every alert pending: the next pass sends
-    again, a duplicate in the channels that worked rather than silence. Raises
-    StoreError (store), NotifyError (invalid channel settings).
-    """
-    night = judge_stored(
-        session,
-        sweep_id,
-        baseline=baseline,
-        history=history,
-        base_of=base_of,
-        goldens=goldens,
-    )
-    alerts = raise_alerts(session, sweep_id, night.alerts)
-    recovered = _recover(session, sweep_id, night)
-    channels = list(configured_notifiers() if notifiers is None else notifiers)
-    pending, took, errors = send_pending(session, channels)
-    return AlertCheck(
-        sweep_id=sweep_id,
-        judgement=night.judgement,
-        raised=tuple(alerts),
-        recovered=tuple(recovered),
-        fresh=tuple(a for a in alerts if a.needs_notification),
-        sent=tuple(pending),
-        channels=tuple(n.name for n in channels),
-        delivered_to=tuple(took),
-        errors=tuple(str(e) for e in errors),
-    )
-
-
-def write_page(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all (a reader never sees half a page);
-    OutputError when it cannot be written."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
 def publish_night(
     session: Session, check: NightlyCheck, folder: Path, *, history: int = 14
 ) -> list[Path]:
@@ -529,226 +435,3 @@ def publish_night(
     write_page(folder / "index.html", render_verdict_index(record.job, published))
     written.append(folder / "index.html")
     return written
-
-
-# Statuses of a sweep whose every cell ran: nothing left for --resume to run.
-_FINISHED = ("ok", "failed")
-
-
-@dataclass(frozen=True)
-class NightlyRequest:
-    """What `farm nightly` was asked: the job's name, the store, the sweep to resume
-    (an id, ``latest`` of the job, or None for a new sweep), the history checks' depth,
-    whether to notify, the report folder, the goldens the job names, and whether the
-    night is an A/A night (``--aa``: the last good night's builds again, judged as
-    every night, its findings false alarms: nothing alerted or notified)."""
-
-    job: str
-    url: str
-    history: int
-    resume: int | Literal["latest"] | None = None
-    notify: bool = True
-    folder: Path | None = None
-    goldens: tuple[GoldenCheck, ...] = ()
-    aa: bool = False
-
-
-# Told by the sweep each time a cell's result is stored: (sweep id, cell id, its end).
-CellStored = Callable[[int, str, datetime], None]
-
-
-def _ignore(checked: CellAlerts) -> None:
-    pass
-
-
-@dataclass(frozen=True)
-class NightlyDeps:
-    """The I/O a nightly is handed: ``run_sweep`` runs a new sweep (None) or finishes
-    one, calling back as each cell is stored, and returns its id; ``check_resume``
-    refuses a sweep another job or slice started; ``judged`` is told the check as soon
-    as the verdict exists, ``cell_checked`` each stored cell's early check."""
-
-    open_session: Callable[[str], AbstractContextManager[Session]]
-    run_sweep: Callable[[int | None, CellStored], int]
-    check_resume: Callable[[int], None]
-    judged: Callable[[NightlyCheck], None]
-    cell_checked: Callable[[CellAlerts], None] = _ignore
-    notifiers: Sequence[Notifier] | None = None  # None: the channels FARM_NOTIFY_* sets
-    # An A/A night's builds before it runs (engine -> build id, None: unresolved), held
-    # to the last good night's; None: checked once the sweep is stored only.
-    planned_builds: Callable[[], Mapping[str, str | None]] | None = None
-
-
-@dataclass(frozen=True)
-class NightlyOutcome:
-    """What the night did: its check (verdict, alerts, notifications), pages written."""
-
-    check: NightlyCheck
-    pages: tuple[Path, ...] = ()
-    page_error: str | None = None  # the pages could not be written (the verdict is stored)
-
-    @property
-    def exit_status(self) -> int:
-        """:data:`~farm.notify.delivery.EXIT_UNDELIVERED` when a channel failed, else the
-        verdict's status; 2 when a clean night's pages could not be written."""
-        if self.check.errors:
-            return EXIT_UNDELIVERED
-        return self.check.verdict.exit_status or (2 if self.page_error else 0)
-
-
-def run_nightly(request: NightlyRequest, deps: NightlyDeps) -> NightlyOutcome:
-    """Run (or finish) the job's sweep, judge it once, raise, notify, publish. A night
-    already judged is not run or judged again. FarmError for a sweep to resume that does
-    not exist or is not this job's, or results that were not stored. Each cell's
-    alerts are raised and sent as the cell is stored (:func:`check_landed_cell`). An
-    A/A night (``request.aa``) raises and sends nothing (:func:`check_aa_night`);
-    FarmError, before anything runs, when its planned builds are not the last good
-    night's."""
-    notifiers = deps.notifiers if request.notify else ()
-    kind: Literal["nightly", "aa"] = "aa" if request.aa else "nightly"
-    # The last good night does not change while the night runs: read once.
-    last_good: dict[int, SweepRecord | None] = {}
-
-    def check_cell(sweep: int, cell_id: str, ended: datetime) -> None:
-        try:
-            with deps.open_session(request.url) as session:
-                if sweep not in last_good:
-                    good = _last_good(session, sweep)
-                    last_good[sweep] = load_sweep(session, good) if good is not None else None
-                checked = check_landed_cell(
-                    session,
-                    sweep,
-                    cell_id,
-                    notifiers=notifiers,
-                    baseline=last_good[sweep],
-                    history=request.history,
-                    goldens=request.goldens,
-                )
-        except Exception as exc:  # early and best effort: never sinks the sweep
-            failed = mask_secrets(f"{type(exc).__name__}: {exc}")
-            checked = CellAlerts(cell_id=cell_id, failed=failed)
-        if checked.sent:
-            after = (datetime.now(UTC) - ended).total_seconds()
-            checked = checked.model_copy(update={"sent_after_s": after})
-        deps.cell_checked(checked)
-
-    # An A/A night's findings are false alarms: no early alert either.
-    with EarlyChecks(None if request.aa else check_cell) as landed:
-        sweep_id = _run_or_resume(request, deps, kind, landed)
-    pages: list[Path] = []
-    page_error: str | None = None
-    with deps.open_session(request.url) as session:
-        if request.aa:
-            check = check_aa_night(
-                session, sweep_id, history=request.history, goldens=request.goldens
-            )
-        else:
-            check = check_night(
-                session,
-                sweep_id,
-                history=request.history,
-                notifiers=notifiers,
-                goldens=request.goldens,
-            )
-        deps.judged(check)
-        folder = request.folder
-        # A night judged before whose page was never written (the folder failed then)
-        # gets its page now.
-        if folder is not None and (
-            check.judged or not (folder / f"sweep-{sweep_id}.html").exists()
-        ):
-            try:
-                pages = publish_night(session, check, folder, history=request.history)
-            except OutputError as exc:
-                page_error = str(exc)
-    return NightlyOutcome(check=check, pages=tuple(pages), page_error=page_error)
-
-
-def _run_or_resume(
-    request: NightlyRequest,
-    deps: NightlyDeps,
-    kind: Literal["nightly", "aa"],
-    landed: CellStored,
-) -> int:
-    """Run the night's sweep, or finish the one ``--resume`` names unless it is finished
-    or judged; its id."""
-    sweep_id = _resume_id(request, deps)
-    if sweep_id is not None:
-        with deps.open_session(request.url) as session:
-            status = load_sweep(session, sweep_id).status
-            judged = get_verdict(session, sweep_id, kind) is not None
-        if not judged:
-            deps.check_resume(sweep_id)
-        if status not in _FINISHED and not judged:
-            _check_aa_builds(request, deps, sweep_id)
-            sweep_id = deps.run_sweep(sweep_id, landed)
-    else:
-        _check_aa_builds(request, deps, None)
-        sweep_id = deps.run_sweep(None, landed)
-    return sweep_id
-
-
-class EarlyChecks:
-    """The early per-cell checks, beside the sweep (a worker thread and a queue): landing
-    a cell only queues it, so the next cell starts without waiting for judging or chat.
-    Leaving the context waits for the queued checks, so the night's end settles every
-    early alert (:func:`check_night`). ``check`` None: a landed cell is not checked."""
-
-    def __init__(self, check: CellStored | None) -> None:
-        self._check = check
-        self._queue: queue.SimpleQueue[tuple[int, str, datetime] | None] = queue.SimpleQueue()
-        self._worker: threading.Thread | None = None
-
-    def __enter__(self) -> CellStored:
-        return self.landed
-
-    def landed(self, sweep: int, cell_id: str, ended: datetime) -> None:
-        if self._check is None:
-            return
-        if self._worker is None:
-            self._worker = threading.Thread(target=self._work, name="early-checks", daemon=True)
-            self._worker.start()
-        self._queue.put((sweep, cell_id, ended))
-
-    def _work(self) -> None:
-        assert self._check is not None
-        while (item := self._queue.get()) is not None:
-            self._check(*item)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._worker is not None:
-            self._queue.put(None)
-            self._worker.join()
-
-
-def _check_aa_builds(request: NightlyRequest, deps: NightlyDeps, sweep_id: int | None) -> None:
-    """Before an A/A night runs (a new sweep, or the rest of ``sweep_id``): its planned
-    builds must be the last good night's. FarmError saying which differ, or that the
-    job has no good night to repeat."""
-    if not request.aa or deps.planned_builds is None:
-        return
-    with deps.open_session(request.url) as session:
-        if sweep_id is None:
-            newest = job_sweeps(session, request.job)
-            sweep_id = newest[0].id + 1 if newest else 1  # as if the next night
-        good = last_good_night(sweep_id, _earlier_nights(session, request.job, sweep_id))
-        if good is None:
-            raise FarmError(
-                f"--aa repeats the job's last good night, and job {request.job!r} has none: "
-                "run `farm nightly` first"
-            )
-        then = sweep_builds(session, good)
-    differ = aa_builds_differ(deps.planned_builds(), then, good)
-    if differ is not None:
-        raise FarmError(differ)
-
-
-def _resume_id(request: NightlyRequest, deps: NightlyDeps) -> int | None:
-    """The sweep ``--resume`` names: ``latest`` is the job's newest sweep."""
-    if request.resume != "latest":
-        return request.resume
-    with deps.open_session(request.url) as session:
-        ids = [s.id for s in job_sweeps(session, request.job)]
-    if not ids:
-        raise FarmError(f"--resume latest: the store holds no sweep of job {request.job!r}")
-    return ids[0]

@@ -1,6 +1,6 @@
 """A pull request's verdict: the candidate build against the same engine at the PR's base.
 
-Pure: no store, git or HTTP here (:mod:`farm.workflows.pr_pipeline` does the I/O).
+Pure: no store, git or HTTP here (:mod:`farm.workflows.pr.steps` does the I/O).
 
 - The *candidate* is the job's engine with one source replaced by the PR head: the
   first overlay with a git source when the engine has one (a vllm-ascend PR on a cached

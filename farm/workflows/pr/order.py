@@ -26,7 +26,7 @@ from farm.records import CellResult, StoredCell, SweepRecord
 from farm.runner import ReferenceRun
 from farm.spec import JobSpec
 from farm.store.verdicts import job_verdicts
-from farm.workflows.pr import pr_job_name
+from farm.workflows.pr.decide import pr_job_name
 
 __all__ = ["FailFast", "PrProgress", "PrSweepPlan", "likely_first", "past_regressions"]
 

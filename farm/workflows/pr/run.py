@@ -29,15 +29,15 @@ from farm.report.pr_comment import render_pr_progress
 from farm.runner import reference_runs
 from farm.spec import JobSpec
 from farm.store import normalize_url
-from farm.workflows.pr import comment_marker, pr_job
-from farm.workflows.pr_order import (
+from farm.workflows.pr.decide import comment_marker, pr_job
+from farm.workflows.pr.order import (
     FailFast,
     PrProgress,
     PrSweepPlan,
     likely_first,
     past_regressions,
 )
-from farm.workflows.pr_pipeline import (
+from farm.workflows.pr.steps import (
     BaseAt,
     PrBaseline,
     PrCheck,

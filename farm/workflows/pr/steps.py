@@ -46,8 +46,8 @@ from farm.spec import (
 from farm.store.baselines import cells_of_build
 from farm.store.repository import SweepCost, load_sweep, sweep_cost
 from farm.store.verdicts import record_verdict
-from farm.workflows.nightly_pipeline import flaky_keys
-from farm.workflows.pr import (
+from farm.workflows.nightly.steps import flaky_keys
+from farm.workflows.pr.decide import (
     BaselineSelection,
     DroppedPatch,
     PrJudgement,
@@ -471,7 +471,7 @@ def write_pr_report(session: Session, check: PrCheck, folder: Path) -> Path:
     from farm.analysis.summary import summarize_sweep
     from farm.errors import OutputError
     from farm.report.html import render_html
-    from farm.workflows.nightly_pipeline import write_page
+    from farm.workflows.common import write_page
 
     verdict = check.judgement.verdict
     record = load_sweep(session, verdict.sweep_id)

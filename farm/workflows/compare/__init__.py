@@ -1,0 +1,1 @@
+"""`farm compare`: decide (judge two sweeps), steps (post), run (the workflow)."""

@@ -1,0 +1,1 @@
+"""`farm nightly`: decide (pure), steps (the store, alerts, pages), run (the workflow)."""

@@ -1,0 +1,1 @@
+"""`farm pr`: decide (pure), steps (sources, baseline, GitHub), order, run (the workflow)."""
