@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from farm.analysis.labels import label_mismatches
 from farm.axes import REQUEST_AXES, AxisValue, variant_label
 from farm.records import (
     BuildInfo,
@@ -108,7 +109,8 @@ class VariantSummary(BaseModel):
 
 
 def _baseline_key(stored: StoredCell, variant: VariantResult) -> tuple[AxisValue, ...]:
-    """Every axis but the MTP depth, with the planned graph mode."""
+    """Every axis but the MTP depth, with the planned graph mode (a cell that ran as
+    another mode is not paired at all: :func:`farm.analysis.labels.label_mismatches`)."""
     axes = stored.cell.variant_key(variant.axes).axis_values()
     return tuple(v for k, v in axes.items() if k != "mtp_depth")
 
@@ -117,12 +119,15 @@ def summarize_sweep(sweep: SweepRecord) -> tuple[VariantSummary, ...]:
     """Summarise every variant of ``sweep``.
 
     Greedy agreement compares each request's output with the same prompt's output
-    of the speculation-off cell (MTP depth 0) that shares engine, model, effective
-    graph mode, sliding window, thinking and workload: under greedy decoding,
-    speculation must not change the output (DESIGN.md section 5).
+    of the speculation-off cell (MTP depth 0) that shares engine, model, graph mode,
+    sliding window, thinking and workload: under greedy decoding, speculation must not
+    change the output. Only cells that ran as their labels say are paired (a cell the
+    engine ran as another mode has no agreement figure).
     """
     baselines: dict[tuple[AxisValue, ...], dict[str, str | None]] = {}
     for stored in sweep.cells:
+        if label_mismatches(stored):
+            continue
         if not stored.cell.speculative and stored.result is not None:
             for v in stored.result.variants:
                 baselines[_baseline_key(stored, v)] = {
@@ -151,7 +156,7 @@ def summarize_sweep(sweep: SweepRecord) -> tuple[VariantSummary, ...]:
             ok = [r for r in v.requests if r.error is None]
             scored = [r for r in ok if r.correct is not None]
             same = compared = None
-            base = baselines.get(_baseline_key(stored, v))
+            base = None if label_mismatches(stored) else baselines.get(_baseline_key(stored, v))
             if base is not None and cell.speculative:
                 shared = [r for r in ok if r.prompt_id in base]
                 # Text pruned (`farm db prune`) on either side: that prompt's agreement

