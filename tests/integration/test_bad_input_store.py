@@ -408,10 +408,11 @@ def full_disk(db: Path, tmp_path: Path) -> Iterator[Path]:
     try:
         path = mount / "farm.db"
         shutil.copyfile(db, path)
-        with (mount / "fill").open("wb") as fill, contextlib.suppress(OSError):
+        # Unbuffered: a buffered file would keep the last partial block and raise
+        # ENOSPC again when it closes (how it fell depended on the store's size).
+        with (mount / "fill").open("wb", buffering=0) as fill, contextlib.suppress(OSError):
             while True:
                 fill.write(b"\0" * 65536)
-                fill.flush()
         yield path
     finally:
         subprocess.run(["umount", str(mount)], check=False)
