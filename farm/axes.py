@@ -22,6 +22,7 @@ __all__ = [
     "SERVER_AXES",
     "Axis",
     "AxisValue",
+    "Deployment",
     "DraftGraphMode",
     "GraphMode",
     "OnOff",
@@ -41,6 +42,9 @@ GraphMode = Literal["eager", "compiled", "piecewise", "full_decode_only", "full"
 # graph-mode target (vLLM's speculative config ``"enforce_eager": true``).
 DraftGraphMode = Literal["target", "eager"]
 OnOff = Literal["on", "off"]
+# How a cell's servers are deployed: one server doing prefill and decode, or a prefill
+# server and a decode server joined by a KV connector (disaggregated prefill/decode).
+Deployment = Literal["colocated", "pd"]
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,18 @@ AXES: tuple[Axis, ...] = (
         # Both engine families cache prefixes unless told not to (vLLM v1, sglang's
         # radix cache): every result before the axis was measured with it on.
         implicit="on",
+    ),
+    Axis(
+        "deployment",
+        "server",
+        "deployment",
+        words=get_args(Deployment),
+        default=("colocated",),
+        short="deploy",
+        # One server per cell until the axis existed: every earlier result was measured
+        # colocated. ``pd``: a prefill and a decode server, acceptance read on the
+        # decode side (vllm-ascend #13523, #12521).
+        implicit="colocated",
     ),
     Axis(
         "thinking",

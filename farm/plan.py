@@ -1,7 +1,8 @@
 """Expand a job into server-level cells and request-level variants. Pure: no I/O.
 
-A server-level cell (engine x model x graph mode x MTP depth x sliding window) gets
-one engine server; thinking mode and workloads are variants served by that server.
+A server-level cell (engine x model x graph mode x MTP depth x sliding window x ...)
+gets one engine server (two in a disaggregated prefill/decode cell, deployment pd);
+thinking mode and workloads are variants served by that server.
 Cells an engine cannot express exactly are remapped (the remap is recorded) or
 excluded with a reason, never silently dropped.
 """
@@ -23,6 +24,7 @@ from farm.axes import (
     SERVER_AXES,
     Axis,
     AxisValue,
+    Deployment,
     DraftGraphMode,
     GraphMode,
     OnOff,
@@ -131,6 +133,9 @@ class Capabilities(_Frozen):
     default_graph_seqs: int = 16
     # Why the job's capture sizes do not reach this engine (None: they do).
     capture_sizes_reason: str | None = None
+    # Why this build cannot run a disaggregated prefill/decode cell (deployment pd:
+    # a prefill server and a decode server joined by a KV connector); None: it can.
+    pd_reason: str | None = None
 
 
 class Variant(_Frozen):
@@ -236,6 +241,15 @@ class ServerCell(_Frozen):
     @property
     def prefix_caching(self) -> OnOff:
         return cast(OnOff, self.axes["prefix_caching"])
+
+    @property
+    def deployment(self) -> Deployment:
+        return cast(Deployment, self.axes["deployment"])
+
+    @property
+    def disaggregated(self) -> bool:
+        """Whether the cell runs a prefill and a decode server (deployment pd)."""
+        return self.deployment == "pd"
 
     @property
     def cell_id(self) -> str:
@@ -427,6 +441,8 @@ def _apply_capabilities(
         else:
             seqs = model.max_num_seqs or caps.default_graph_seqs
             remaps.append(capture_fit(depth, seqs, model.capture_sizes).describe())
+    if axes["deployment"] == "pd" and caps.pd_reason is not None:
+        return caps.pd_reason
     if axes["sliding_window"] == "off" and not caps.sliding_window_toggle:
         return f"{engine.name} cannot switch the sliding window off"
     if not model.thinking:

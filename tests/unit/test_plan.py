@@ -160,3 +160,28 @@ def test_capture_sizes_against_depth_say_which_rounds_pad_or_miss_the_graph() ->
     assert "no full graph for 1 (3), 2 (6)" in fit.describe()
     # Past the largest size: no graph either.
     assert capture_fit(1, 20, sizes).eager == (17, 18, 19, 20)
+
+
+def test_deployment_is_a_server_axis_whose_default_keeps_earlier_ids_and_keys() -> None:
+    before = _plan()
+    job = JOB.replace("axes:\n", "axes:\n  deployment: [colocated, pd]\n")
+    plan = expand_matrix(parse_job(job), {"cpu": CPU})
+    colocated = [c for c in plan.cells if c.deployment == "colocated"]
+    pd = [c for c in plan.cells if c.disaggregated]
+    assert len(colocated) == len(pd) == len(before.cells)
+    # "colocated" is implicit: the cell ids and keys of results before the axis hold.
+    assert [c.cell_id for c in colocated] == [c.cell_id for c in before.cells]
+    assert [c.key.fingerprint for c in colocated] == [c.key.fingerprint for c in before.cells]
+    assert all(c.cell_id.endswith(".pd") for c in pd)
+    assert not {c.key.fingerprint for c in pd} & {c.key.fingerprint for c in colocated}
+    assert parse_only(parse_job(job), {"deployment": "pd"}) == {"deployment": "pd"}
+    # A build that cannot split prefill from decode plans its pd cells out, with why.
+    no_pd = CPU.model_copy(update={"pd_reason": "no KV connector in this build"})
+    refused = expand_matrix(parse_job(job), {"cpu": no_pd})
+    assert not [c for c in refused.cells if c.disaggregated]
+    pd_reasons = {
+        e.reason
+        for e in refused.excluded
+        if e.axes["deployment"] == "pd" and e.axes["graph_mode"] in ("eager", "compiled")
+    }
+    assert pd_reasons == {"no KV connector in this build"}
