@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from farm.engines.base import BuildRecipe, Completion, EngineAdapter, EngineProcess, ServerLaunch
+from farm.engines.base import (
+    BuildRecipe,
+    Completion,
+    EngineAdapter,
+    EngineProcess,
+    PdSide,
+    ServerLaunch,
+)
 from farm.engines.sglang import SglangAdapter
 from farm.engines.vllm import VllmAdapter
 from farm.errors import PlanError
@@ -15,9 +22,11 @@ __all__ = [
     "Completion",
     "EngineAdapter",
     "EngineProcess",
+    "PdSide",
     "ServerLaunch",
     "adapter_for",
     "job_capabilities",
+    "pd_label",
     "plan_launches",
 ]
 
@@ -46,11 +55,14 @@ def job_capabilities(job: JobSpec) -> dict[str, Capabilities]:
 def plan_launches(
     job: JobSpec, plan: Plan, python: str = "python", port: int = 8000
 ) -> dict[str, ServerLaunch]:
-    """The server argv and environment of every cell of ``plan``, keyed by cell id.
+    """The server argv and environment of every cell of ``plan``, keyed by cell id;
+    a disaggregated cell's two servers as ``<cell id> prefill`` and ``<cell id>
+    decode`` (:func:`pd_label`).
 
-    As the runner builds them, except for the interpreter (``python``), the port
-    (picked free at run time) and the NPU ids (Ray assigns them; shown as the first
-    ``npus`` devices, the model's count or else the job's).
+    As the runner builds them, except for the interpreter (``python``), the ports
+    (picked free at run time: ``port``, and for a pd cell's decode server ``port + 1``,
+    its KV side channels ``port + 100`` and ``port + 101``) and the NPU ids (Ray assigns
+    them; shown as the first ``npus`` devices, the model's count or else the job's).
     """
     engines = {e.name: e for e in job.engines}
     models = {m.name: m for m in job.models}
@@ -58,13 +70,20 @@ def plan_launches(
     for cell in plan.cells:
         model = models[cell.model]
         npus = model.npus or job.resources.npus
-        launches[cell.cell_id] = adapter_for(cell.family).launch(
-            cell,
-            engines[cell.engine],
-            model,
-            str(job.resolve(model.path)),
-            python,
-            port,
-            tuple(range(npus)),
-        )
+        adapter = adapter_for(cell.family)
+        where = (cell, engines[cell.engine], model, str(job.resolve(model.path)), python)
+        if cell.disaggregated:
+            pair = adapter.pd_launches(
+                *where, (port, port + 1), (port + 100, port + 101), tuple(range(npus))
+            )
+            for launch in pair:
+                assert launch.pd is not None
+                launches[pd_label(cell.cell_id, launch.pd.role)] = launch
+        else:
+            launches[cell.cell_id] = adapter.launch(*where, port, tuple(range(npus)))
     return launches
+
+
+def pd_label(cell_id: str, role: str) -> str:
+    """``<cell id> prefill``: how one server of a disaggregated cell is named."""
+    return f"{cell_id} {role}"

