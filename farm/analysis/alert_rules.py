@@ -30,8 +30,17 @@ CRITICAL_RELATIVE_DROP = 0.10
 _CORRECTNESS_METRICS = ("greedy_divergence", "accuracy")
 # Alerts come in this order of their findings' sources (the order they were raised in
 # before findings and alerts had one type): within the sweep, failed cells, the
-# baseline, history; then the goldens.
-_ORDER = ("label", "within_sweep", "cells", "baseline", "history", "golden")
+# baseline, history; then the goldens, acceptance over a run, prefix-cache hits.
+_ORDER = (
+    "label",
+    "within_sweep",
+    "cells",
+    "baseline",
+    "history",
+    "golden",
+    "over_run",
+    "prefix_cache",
+)
 
 
 def alert_candidates(judgement: Judgement) -> list[AlertCandidate]:
@@ -92,9 +101,13 @@ def _severity(first: Finding, figures: Iterable[AlertFigure]) -> Severity:
         return "warning"
     if first.source == "label":
         return "critical"  # the night's comparisons of that cell cannot be trusted
-    if first.source == "history":
+    if first.source in ("history", "over_run"):
         rel = first.relative
         return "critical" if rel is not None and rel <= -CRITICAL_RELATIVE_DROP else "warning"
+    if first.source == "prefix_cache":
+        # Slower, not wrong: critical only when caching stopped hitting at all.
+        stopped = any(f.candidate_value.estimate == 0.0 for f in figures)
+        return "critical" if stopped else "warning"
     if first.source == "baseline":
         rel = first.relative
         return "critical" if rel is not None and abs(rel) >= CRITICAL_RELATIVE_DROP else "warning"
@@ -111,7 +124,7 @@ def _summary(first: Finding, figures: tuple[AlertFigure, ...]) -> str:
         return first.summary
     if first.source == "label":
         return f"{first.check}: {first.summary}"
-    if first.source == "baseline":
+    if first.source in ("baseline", "over_run", "prefix_cache"):
         return f"{first.check}: {first.summary}"
     f = figures[0]
     rel = f" ({f.relative:+.1%})" if f.relative is not None else ""

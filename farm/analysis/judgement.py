@@ -41,6 +41,8 @@ from farm.analysis.golden_check import GOLDEN_CHECK, check_goldens
 from farm.analysis.history import HistoryAnalysis, HistoryConfig, HistoryPoint, analyze_histories
 from farm.analysis.labels import as_labelled, label_findings
 from farm.analysis.noise import NoiseRule, key_noise
+from farm.analysis.over_run import COLLAPSE_CHECK, CollapseRule, check_over_run
+from farm.analysis.prefix_cache import PREFIX_CHECK, PrefixRule, check_prefix_cache
 from farm.analysis.stats import Interval
 from farm.analysis.summary import patched_bases
 from farm.comparable import ComparableKey
@@ -60,8 +62,10 @@ from farm.results.verdict import (
 __all__ = [
     "BASELINE_CHECK",
     "CHANGE_POINT_RECENT",
+    "COLLAPSE_CHECK",
     "GOLDEN_CHECK",
     "NOTHING_COMPARED",
+    "PREFIX_CHECK",
     "PR_CHECK",
     "JudgeRules",
     "Judgement",
@@ -102,7 +106,12 @@ class JudgeRules(BaseModel):
     (``nothing_compared``, source ``cells``: the run could not judge; a PR's status
     is then error), not a pass (:func:`farm.analysis.gate.nothing_compared`);
     ``goldens``: the goldens the sweep's variants are held to (:mod:`farm.goldens`:
-    each bound to the job models it is for), a miss at a position a ``golden`` finding.
+    each bound to the job models it is for), a miss at a position a ``golden`` finding;
+    ``over_run``: look inside each spec-on variant's run for acceptance that collapsed
+    (:mod:`farm.analysis.over_run`, a ``collapse_over_run`` finding; None: not looked);
+    ``prefix_cache``: judge prefix-cache hit rates, MTP on against its MTP-off twin and
+    against the baseline (:mod:`farm.analysis.prefix_cache`, a ``prefix_cache_hits``
+    finding; None: not judged).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -122,6 +131,8 @@ class JudgeRules(BaseModel):
     noise: NoiseRule | None = None
     quarantine: dict[str, float] = {}  # key label -> its verdict flip rate
     goldens: tuple[GoldenCheck, ...] = ()
+    over_run: CollapseRule | None = None
+    prefix_cache: PrefixRule | None = None
 
 
 @dataclass(frozen=True)
@@ -186,7 +197,8 @@ def judge(
     """Judge ``sweep``: within itself, against ``baseline`` (None: not compared), and
     over ``history`` (per-key AL series over the job's last N sweeps ending with
     ``sweep``; fewer than two sweeps find nothing), and against the goldens of
-    ``rules``. Findings in order: within-sweep, baseline, history, golden, failed cells
+    ``rules``. Findings in order: within-sweep, baseline, history, golden, over the run,
+    prefix cache, failed cells
     (the candidate's, then the baseline's). FarmError when ``baseline`` is ``sweep``
     itself (a cell compared with itself finds nothing and would recover every alert)."""
     if baseline is not None:
@@ -235,6 +247,36 @@ def judge(
         findings += goldens.findings
         notes += goldens.notes
         comparisons += goldens.held
+    extra: set[tuple[str, str]] = set()
+    if r.over_run is not None:
+        over = check_over_run(sweep, r.over_run, r.check)
+        collapses = list(over.findings)
+        if baseline is not None and not r.baseline_sweep:
+            # A PR is judged by what it changed: a collapse its base shows too is a note.
+            base_over = check_over_run(baseline, r.over_run, r.check)
+            shared = {f.label for f in base_over.findings}
+            kept = [f for f in collapses if _base_label(f, r.engine_map) not in shared]
+            notes += [
+                f"{f.summary} (the base collapses too: not the PR's)"
+                for f in collapses
+                if f not in kept
+            ]
+            collapses = kept
+        findings += collapses
+        notes += over.notes
+        extra |= over.checked
+    if r.prefix_cache is not None:
+        words = (
+            f"sweep {baseline.sweep_id} (last good night)"
+            if baseline is not None and r.baseline_sweep
+            else "the base"
+        )
+        prefix = check_prefix_cache(
+            sweep, r.prefix_cache, baseline, engine_map=r.engine_map, baseline_words=words
+        )
+        findings += prefix.findings
+        notes += prefix.notes
+        extra |= prefix.checked
     findings += _failed_cell_findings(sweep.cells, r.candidate_side)
     if baseline is not None and r.baseline_side is not None:
         findings += _failed_cell_findings(baseline.cells, r.baseline_side)
@@ -250,7 +292,8 @@ def judge(
         job=sweep.job,
         builds={b.engine: b.build_id for b in sweep.builds},
         checked=_checked(sweep, within, comparison, r)
-        | (goldens.checked if goldens is not None else frozenset()),
+        | (goldens.checked if goldens is not None else frozenset())
+        | extra,
         findings=tuple(findings),
         notes=tuple(dict.fromkeys(notes)),
         comparisons=comparisons,
@@ -264,6 +307,15 @@ def judge(
         if within and within.regressions
         else None,
     )
+
+
+def _base_label(f: Finding, engine_map: Mapping[str, str]) -> str:
+    """The label ``f``'s key has on the base's side (its engine renamed by
+    ``engine_map``)."""
+    if f.key is None:
+        return f.label
+    key = f.key.model_copy(update={"engine": engine_map.get(f.key.engine, f.key.engine)})
+    return key.label
 
 
 def _refuse_self_comparison(sweep: SweepRecord, baseline: SweepRecord) -> None:

@@ -12,12 +12,14 @@ command's options. Two checks of one sweep with one use's rules cannot disagree.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from farm.analysis.check_rules import CheckConfig
 from farm.analysis.history import HistoryConfig
 from farm.analysis.judgement import PR_CHECK, JudgeRules
 from farm.analysis.noise import NoiseRule
+from farm.analysis.over_run import CollapseRule
+from farm.analysis.prefix_cache import PrefixRule
 from farm.goldens import GoldenCheck
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
 
 _DEFAULT_CHECK = CheckConfig()
 _DEFAULT_NOISE = NoiseRule()
+_DEFAULT_COLLAPSE = CollapseRule()
 
 
 def night_rules(
@@ -41,12 +44,16 @@ def night_rules(
     history: HistoryConfig | None = None,
     noise: NoiseRule | None = _DEFAULT_NOISE,
     check: CheckConfig = _DEFAULT_CHECK,
+    hybrid_models: Collection[str] = (),
 ) -> JudgeRules:
     """A nightly's rules, for its early per-cell checks and its verdict alike: within the
     sweep (each patched engine against ``base_of``), against the last good night with
     each key's AL threshold calibrated from its earlier nights (``noise``; None: the
     fixed rule), change points over the job's history, the job's ``goldens``, and the
-    flaky keys of ``quarantine`` (label -> verdict flip rate) shown but not alerted."""
+    flaky keys of ``quarantine`` (label -> verdict flip rate) shown but not alerted.
+    Inside each spec-on variant, acceptance over its run (a collapse); prefix-cache hit
+    rates, MTP on against MTP off and against the last good night, ``hybrid_models``
+    (the job's hybrid model names) by the hybrid rule."""
     return JudgeRules(
         check=check,
         history=history,
@@ -54,6 +61,8 @@ def night_rules(
         noise=noise,
         quarantine=dict(quarantine or {}),
         goldens=tuple(goldens),
+        over_run=_DEFAULT_COLLAPSE,
+        prefix_cache=PrefixRule(hybrid_models=frozenset(hybrid_models)),
     )
 
 
@@ -64,11 +73,15 @@ def pr_rules(
     goldens: Sequence[GoldenCheck] = (),
     quarantine: Mapping[str, float] | None = None,
     check: CheckConfig = _DEFAULT_CHECK,
+    hybrid_models: Collection[str] = (),
 ) -> JudgeRules:
     """A PR's rules, for its fail-fast and its verdict alike: each ``candidate`` cell
     against the same cell of ``base`` (no within-sweep or history checks), failed cells
     of both sides as findings, nothing compared an error rather than a pass, and the
-    nightly's flaky keys (``quarantine``) shown but failing no PR."""
+    nightly's flaky keys (``quarantine``) shown but failing no PR. The candidate's
+    variants are looked at over their runs (a collapse fails the PR), and their
+    prefix-cache hit rates held to the base's (not MTP on against off: that is the
+    nightly's, and a PR is judged by what it changed)."""
     return JudgeRules(
         check=check,
         within=False,
@@ -80,11 +93,15 @@ def pr_rules(
         require_comparison=True,
         goldens=tuple(goldens),
         quarantine=dict(quarantine or {}),
+        over_run=_DEFAULT_COLLAPSE,
+        prefix_cache=PrefixRule(twins=False, hybrid_models=frozenset(hybrid_models)),
     )
 
 
 def bisect_rules(check: CheckConfig = _DEFAULT_CHECK) -> JudgeRules:
-    """A bisection's rules: a step (or an end) against one end, variant by variant."""
+    """A bisection's rules: a step (or an end) against one end, variant by variant.
+    Neither acceptance over a run nor prefix-cache hits: a step is good or bad by the
+    drop the bisection hunts, and a finding the ends share would make every step bad."""
     return JudgeRules(check=check, within=False)
 
 

@@ -60,7 +60,9 @@ AlertState = Literal[
 Severity = Literal["critical", "warning"]
 # The within-sweep check kinds of farm.analysis.check_rules, plus a cell that did not run,
 # a confirmed change point over nightlies, a drop against the job's last good night
-# (farm.workflows.nightly), and a variant below a golden the team keeps (farm.goldens).
+# (farm.workflows.nightly), a variant below a golden the team keeps (farm.goldens),
+# acceptance collapsing inside one run (farm.analysis.over_run) and a prefix cache that
+# MTP, or a new night, made hit less (farm.analysis.prefix_cache).
 AlertKind = Literal[
     "label_mismatch",
     "graph_vs_eager",
@@ -70,6 +72,8 @@ AlertKind = Literal[
     "history_change",
     "nightly_vs_last_good",
     "golden",
+    "collapse_over_run",
+    "prefix_cache_hits",
 ]
 ALERT_STATES: tuple[AlertState, ...] = (
     "untriaged",
@@ -149,6 +153,10 @@ class AlertFigure(_Stored):
     min_effect: float | None = None
     pvalue: float | None = None
     baseline: str | None = None
+    # A change inside one run (farm.analysis.over_run): where the later part begins, the
+    # 0-based request in the order served (over="request") or the round (over="round").
+    begins_at: int | None = None
+    over: Literal["request", "round"] | None = None
 
     @property
     def label(self) -> str:
@@ -292,6 +300,7 @@ METRIC_NAMES = {
     "acceptance_at_position": "acceptance at position",
     "greedy_divergence": "greedy divergence",
     "accuracy": "accuracy",
+    "prefix_hit_rate": "prefix-cache hit rate",
 }
 
 

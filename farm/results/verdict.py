@@ -49,8 +49,13 @@ EXIT_FALSE_ALARM = 5
 # good night, or a PR's base build); history: change points over the job's nightlies;
 # cells: a cell that failed (no regression by itself); golden: a variant below a golden
 # the team keeps (farm.goldens: vllm-ascend's per-position spec-decode gates).
-# "label": a cell that ran as another configuration than its label says.
-FindingSource = Literal["label", "within_sweep", "baseline", "history", "cells", "golden"]
+# "label": a cell that ran as another configuration than its label says; "over_run":
+# acceptance collapsing inside one variant's run (farm.analysis.over_run);
+# "prefix_cache": a prefix-cache hit rate MTP or a new night lowered
+# (farm.analysis.prefix_cache).
+FindingSource = Literal[
+    "label", "within_sweep", "baseline", "history", "cells", "golden", "over_run", "prefix_cache"
+]
 
 
 class _Stored(BaseModel):
