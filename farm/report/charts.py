@@ -18,6 +18,7 @@ from typing import Literal
 
 from farm.analysis.check_rules import CheckReport, Verdict
 from farm.analysis.history import HistoryPoint
+from farm.analysis.over_run import ProfileBin
 from farm.analysis.summary import VariantSummary
 from farm.axes import (
     REQUEST_AXES,
@@ -42,6 +43,7 @@ __all__ = [
     "color_for",
     "heatmap_svg",
     "nice_limit",
+    "over_run_svg",
     "trend_points",
     "trend_svg",
 ]
@@ -647,6 +649,111 @@ def trend_svg(
         if i % step == 0 or i == len(points) - 1 or is_current:
             parts.append(_text(sx(i), h - bottom + 14, str(p.sweep_id), "tick"))
     parts.append(_text(left + pw / 2, h - 3, "sweep", "tick"))
+    ym = top + ph / 2
+    parts.append(_text(12, ym, "AL", "tick", transform=f"rotate(-90 12 {ym:.1f})"))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def over_run_svg(
+    title: str,
+    bins: Sequence[ProfileBin],
+    *,
+    unit: Literal["request", "round"] = "request",
+    split_at: int | None = None,
+    before_al: float | None = None,
+    after_al: float | None = None,
+) -> str:
+    """AL along one variant's run: one point per stretch of requests (``bins``, from
+    :func:`farm.analysis.over_run.run_profile`) or per conversation round (bin ``r - 1``
+    .. ``r``), joined; with a collapse, a red line where the later part begins
+    (``split_at``, in the bins' units) and dashed lines at the AL before and after it.
+    620 px wide: two fit side by side in a 1280 px window."""
+    w, h = 620.0, 230.0
+    left, right, top, bottom = 50.0, 16.0, 40.0, 34.0
+    pw, ph = w - left - right, h - top - bottom
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="overrun" role="img" width="{w:.0f}" '
+        f'height="{h:.0f}" viewBox="0 0 {w:.0f} {h:.0f}" style="{_FONT}">',
+        f"<title>{html_text(title)}</title>",
+    ]
+    for k, line in enumerate(_two_lines(title, w - 8)):
+        parts.append(_text(4, 13 + 14 * k, line, "small", "start"))
+    shown = [b for b in bins if b.al is not None and math.isfinite(b.al)]
+    if not shown:
+        parts.append(_text(w / 2, h / 2, "no acceptance counted", "v"))
+        parts.append("</svg>")
+        return "".join(parts)
+    total = max(b.end for b in bins)
+    values = [b.al for b in shown if b.al is not None]
+    levels = [v for v in (before_al, after_al) if v is not None]
+    hi = max([*values, *levels]) * 1.05
+    lo = 1.0
+
+    def sx(x: float) -> float:
+        return left + pw * x / total if total else left + pw / 2
+
+    def sy(v: float) -> float:
+        return top + ph * (1 - (v - lo) / (hi - lo)) if hi > lo else top + ph / 2
+
+    step = nice_limit((hi - lo) / 4) if hi > lo else 1.0
+    tick = lo
+    while tick <= hi + 1e-9:
+        parts.append(
+            f'<line x1="{left:.1f}" x2="{left + pw:.1f}" y1="{sy(tick):.1f}" '
+            f'y2="{sy(tick):.1f}" stroke="#dddddd"/>'
+        )
+        parts.append(_text(left - 5, sy(tick) + 4, f"{tick:.2f}", "tick", "end"))
+        tick += step
+    if split_at is not None:
+        x = sx(split_at)
+        parts.append(
+            f'<line class="split" x1="{x:.1f}" x2="{x:.1f}" y1="{top:.1f}" '
+            f'y2="{top + ph:.1f}" stroke="#b2182b" stroke-width="1.5"/>'
+        )
+        said = f"{unit} {split_at + 1}" if unit == "request" else f"round {split_at + 1}"
+        anchor = "end" if x > left + pw * 0.7 else "start"
+        parts.append(
+            _text(
+                x + (-4 if anchor == "end" else 4), top + 12, said, "mark", anchor, fill="#b2182b"
+            )
+        )
+        for value, x0, x1, word in (
+            (before_al, 0.0, float(split_at), "before"),
+            (after_al, float(split_at), float(total), "after"),
+        ):
+            if value is None:
+                continue
+            y = sy(value)
+            parts.append(
+                f'<line class="level" x1="{sx(x0):.1f}" x2="{sx(x1):.1f}" y1="{y:.1f}" '
+                f'y2="{y:.1f}" stroke="#333333" stroke-dasharray="6 4"/>'
+            )
+            parts.append(
+                _text(
+                    (sx(x0) + sx(x1)) / 2, y - 5, f"AL {value:.2f} {word}", "tick", fill="#333333"
+                )
+            )
+    mid = [((b.start + b.end) / 2, b.al) for b in shown]
+    path = " ".join(f"{sx(x):.1f},{sy(v):.1f}" for x, v in mid if v is not None)
+    parts.append(f'<polyline points="{path}" fill="none" stroke="#4a7fb5" stroke-width="1.5"/>')
+    for b in shown:
+        assert b.al is not None
+        where = f"requests {b.start + 1}-{b.end}" if unit == "request" else f"round {b.end}"
+        parts.append(
+            f'<circle cx="{sx((b.start + b.end) / 2):.1f}" cy="{sy(b.al):.1f}" r="2.5" '
+            f'fill="#4a7fb5"><title>{html_text(where)}: AL {b.al:.3f}</title></circle>'
+        )
+    if unit == "request":
+        for i in range(7):
+            parts.append(_text(sx(total * i / 6), h - bottom + 14, f"{total * i / 6:.0f}", "tick"))
+    else:
+        every = max(1, math.ceil(len(bins) / 12))
+        for i, b in enumerate(bins):
+            if i % every == 0 or i == len(bins) - 1:
+                parts.append(_text(sx((b.start + b.end) / 2), h - bottom + 14, str(b.end), "tick"))
+    axis_name = "requests in the order served" if unit == "request" else "conversation round"
+    parts.append(_text(left + pw / 2, h - 4, axis_name, "tick"))
     ym = top + ph / 2
     parts.append(_text(12, ym, "AL", "tick", transform=f"rotate(-90 12 {ym:.1f})"))
     parts.append("</svg>")

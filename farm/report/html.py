@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from farm import __version__
 from farm.analysis.attribution import attribute, labels_from_report
 from farm.analysis.check_rules import CheckReport, Verdict
+from farm.analysis.over_run import COLLAPSE_CHECK, round_profile, run_profile
 from farm.analysis.summary import VariantSummary
 from farm.inert import html_text
 from farm.records import SweepRecord
@@ -21,6 +22,7 @@ from farm.report.charts import (
     al_grid,
     bars_svg,
     heatmap_svg,
+    over_run_svg,
     trend_points,
     trend_svg,
 )
@@ -204,6 +206,8 @@ def render_html(
                 _heatmap_section(graph_grid, "AL change: graph modes vs eager", "hm-graph")
             )
     parts.append(_positions(grid, summaries, check_report))
+    if verdict is not None:
+        parts.append(_over_run(sweep, verdict))
     if history:
         parts.append(_trends(sweep, check_report, history))
     parts.append(_matrix(summaries))
@@ -322,6 +326,52 @@ def _positions(grid: Grid, summaries: Sequence[VariantSummary], report: CheckRep
                 f'<div class="charts">{"".join(charts)}</div></div>'
             )
     return "".join(out)
+
+
+def _over_run(sweep: SweepRecord, verdict: SweepVerdict) -> str:
+    """AL along the run of each variant with a ``collapse_over_run`` finding: the
+    verdict's split and levels over the variant's stored requests."""
+    charts = []
+    for f in verdict.findings:
+        if f.check != COLLAPSE_CHECK or f.key is None or not f.figures:
+            continue
+        fig = f.figures[0]
+        variant = next(
+            (
+                v
+                for stored in sweep.cells
+                if stored.cell.cell_id in f.cells and stored.result is not None
+                for v in stored.result.variants
+                if stored.cell.variant_key(v.axes) == f.key
+            ),
+            None,
+        )
+        if variant is None:
+            continue
+        split: int | None
+        if fig.over == "round":
+            bins, split = round_profile(variant.requests), (fig.begins_at or 2) - 1
+        else:
+            bins, split = run_profile(variant.requests), fig.begins_at
+        charts.append(
+            over_run_svg(
+                f.label or f.cells[0],
+                bins,
+                unit=fig.over or "request",
+                split_at=split,
+                before_al=fig.reference_value.estimate,
+                after_al=fig.candidate_value.estimate,
+            )
+        )
+    if not charts:
+        return ""
+    return (
+        "<h2>Acceptance over the run</h2>"
+        "<p>Variants whose acceptance collapsed inside their run: AL along the requests in "
+        "the order served (each point a stretch of requests) or by conversation round; red "
+        "line: where the later part begins; dashed: the AL before and after.</p>"
+        f'<div class="charts">{"".join(charts)}</div>'
+    )
 
 
 def _trends(sweep: SweepRecord, report: CheckReport, history: History) -> str:
