@@ -58,6 +58,7 @@ __all__ = [
     "count_value",
     "keeper_command",
     "last_exception_line",
+    "pd_device_groups",
     "read_completion",
 ]
 
@@ -171,9 +172,7 @@ class EngineAdapter(ABC):
         """The prefill and the decode server of a disaggregated cell (deployment pd):
         ``ports`` their HTTP ports, ``kv_ports`` their KV side-channel ports, the
         cell's devices split in two groups (the first half prefills)."""
-        npu_ids = npu_ids[: model.npus] if model.npus else npu_ids
-        half = len(npu_ids) // 2
-        groups = (npu_ids[:half], npu_ids[half:])
+        groups = pd_device_groups(model, npu_ids)
         sides = [
             PdSide(
                 role=role,
@@ -270,6 +269,17 @@ def _excerpt(raw: bytes | str) -> str:
 
 def _reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def pd_device_groups(
+    model: ModelSpec, npu_ids: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The prefill and the decode server's devices of a disaggregated cell: the
+    model's share of ``npu_ids`` (its ``npus``, else all) in two groups, the first half
+    prefilling. On CPU both are empty."""
+    npu_ids = npu_ids[: model.npus] if model.npus else npu_ids
+    half = len(npu_ids) // 2
+    return npu_ids[:half], npu_ids[half:]
 
 
 def read_completion(parse: Callable[[dict[str, Any]], Completion], raw: bytes | str) -> Completion:

@@ -32,6 +32,7 @@ from farm.errors import CellError, EngineError
 from farm.plan import Variant
 from farm.records import CellResult, EffectiveConfig, VariantResult
 from farm.runner.lifecycle import StartedEngine, start_engine, stop_engine
+from farm.runner.pd import prefill_log_path
 from farm.runner.task import CellTask
 from farm.runner.variants import VariantRun, harness_python, run_variant
 
@@ -138,7 +139,7 @@ def run_cell(task: CellTask, npu_ids: tuple[int, ...] = (), node: str | None = N
         generation_s=generation_s,
         npus=len(npu_ids),
         error=error,
-        log_tail=_tail(log_path) if error else None,
+        log_tail=_tails(task, log_path) if error else None,
         log_path=str(log_path),
     )
 
@@ -280,6 +281,17 @@ def _hf_config(model_path: str) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return config
+
+
+def _tails(task: CellTask, log_path: Path) -> str:
+    """The cell's log tail; a disaggregated cell's is the decode server's (the cell's
+    log) and then the prefill server's."""
+    if not task.cell.disaggregated:
+        return _tail(log_path)
+    prefill = _tail(prefill_log_path(log_path))
+    return (
+        f"{_tail(log_path)}\n--- prefill server ({prefill_log_path(log_path).name}) ---\n{prefill}"
+    )
 
 
 def _tail(path: Path) -> str:

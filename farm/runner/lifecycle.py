@@ -1,7 +1,8 @@
 """A cell's engine server from start to release: what the runner decides around it.
 
 The engine process itself (start, wait ready, stop, fatal lines, device release) is
-the adapter's ``EngineProcess``; here are the runner's rules: a free loopback port
+the adapter's ``EngineProcess`` (a disaggregated cell's two, ``farm.runner.pd``);
+here are the runner's rules: a free loopback port
 with one retry when it was taken between choosing and binding it, and a stop that
 waits until the devices are released, so the next cell on the node finds them free.
 """
@@ -13,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from farm.engines import EngineAdapter, EngineProcess, ServerLaunch
+from farm.engines.base import pd_device_groups
 from farm.errors import EngineError
+from farm.runner.pd import PdPair, prefill_log_path
 from farm.runner.task import CellTask
 
 __all__ = ["RELEASE_TIMEOUT_S", "StartedEngine", "start_engine", "stop_engine"]
@@ -63,6 +66,8 @@ def _start_once(
     log_path: Path,
 ) -> StartedEngine:
     port = _free_port()
+    if task.cell.disaggregated:
+        return _start_pair(adapter, task, python, npu_ids, log_path, port)
     launch = adapter.launch(
         task.cell, task.engine, task.model, task.model_path, python, port, npu_ids
     )
@@ -73,6 +78,40 @@ def _start_once(
     except EngineError as exc:
         return StartedEngine(process, launch, f"EngineError: {exc}")
     return StartedEngine(process, launch, None)
+
+
+def _start_pair(
+    adapter: EngineAdapter,
+    task: CellTask,
+    python: str,
+    npu_ids: tuple[int, ...],
+    log_path: Path,
+    port: int,
+) -> StartedEngine:
+    """A disaggregated cell's prefill and decode servers (``farm.runner.pd``), each on
+    its free port with a free KV side-channel port, the decode server's log the cell's.
+    """
+    ports = (port, _free_port(avoid={port}))
+    kv_prefill = _free_port(avoid=set(ports))
+    kv_ports = (kv_prefill, _free_port(avoid={*ports, kv_prefill}))
+    prefill_launch, decode_launch = adapter.pd_launches(
+        task.cell, task.engine, task.model, task.model_path, python, ports, kv_ports, npu_ids
+    )
+    groups = pd_device_groups(task.model, npu_ids)
+    prefill_log = prefill_log_path(log_path)
+    prefill_log.write_bytes(b"")
+    pair = PdPair(
+        adapter,
+        adapter.process(prefill_launch, ports[0], prefill_log, groups[0]),
+        adapter.process(decode_launch, ports[1], log_path, groups[1]),
+        task.timeouts.request_s,
+    )
+    pair.start()
+    try:
+        pair.wait_ready(task.timeouts.startup_s)
+    except EngineError as exc:
+        return StartedEngine(pair, decode_launch, f"EngineError: {exc}")
+    return StartedEngine(pair, decode_launch, None)
 
 
 def stop_engine(
@@ -88,7 +127,11 @@ def stop_engine(
     return f"devices not released {release_timeout_s:.0f} s after stop: {'; '.join(held)}"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_port(avoid: set[int] | None = None) -> int:
+    """A free loopback port, none of ``avoid`` (ports chosen but not bound yet)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in (avoid or set()):
+            return port
