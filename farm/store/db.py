@@ -703,6 +703,29 @@ def read_error(engine: Engine, url: str, exc: BaseException) -> StoreError | Non
     return None
 
 
+# What the driver's own words say went wrong, before the generic hint of the backend.
+_DRIVER_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"database is locked|database table is locked", re.IGNORECASE),
+        "another process holds the store's write lock (a running farm command or a sqlite3 "
+        "shell): wait for it to finish, or close it",
+    ),
+    (
+        re.compile(r"statement timeout|canceling statement", re.IGNORECASE),
+        "the store took longer than its statement timeout (FARM_DB_STATEMENT_TIMEOUT_S, or "
+        "options=-c statement_timeout in the URL): raise it, or narrow the command",
+    ),
+    (
+        re.compile(r"lock timeout|could not obtain lock", re.IGNORECASE),
+        "another session holds a lock on the store: wait for it, or find it in pg_stat_activity",
+    ),
+)
+
+
+def _hint_for(detail: str) -> str | None:
+    return next((hint for pattern, hint in _DRIVER_HINTS if pattern.search(detail)), None)
+
+
 def _store_error(url: str, what: str, exc: BaseException, hint: str | None = None) -> StoreError:
     parsed = _parse(url)
     # The driver's own message, not SQLAlchemy's wrapper with SQL text and a doc link.
@@ -711,6 +734,8 @@ def _store_error(url: str, what: str, exc: BaseException, hint: str | None = Non
     secrets = [str(parsed.password)] if parsed.password else []
     for secret in [*secrets, *secret_values(url)]:
         detail = detail.replace(secret, "***")
+    # The driver's own words, when they say what went wrong, beat the caller's guess.
+    hint = _hint_for(detail) or hint
     if hint is None and parsed.get_backend_name() == "postgresql":
         hint = (
             "is PostgreSQL running at that host and port, does the database exist and "

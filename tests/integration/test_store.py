@@ -517,3 +517,41 @@ def test_processes_opening_a_new_sqlite_store_at_once_all_succeed(tmp_path: Path
     ]
     errors = [p.communicate(timeout=120)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
+
+
+def test_a_locked_sqlite_store_is_said_to_be_locked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    from farm.store import db
+
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    open_store(url).dispose()
+    monkeypatch.setattr(db, "_SQLITE_BUSY_TIMEOUT_S", 0.2)
+    holder = sqlite3.connect(tmp_path / "farm.db")
+    holder.execute("BEGIN EXCLUSIVE")  # another writer, as a sqlite3 shell would hold it
+    try:
+        with pytest.raises(StoreError) as info:
+            open_store(url).dispose()
+    finally:
+        holder.rollback()
+        holder.close()
+    message = str(info.value)
+    assert "database is locked" in message and "holds the store's write lock" in message
+    assert "writable" not in message
+
+
+def test_a_statement_timeout_is_said_so_not_called_a_server_down(pg_url: str) -> None:
+    from farm.store.db import _store_error
+
+    url = pg_url + ("&" if "?" in pg_url else "?") + "options=-c%20statement_timeout%3D50"
+    engine = sa.create_engine(url)
+    try:
+        with pytest.raises(sa.exc.OperationalError) as raised, engine.connect() as connection:
+            connection.execute(sa.text("SELECT pg_sleep(1)"))
+    finally:
+        engine.dispose()
+    message = str(_store_error(url, "the farm store refused the command", raised.value))
+    assert "statement timeout" in message and "FARM_DB_STATEMENT_TIMEOUT_S" in message
+    assert "is PostgreSQL running" not in message
