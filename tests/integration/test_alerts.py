@@ -473,3 +473,29 @@ def test_early_alerts_the_verdict_does_not_confirm_are_withdrawn_and_told_so(
             assert headline([by_id[told.id]]).startswith("mtp-farm: 1 early alert withdrawn")
     finally:
         engine.dispose()
+
+
+def test_alerts_check_refuses_a_sweep_as_its_own_baseline(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    sweep = _store(url, _synthetic(21))
+    env = _cli_env(url)
+    raised = runner.invoke(alerts_app, ["check", str(sweep.sweep_id)], env=env)
+    assert raised.exit_code == 0, raised.output
+    engine = open_store(url)
+    try:
+        with Session(engine) as s:
+            before = [(a.id, a.state) for a in list_alerts(s)]
+    finally:
+        engine.dispose()
+    assert before and all(state == "untriaged" for _, state in before)
+    own = runner.invoke(
+        alerts_app, ["check", str(sweep.sweep_id), "--baseline", str(sweep.sweep_id)], env=env
+    )
+    assert own.exit_code != 0
+    assert "cannot be judged against itself" in own.output
+    engine = open_store(url)
+    try:
+        with Session(engine) as s:
+            assert [(a.id, a.state) for a in list_alerts(s)] == before  # nothing recovered
+    finally:
+        engine.dispose()
