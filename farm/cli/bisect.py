@@ -45,8 +45,9 @@ bisect_app = typer.Typer(rich_markup_mode="markdown")
 
 def _runner(url: str, only: dict[str, str], ray: str | None) -> SweepRunner:
     """Runs one step's sweep with the console's progress; its sweep id."""
-    from farm.cli.run import run_stored
+    from farm.cli.run_events import console_events
     from farm.orchestrate.driver import SweepOptions
+    from farm.workflows.common import run_stored
 
     def run(job: JobSpec, text: str, pairs: Mapping[ComparableKey, ReferenceRun]) -> int:
         # The step job already excludes every cell but the step's: --only is not needed.
@@ -61,7 +62,7 @@ def _runner(url: str, only: dict[str, str], ray: str | None) -> SweepRunner:
             text,
             options,
             then="store them (`farm spool flush`) and run `farm bisect --resume` again",
-            show=False,
+            progress=console_events,
         )
 
     del only  # the planned cells already carry the --only slice

@@ -27,6 +27,8 @@ from rich.segment import Segment
 from rich.text import Text
 
 from farm.errors import FarmError, OutputError
+from farm.workflows.common import SWEEP_FORM as _SWEEP_FORM
+from farm.workflows.common import resolve_sweep, store_session
 
 if TYPE_CHECKING:
     from sqlmodel import Session
@@ -130,10 +132,6 @@ OnlyOption = Annotated[list[str] | None, typer.Option("--only", help="AXIS=VALUE
 RayOption = Annotated[str | None, typer.Option(help="join this Ray cluster")]
 
 
-_SWEEP_FORM = (
-    "sweep {value!r}: expected a sweep id or 'latest' (ids run from 1 to 2**63 - 1; "
-    "`farm sweeps` lists them)"
-)
 
 
 def _sweep_argument(value: str) -> str:
@@ -183,27 +181,8 @@ def open_session(db: str | None) -> Iterator[Session]:
     StoreDamagedError when it is not a farm store or reading it meets a malformed row
     (the error names the rows).
     """
-    from sqlalchemy.exc import SQLAlchemyError
-    from sqlmodel import Session
-
-    from farm.store.db import open_store, read_error
-
-    url = db_url(db)
-    engine = open_store(url, create=False)
-    try:
-        with Session(engine) as session:
-            try:
-                yield session
-            except (ValueError, TypeError, LookupError, SQLAlchemyError) as exc:
-                # A row this farm cannot read surfaces as the reader's own error (bad
-                # JSON, a timestamp, a validation error); name the rows instead.
-                error = read_error(engine, url, exc)
-                if error is None:
-                    raise
-                raise error from None
-    finally:
-        engine.dispose()
-
+    with store_session(db_url(db)) as session:
+        yield session
 
 def check_sweep_statuses(*statuses: str) -> None:
     """ValueError when a sweep row read in :func:`open_session` holds a status outside
@@ -247,23 +226,6 @@ def write_output(out: Path, text: str) -> None:
     except OSError as exc:
         raise OutputError(f"cannot write --out {out}: {exc.strerror or exc}") from None
 
-
-def resolve_sweep(session: Session, sweep: str | int) -> int:
-    """The id of sweep ``sweep``: a sweep id, or ``'latest'`` for the newest stored one.
-
-    Raises FarmError for anything else and when the store holds no sweep.
-    """
-    if sweep == "latest":
-        from farm.store.repository import latest_sweep_id
-
-        found = latest_sweep_id(session)
-        if found is None:
-            raise FarmError("the store holds no sweep yet; run `farm run JOB.yaml`")
-        return found
-    try:
-        return int(sweep)
-    except ValueError:
-        raise FarmError(_SWEEP_FORM.format(value=sweep)) from None
 
 
 def parse_pairs(values: Sequence[str] | None, option: str, form: str = "A=B") -> dict[str, str]:

@@ -22,7 +22,6 @@ from farm.cli.common import (
     db_url,
     fail,
     home,
-    open_session,
     parse_pairs,
     say,
 )
@@ -30,10 +29,9 @@ from farm.cli.inputs import LIMIT
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
-    from farm.comparable import ComparableKey
-    from farm.runner import ReferenceRun
+    from farm.plan import Plan
     from farm.spec import JobFile
-    from farm.workflows.nightly.run import CellStored, NightlyRequest
+    from farm.workflows.nightly.run import NightlyDeps, NightlyRequest
     from farm.workflows.nightly.steps import CellAlerts, NightlyCheck
 
 __all__ = ["nightly_app"]
@@ -53,47 +51,6 @@ def _resume(value: str | None) -> int | Literal["latest"] | None:
         return parse_stored_int(value, what="a sweep id")
     except ValueError as exc:
         raise typer.BadParameter(f"{exc}, or 'latest'", param_hint="--resume") from None
-
-
-def _run(
-    job: JobFile,
-    job_file: Path,
-    url: str,
-    only: dict[str, str],
-    ray: str | None,
-    resume: int | None,
-    stored: CellStored,
-    history: int,
-) -> int:
-    """Run (or finish) the sweep; its id. FarmError when some result was not stored.
-    Looks pair with the last good night under each key's calibrated rule over the
-    ``history`` sweeps the night is judged with."""
-    from farm.analysis.noise import NoiseRule
-    from farm.cli.run import run_stored
-    from farm.orchestrate.driver import SweepOptions
-    from farm.workflows.nightly.steps import sequential_references
-
-    def references(sweep: int) -> dict[ComparableKey, ReferenceRun]:
-        with open_session(url) as session:
-            return sequential_references(session, sweep, history, NoiseRule())
-
-    looks = any(w.sequential is not None for w in job.spec.workloads)
-    options = SweepOptions(
-        db_url=url,
-        ray_address=ray,
-        only=only,
-        home=home(),
-        resume=resume,
-        references=references if looks else None,
-    )
-    return run_stored(
-        job.spec,
-        job_file.read_text(),
-        options,
-        then="the night cannot be judged; once the store is back, "
-        f"`farm nightly {job_file} --resume {{sweep}}` stores, finishes and checks it",
-        stored=stored,
-    )
 
 
 def _print_cell_alerts(checked: CellAlerts) -> None:
@@ -202,6 +159,51 @@ def _check_outputs(request: NightlyRequest, publish_option: bool) -> None:
         configured_notifiers()
 
 
+def _deps(
+    job: JobFile,
+    job_file: Path,
+    planned: Plan,
+    only: dict[str, str],
+    ray: str | None,
+    request: NightlyRequest,
+) -> NightlyDeps:
+    """What the nightly workflow is handed: the store, the sweep runner with the
+    console's progress view, the resume check against the job file, what prints."""
+    from farm.cli.reports import show_sweep
+    from farm.cli.run import print_outcome_lines
+    from farm.cli.run_events import console_events
+    from farm.orchestrate.driver import SweepOptions
+    from farm.workflows.common import check_resume, store_session
+    from farm.workflows.nightly.run import NightlyDeps
+    from farm.workflows.nightly.steps import night_runner
+
+    url = request.url
+    options = SweepOptions(db_url=url, ray_address=ray, only=only, home=home())
+    run_sweep = night_runner(
+        job.spec,
+        job_file.read_text(),
+        options,
+        history=request.history,
+        progress=console_events,
+        then="the night cannot be judged; once the store is back, "
+        f"`farm nightly {job_file} --resume {{sweep}}` stores, finishes and checks it",
+        told=print_outcome_lines,
+    )
+    return NightlyDeps(
+        open_session=store_session,
+        run_sweep=run_sweep,
+        check_resume=lambda sweep: check_resume(job, planned, only, url, sweep),
+        judged=_print_check,
+        cell_checked=_print_cell_alerts,
+        swept=lambda record: show_sweep(record, f"sweep {record.sweep_id} ({record.job})"),
+        planned_builds=(
+            (lambda: _planned_builds(job, {c.engine for c in planned.cells}))
+            if request.aa
+            else None
+        ),
+    )
+
+
 @nightly_app.command()
 def nightly(
     job_file: Annotated[Path, typer.Argument(help="job spec (YAML)")],
@@ -224,9 +226,9 @@ def nightly(
     SIGINT / SIGTERM (not judged: --resume latest finishes it). A night already judged
     is not judged again.
     """
-    from farm.cli.preflight import check_job, check_resume
+    from farm.cli.preflight import check_job
     from farm.goldens import job_goldens
-    from farm.workflows.nightly.run import NightlyDeps, NightlyRequest, run_nightly
+    from farm.workflows.nightly.run import NightlyRequest, run_nightly
 
     pairs = parse_pairs(only, "--only", "AXIS=VALUE")
     try:
@@ -245,20 +247,7 @@ def nightly(
             aa=aa,
         )
         _check_outputs(request, publish is not None)
-        deps = NightlyDeps(
-            open_session=open_session,
-            run_sweep=lambda sweep, stored: _run(
-                checked, job_file, url, pairs, ray_address, sweep, stored, request.history
-            ),
-            check_resume=lambda sweep: check_resume(checked, planned, pairs, url, sweep),
-            judged=_print_check,
-            cell_checked=_print_cell_alerts,
-            planned_builds=(
-                (lambda: _planned_builds(checked, {c.engine for c in planned.cells}))
-                if aa
-                else None
-            ),
-        )
+        deps = _deps(checked, job_file, planned, pairs, ray_address, request)
         outcome = run_nightly(request, deps)
         if outcome.pages and request.folder is not None:
             say(f"report: {outcome.pages[0]} (index: {request.folder / 'index.html'})")

@@ -124,8 +124,10 @@ def _job_text(job: JobSpec, source: Path) -> str:
 
 def _run(plan: PrSweepPlan, job_file: Path, url: str, only: dict[str, str], ray: str | None) -> int:
     """Run the PR sweep; its id. FarmError when some result was not stored."""
-    from farm.cli.run import run_stored
+    from farm.cli.run import print_outcome
+    from farm.cli.run_events import console_events
     from farm.orchestrate.driver import SweepOptions
+    from farm.workflows.common import run_stored
 
     options = SweepOptions(
         db_url=url,
@@ -141,6 +143,8 @@ def _run(plan: PrSweepPlan, job_file: Path, url: str, only: dict[str, str], ray:
         _job_text(plan.job, job_file),
         options,
         then="the PR cannot be judged; store them (`farm spool flush`) and run `farm pr` again",
+        progress=console_events,
+        told=lambda outcome: print_outcome(outcome, url),
     )
 
 

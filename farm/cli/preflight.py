@@ -13,19 +13,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from farm.cli.common import open_session, say
-from farm.errors import FarmError, SpecError
+from farm.cli.common import say
+from farm.errors import SpecError
 
 if TYPE_CHECKING:
-    from farm.plan import Plan, ServerCell
-    from farm.records import SweepRecord
+    from farm.plan import Plan
     from farm.spec import JobFile
 
-__all__ = ["check_job", "check_resume", "resume_problems"]
-
-# Cell ids a message lists before it says "and N more".
-_SHOWN = 5
-
+__all__ = ["check_job"]
 
 def check_job(
     job_file: Path, only: Mapping[str, str], on_this_machine: bool
@@ -76,67 +71,3 @@ def _empty_plan(job: JobFile, plan: Plan, only: Mapping[str, str]) -> str:
         f"{job.where('name')}: the job plans no cell to run (every combination is "
         f"excluded: {shown or 'no combination'}{more}); nothing would be measured"
     )
-
-
-def _identity(cell: ServerCell) -> tuple[str, frozenset[str]]:
-    """A planned cell's comparable fingerprint and its variants' (what it measures)."""
-    return cell.key.fingerprint, frozenset(
-        cell.variant_key(v.axes).fingerprint for v in cell.variants
-    )
-
-
-def _ids(ids: list[str]) -> str:
-    more = f" and {len(ids) - _SHOWN} more" if len(ids) > _SHOWN else ""
-    return ", ".join(ids[:_SHOWN]) + more
-
-
-def resume_problems(
-    stored: SweepRecord, job: JobFile, plan: Plan, only: Mapping[str, str]
-) -> list[str]:
-    """How this job's ``plan`` differs from the plan sweep ``stored`` was started with:
-    another job name, cells it lacks or adds, cells that measure something else."""
-    problems = []
-    if stored.job != job.spec.name:
-        problems.append(
-            f"sweep {stored.sweep_id} is of job {stored.job!r}; {job.where('name')} is "
-            f"{job.spec.name!r} (another job file?)"
-        )
-    before = {c.cell.cell_id: c.cell for c in stored.cells}
-    now = {c.cell_id: c for c in plan.cells}
-    slice_ = " with " + " ".join(f"--only {k}={v}" for k, v in only.items()) if only else ""
-    missing = [cid for cid in before if cid not in now]
-    if missing:
-        problems.append(
-            f"this job{slice_} plans {len(now)} of the {len(before)} cells sweep "
-            f"{stored.sweep_id} planned; the others ({_ids(missing)}) would never run"
-        )
-    added = [cid for cid in now if cid not in before]
-    if added:
-        problems.append(
-            f"this job{slice_} plans cells sweep {stored.sweep_id} did not ({_ids(added)})"
-        )
-    changed = [
-        cid for cid in now if cid in before and _identity(now[cid]) != _identity(before[cid])
-    ]
-    if changed:
-        problems.append(
-            f"cells measure something else now (workloads, variants or graph mode changed): "
-            f"{_ids(changed)}"
-        )
-    return problems
-
-
-def check_resume(job: JobFile, plan: Plan, only: Mapping[str, str], db: str, sweep_id: int) -> None:
-    """FarmError unless ``plan`` is the plan sweep ``sweep_id`` was started with (same
-    job, same cells, same slice); the store must exist. Reads only."""
-    from farm.store.repository import load_sweep
-
-    with open_session(db) as session:
-        stored = load_sweep(session, sweep_id)
-    problems = resume_problems(stored, job, plan, only)
-    if problems:
-        raise FarmError(
-            f"cannot resume sweep {sweep_id}: "
-            + "; ".join(problems)
-            + "; resume with the job file and --only it was started with, or start a new sweep"
-        )

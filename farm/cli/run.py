@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -23,7 +21,7 @@ from farm.cli.common import (
     say,
 )
 from farm.cli.inputs import STORE_ID
-from farm.cli.preflight import check_job, check_resume
+from farm.cli.preflight import check_job
 from farm.cli.reports import show_sweep
 from farm.errors import FarmError
 
@@ -40,52 +38,18 @@ def _only(values: list[str] | None) -> dict[str, str]:
     return parse_pairs(values, "--only", "AXIS=VALUE")
 
 
-def _run_with_progress(
-    job: JobSpec,
-    job_text: str,
-    options: SweepOptions,
-    stored: Callable[[int, str, datetime], None] | None = None,
-) -> SweepOutcome:
+def _run_with_progress(job: JobSpec, job_text: str, options: SweepOptions) -> SweepOutcome:
     # Imported here, as in every command below: the sweep, the engines, Ray, the store
     # and the analysis load when a command needs them, not when `farm --help` starts.
-    from farm.cli.run_events import ConsoleEvents
+    from farm.cli.run_events import console_events
     from farm.orchestrate.driver import run_sweep
 
-    events = ConsoleEvents(stored)
-    try:
+    with console_events() as events:
         return run_sweep(job, job_text, options, events)
-    finally:
-        events.progress.stop()
 
 
-def run_stored(
-    job: JobSpec,
-    job_text: str,
-    options: SweepOptions,
-    *,
-    then: str,
-    show: bool = True,
-    stored: Callable[[int, str, datetime], None] | None = None,
-) -> int:
-    """Run a sweep whose results a verdict will read (`farm nightly`, `pr`, `bisect`);
-    its id. ``show``: print the outcome and the matrix; ``stored``: told of each result
-    stored (:class:`~farm.cli.run_events.ConsoleEvents`). FarmError when some result is
-    not in the store, ending with ``then`` (how to go on; ``{sweep}`` in it is the id)."""
-    outcome = _run_with_progress(job, job_text, options, stored)
-    if show:
-        _print_outcome(outcome, options.db_url)
-    if outcome.spooled or outcome.unsaved:
-        raise FarmError(
-            f"sweep {outcome.sweep_id}: {len(outcome.spooled) + len(outcome.unsaved)} "
-            "result(s) are not in the store; " + then.replace("{sweep}", str(outcome.sweep_id))
-        )
-    return outcome.sweep_id
-
-
-def _print_outcome(outcome: SweepOutcome, url: str) -> None:
-    """What happened to the results, then the stored sweep as a matrix."""
-    from farm.store.repository import load_sweep
-
+def print_outcome_lines(outcome: SweepOutcome) -> None:
+    """What happened to the results: flushed, still spooled, not saved."""
     for line in outcome.flushed:
         say(f"flushed to the store (spooled earlier): {line}")
     if outcome.spooled:
@@ -101,6 +65,13 @@ def _print_outcome(outcome: SweepOutcome, url: str) -> None:
             + ", ".join(outcome.unsaved)
             + f"; `farm run JOB --resume {outcome.sweep_id}` runs them again",
         )
+
+
+def print_outcome(outcome: SweepOutcome, url: str) -> None:
+    """What happened to the results, then the stored sweep as a matrix."""
+    from farm.store.repository import load_sweep
+
+    print_outcome_lines(outcome)
     try:
         with open_session(url) as session:
             record = load_sweep(session, outcome.sweep_id)
@@ -133,6 +104,8 @@ def run(
         checked, planned = check_job(job_file, _only(only), on_this_machine=ray_address is None)
         job = checked.spec
         if resume is not None:
+            from farm.workflows.common import check_resume
+
             check_resume(checked, planned, _only(only), db_url(db), resume)
         if dry_run:
             _print_plan(job, only)
@@ -147,7 +120,7 @@ def run(
         outcome = _run_with_progress(job, job_file.read_text(), options)
     except FarmError as exc:
         raise fail(exc) from None
-    _print_outcome(outcome, options.db_url)
+    print_outcome(outcome, options.db_url)
     if outcome.failed:
         say((f"{len(outcome.failed)} cell(s) failed:", "red"), " " + ", ".join(outcome.failed))
         raise typer.Exit(1)

@@ -10,7 +10,8 @@ the bar is not drawn and only the plain lines are printed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 
 from farm.cli.common import console, say
@@ -19,7 +20,7 @@ from farm.orchestrate.driver import SweepEvents
 from farm.plan import Plan, ServerCell
 from farm.records import BuildInfo, CellResult
 
-__all__ = ["ConsoleEvents"]
+__all__ = ["ConsoleEvents", "console_events"]
 
 
 class ConsoleEvents(SweepEvents):
@@ -100,3 +101,16 @@ class ConsoleEvents(SweepEvents):
         stored = cell.cell_id not in self.spooled_ids
         if self.stored is not None and self.sweep_id is not None and stored:
             self.stored(self.sweep_id, cell.cell_id, result.finished_at)
+
+
+@contextmanager
+def console_events(
+    stored: Callable[[int, str, datetime], None] | None = None,
+) -> Iterator[ConsoleEvents]:
+    """A sweep's console view (:class:`ConsoleEvents`), stopped when the sweep ends: the
+    ``progress`` a workflow runs its sweep with (:func:`farm.workflows.common.run_stored`)."""
+    events = ConsoleEvents(stored)
+    try:
+        yield events
+    finally:
+        events.progress.stop()

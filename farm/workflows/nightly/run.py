@@ -32,11 +32,13 @@ from farm.store.repository import (
     sweep_builds,
 )
 from farm.store.verdicts import get_verdict
+from farm.workflows.common import CellStored
 from farm.workflows.nightly.decide import (
     aa_builds_differ,
     last_good_night,
 )
 from farm.workflows.nightly.steps import (
+    Baseline,
     CellAlerts,
     NightlyCheck,
     check_aa_night,
@@ -45,6 +47,7 @@ from farm.workflows.nightly.steps import (
     earlier_nights,
     last_good_id,
     publish_night,
+    sweep_status,
 )
 
 __all__ = [
@@ -79,11 +82,11 @@ class NightlyRequest:
     aa: bool = False
 
 
-# Told by the sweep each time a cell's result is stored: (sweep id, cell id, its end).
-CellStored = Callable[[int, str, datetime], None]
-
-
 def _ignore(checked: CellAlerts) -> None:
+    pass
+
+
+def _not_shown(record: SweepRecord) -> None:
     pass
 
 
@@ -92,13 +95,15 @@ class NightlyDeps:
     """The I/O a nightly is handed: ``run_sweep`` runs a new sweep (None) or finishes
     one, calling back as each cell is stored, and returns its id; ``check_resume``
     refuses a sweep another job or slice started; ``judged`` is told the check as soon
-    as the verdict exists, ``cell_checked`` each stored cell's early check."""
+    as the verdict exists, ``cell_checked`` each stored cell's early check, ``swept``
+    the sweep this run ran, as read once for its verdict."""
 
     open_session: Callable[[str], AbstractContextManager[Session]]
     run_sweep: Callable[[int | None, CellStored], int]
     check_resume: Callable[[int], None]
     judged: Callable[[NightlyCheck], None]
     cell_checked: Callable[[CellAlerts], None] = _ignore
+    swept: Callable[[SweepRecord], None] = _not_shown
     notifiers: Sequence[Notifier] | None = None  # None: the channels FARM_NOTIFY_* sets
     # An A/A night's builds before it runs (engine -> build id, None: unresolved), held
     # to the last good night's; None: checked once the sweep is stored only.
@@ -160,13 +165,33 @@ def run_nightly(request: NightlyRequest, deps: NightlyDeps) -> NightlyOutcome:
 
     # An A/A night's findings are false alarms: no early alert either.
     with EarlyChecks(None if request.aa else check_cell) as landed:
-        sweep_id = _run_or_resume(request, deps, kind, landed)
+        sweep_id, ran, judged = _run_or_resume(request, deps, kind, landed)
+    baseline: Baseline = last_good.get(sweep_id, "last-good")
+    return _judge_and_publish(request, deps, sweep_id, ran, judged, notifiers, baseline)
+
+
+def _judge_and_publish(
+    request: NightlyRequest,
+    deps: NightlyDeps,
+    sweep_id: int,
+    ran: bool,
+    judged: bool,
+    notifiers: Sequence[Notifier] | None,
+    baseline: Baseline,
+) -> NightlyOutcome:
+    """Judge the night once (``judged``: its verdict was stored before), tell
+    ``deps.judged``, write its pages. The sweep is read once here and handed to every
+    step that reads it (shown when this run ``ran`` it, judged, its key spread, its
+    page); a night judged before is read only if its spread or page is missing."""
     pages: list[Path] = []
     page_error: str | None = None
     with deps.open_session(request.url) as session:
+        record = None if judged else load_sweep(session, sweep_id)
+        if ran and record is not None:
+            deps.swept(record)
         if request.aa:
             check = check_aa_night(
-                session, sweep_id, history=request.history, goldens=request.goldens
+                session, sweep_id, history=request.history, goldens=request.goldens, record=record
             )
         else:
             check = check_night(
@@ -175,6 +200,8 @@ def run_nightly(request: NightlyRequest, deps: NightlyDeps) -> NightlyOutcome:
                 history=request.history,
                 notifiers=notifiers,
                 goldens=request.goldens,
+                record=record,
+                baseline=baseline,
             )
         deps.judged(check)
         folder = request.folder
@@ -184,7 +211,9 @@ def run_nightly(request: NightlyRequest, deps: NightlyDeps) -> NightlyOutcome:
             check.judged or not (folder / f"sweep-{sweep_id}.html").exists()
         ):
             try:
-                pages = publish_night(session, check, folder, history=request.history)
+                pages = publish_night(
+                    session, check, folder, history=request.history, record=record
+                )
             except OutputError as exc:
                 page_error = str(exc)
     return NightlyOutcome(check=check, pages=tuple(pages), page_error=page_error)
@@ -195,23 +224,23 @@ def _run_or_resume(
     deps: NightlyDeps,
     kind: Literal["nightly", "aa"],
     landed: CellStored,
-) -> int:
+) -> tuple[int, bool, bool]:
     """Run the night's sweep, or finish the one ``--resume`` names unless it is finished
-    or judged; its id."""
+    or judged; its id, whether it ran now, and whether its verdict was stored before.
+    A sweep's status is a status query (:func:`sweep_status`): no cell is read."""
     sweep_id = _resume_id(request, deps)
-    if sweep_id is not None:
-        with deps.open_session(request.url) as session:
-            status = load_sweep(session, sweep_id).status
-            judged = get_verdict(session, sweep_id, kind) is not None
-        if not judged:
-            deps.check_resume(sweep_id)
-        if status not in _FINISHED and not judged:
-            _check_aa_builds(request, deps, sweep_id)
-            sweep_id = deps.run_sweep(sweep_id, landed)
-    else:
+    if sweep_id is None:
         _check_aa_builds(request, deps, None)
-        sweep_id = deps.run_sweep(None, landed)
-    return sweep_id
+        return deps.run_sweep(None, landed), True, False
+    with deps.open_session(request.url) as session:
+        status = sweep_status(session, request.job, sweep_id)
+        judged = get_verdict(session, sweep_id, kind) is not None
+    if not judged:
+        deps.check_resume(sweep_id)
+    if status not in _FINISHED and not judged:
+        _check_aa_builds(request, deps, sweep_id)
+        return deps.run_sweep(sweep_id, landed), True, False
+    return sweep_id, False, judged
 
 
 class EarlyChecks:

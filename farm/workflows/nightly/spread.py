@@ -32,18 +32,25 @@ def night_spread(session: Session, record: SweepRecord, history: int) -> list[Ke
 
 
 def store_night_spread(
-    session: Session, sweep_id: int, history: int, *, only_if_missing: bool = False
+    session: Session,
+    sweep_id: int,
+    history: int,
+    *,
+    only_if_missing: bool = False,
+    record: SweepRecord | None = None,
 ) -> str | None:
     """Compute and upsert night ``sweep_id``'s key spread (:func:`night_spread`);
     ``only_if_missing``: leave a spread stored before alone (a rerun of a judged night
-    stores one only if the first run could not). Returns None, or why it could not be
+    stores one only if the first run could not; ``record``: the night, when read
+    already). Returns None, or why it could not be
     stored: the night's verdict is stored already, and a missing spread must not turn
     its status into an error."""
     try:
         job, _ = sweep_job(session, sweep_id)
         if only_if_missing and stored_spread(session, job, sweep_id) is not None:
             return None
-        rows = night_spread(session, load_sweep(session, sweep_id), history)
+        night = record if record is not None else load_sweep(session, sweep_id)
+        rows = night_spread(session, night, history)
         record_spread(session, job, sweep_id, rows)
     except FarmError as exc:
         return mask_secrets(f"the key spread of sweep {sweep_id} was not stored: {exc}")

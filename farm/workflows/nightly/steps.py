@@ -14,9 +14,9 @@ pending and the next check (any sweep's, or ``farm alerts check``) sends it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session
@@ -60,7 +60,7 @@ from farm.store.repository import (
     sweep_job,
 )
 from farm.store.verdicts import get_verdict, job_verdicts, record_verdict, verdict_outcomes
-from farm.workflows.common import write_page
+from farm.workflows.common import CellStored, Progress, run_stored, store_session, write_page
 from farm.workflows.nightly.decide import (
     EarlierNight,
     NightJudgement,
@@ -69,6 +69,10 @@ from farm.workflows.nightly.decide import (
     last_good_night,
 )
 from farm.workflows.nightly.spread import store_night_spread
+
+if TYPE_CHECKING:
+    from farm.orchestrate.driver import SweepOptions, SweepOutcome
+    from farm.spec import JobSpec
 
 __all__ = [
     "Baseline",
@@ -81,9 +85,11 @@ __all__ = [
     "flaky_keys",
     "judge_stored",
     "last_good_id",
+    "night_runner",
     "publish_night",
     "recover_compared",
     "sequential_references",
+    "sweep_status",
 ]
 
 # What a stored sweep is judged against: the job's last good night (as the nightly
@@ -157,6 +163,54 @@ def sequential_references(
     }
 
 
+def sweep_status(session: Session, job: str, sweep_id: int) -> str | None:
+    """The status of sweep ``sweep_id`` of ``job``, from the job's sweep list (no cell
+    is read); None when the sweep is another job's. StoreError when there is no such
+    sweep."""
+    for summary in job_sweeps(session, job, before=sweep_id + 1):
+        if summary.id == sweep_id:
+            return summary.status
+    sweep_job(session, sweep_id)  # StoreError when the store holds no such sweep
+    return None
+
+
+def night_runner(
+    job: JobSpec,
+    job_text: str,
+    options: SweepOptions,
+    *,
+    history: int,
+    progress: Progress,
+    then: str,
+    told: Callable[[SweepOutcome], None] | None = None,
+) -> Callable[[int | None, CellStored], int]:
+    """What runs the night's sweep (None) or finishes sweep N, telling each stored cell,
+    and returns its id: ``options`` with the sweep to resume and, when a workload looks
+    sequentially, the last good night's runs to pair with under each key's calibrated
+    rule over the ``history`` sweeps the night is judged with
+    (:func:`sequential_references`). ``progress``, ``told`` and ``then``: as
+    :func:`farm.workflows.common.run_stored`."""
+    looks = any(w.sequential is not None for w in job.workloads)
+
+    def references(sweep: int) -> dict[ComparableKey, ReferenceRun]:
+        with store_session(options.db_url) as session:
+            return sequential_references(session, sweep, history, NoiseRule())
+
+    def run(resume: int | None, stored: CellStored) -> int:
+        update = {"resume": resume, "references": references if looks else None}
+        return run_stored(
+            job,
+            job_text,
+            options.model_copy(update=update),
+            then=then,
+            progress=progress,
+            stored=stored,
+            told=told,
+        )
+
+    return run
+
+
 def judge_stored(
     session: Session,
     sweep_id: int,
@@ -165,6 +219,7 @@ def judge_stored(
     history: int = 0,
     base_of: Mapping[str, str] | None = None,
     goldens: Sequence[GoldenCheck] = (),
+    record: SweepRecord | None = None,
 ) -> NightJudgement:
     """Judge stored sweep ``sweep_id`` as a nightly does, writing nothing: against
     ``baseline`` (``last-good``: the job's last good night), over ``history`` sweeps of
@@ -172,8 +227,8 @@ def judge_stored(
     inferred from the builds), and against the job's ``goldens``. ``farm nightly``,
     ``farm alerts check`` and the published pages all judge through here. Raises
     StoreError (store), FarmError when ``base_of`` names an engine the sweep did not
-    run."""
-    record = load_sweep(session, sweep_id)
+    run. ``record``: the sweep, when the caller read it already."""
+    record = record if record is not None else load_sweep(session, sweep_id)
     if base_of:
         ran = {c.cell.engine for c in record.cells}
         unknown = sorted({n for pair in base_of.items() for n in pair} - ran)
@@ -239,13 +294,16 @@ def check_night(
     history: int,
     notifiers: Sequence[Notifier] | None = None,
     goldens: Sequence[GoldenCheck] = (),
+    record: SweepRecord | None = None,
+    baseline: Baseline = "last-good",
 ) -> NightlyCheck:
     """Judge stored sweep ``sweep_id`` as a nightly once; raise, store, notify.
 
     ``history``: how many of the job's sweeps (this one included) the change-point
     checks read; ``notifiers`` default to the configured channels (``FARM_NOTIFY_*``),
-    ``()`` notifies nobody; ``goldens``: the job's (:func:`farm.goldens.job_goldens`).
-    Raises StoreError (store), NotifyError (invalid channel settings).
+    ``()`` notifies nobody; ``goldens``: the job's (:func:`farm.goldens.job_goldens`);
+    ``record``: the sweep, when read already; ``baseline``: the last good night, when
+    read already. Raises StoreError (store), NotifyError (invalid channel settings).
     """
     if get_verdict(session, sweep_id, "aa") is not None:
         raise FarmError(
@@ -255,9 +313,11 @@ def check_night(
     stored = get_verdict(session, sweep_id, "nightly")
     cost = sweep_cost(session, sweep_id)
     if stored is not None:
-        return _judged_before(session, stored, cost, history)
+        return _judged_before(session, stored, cost, history, record)
     channels = list(configured_notifiers() if notifiers is None else notifiers)
-    night = judge_stored(session, sweep_id, history=history, goldens=goldens)
+    night = judge_stored(
+        session, sweep_id, baseline=baseline, history=history, goldens=goldens, record=record
+    )
     raised = raise_alerts(session, sweep_id, night.alerts)
     recovered = recover_compared(session, sweep_id, night)
     settled = settle_early_alerts(
@@ -281,16 +341,22 @@ def check_night(
         channels=tuple(n.name for n in channels),
         delivered_to=tuple(took),
         errors=tuple(str(e) for e in errors),
-        spread_error=store_night_spread(session, sweep_id, history),
+        spread_error=store_night_spread(session, sweep_id, history, record=record),
     )
 
 
 def _judged_before(
-    session: Session, stored: SweepVerdict, cost: SweepCost, history: int
+    session: Session,
+    stored: SweepVerdict,
+    cost: SweepCost,
+    history: int,
+    record: SweepRecord | None = None,
 ) -> NightlyCheck:
     """A night whose verdict is stored: that verdict, and its key spread stored if the
     first run could not."""
-    spread_error = store_night_spread(session, stored.sweep_id, history, only_if_missing=True)
+    spread_error = store_night_spread(
+        session, stored.sweep_id, history, only_if_missing=True, record=record
+    )
     return NightlyCheck(verdict=stored, judged=False, cost=cost, spread_error=spread_error)
 
 
@@ -300,6 +366,7 @@ def check_aa_night(
     *,
     history: int,
     goldens: Sequence[GoldenCheck] = (),
+    record: SweepRecord | None = None,
 ) -> NightlyCheck:
     """Judge stored sweep ``sweep_id`` as an A/A night once: against the job's last
     good night, by :func:`judge_stored` as every night; its verdict stored with kind
@@ -312,12 +379,14 @@ def check_aa_night(
     cost = sweep_cost(session, sweep_id)
     stored = get_verdict(session, sweep_id, "aa")
     if stored is not None:
-        return _judged_before(session, stored, cost, history)
+        return _judged_before(session, stored, cost, history, record)
     good = last_good_id(session, sweep_id)
     if good is None:
         raise FarmError(f"sweep {sweep_id}: --aa repeats the last good night; the job has none")
     baseline = load_sweep(session, good)
-    night = judge_stored(session, sweep_id, baseline=baseline, history=history, goldens=goldens)
+    night = judge_stored(
+        session, sweep_id, baseline=baseline, history=history, goldens=goldens, record=record
+    )
     differ = aa_builds_differ(
         night.judgement.builds, {b.engine: b.build_id for b in baseline.builds}, good
     )
@@ -332,7 +401,9 @@ def check_aa_night(
         judged=new,
         cost=cost,
         judgement=night.judgement if new else None,
-        spread_error=store_night_spread(session, sweep_id, history) if new else None,
+        spread_error=(
+            store_night_spread(session, sweep_id, history, record=record) if new else None
+        ),
     )
 
 
@@ -399,12 +470,18 @@ def check_landed_cell(
 
 
 def publish_night(
-    session: Session, check: NightlyCheck, folder: Path, *, history: int = 14
+    session: Session,
+    check: NightlyCheck,
+    folder: Path,
+    *,
+    history: int = 14,
+    record: SweepRecord | None = None,
 ) -> list[Path]:
     """Write ``sweep-<id>.html`` (the report with its verdict), ``latest.html`` (when
     this is the job's newest judged night) and ``index.html`` (the job's nights with
     their verdicts) into ``folder`` (created), from the night's judgement (judged again,
-    writing nothing, when ``check`` carries none). Returns the paths written; raises
+    writing nothing, when ``check`` carries none; ``record``: the sweep, when read
+    already). Returns the paths written; raises
     OutputError when the folder cannot be written, StoreError (store).
     """
     try:
@@ -414,8 +491,11 @@ def publish_night(
     verdict = check.verdict
     judgement = check.judgement
     if judgement is None:
-        judgement = judge_stored(session, verdict.sweep_id, history=history).judgement
-    record = load_sweep(session, verdict.sweep_id)
+        judgement = judge_stored(
+            session, verdict.sweep_id, history=history, record=record
+        ).judgement
+    if record is None:
+        record = load_sweep(session, verdict.sweep_id)
     page = render_html(
         record,
         summarize_sweep(record),
