@@ -35,7 +35,7 @@ import pytest
 from filelock import FileLock
 
 from farm.builds.patches import fetch_release
-from farm.engines import job_capabilities, plan_launches
+from farm.engines import job_capabilities, pd_label, plan_launches
 from farm.engines.dialects import SGLANG_GRAPH, pick
 from farm.plan import expand_matrix
 from farm.records import BuildInfo
@@ -192,8 +192,24 @@ def sglang_parser(engine_build: BuildInfo, farm_home: Path) -> Iterator[Any]:
             proc.wait()
 
 
+def _servers(job: JobSpec, plan: Any, family: str) -> list[tuple[Any, Any]]:
+    """(cell, launch) of every server of the ``family`` cells of ``plan``: a
+    disaggregated cell's two (prefill, then decode)."""
+    launches = plan_launches(job, plan)
+    return [
+        (c, launches[key])
+        for c in plan.cells
+        if c.family == family
+        for key in (
+            [pd_label(c.cell_id, "prefill"), pd_label(c.cell_id, "decode")]
+            if c.disaggregated
+            else [c.cell_id]
+        )
+    ]
+
+
 def _sglang_launches(job: JobSpec, version: str | None = None) -> list[tuple[Any, Any]]:
-    """(cell, launch) of every sglang cell of ``job``, optionally at another release."""
+    """(cell, launch) of every sglang server of ``job``, optionally at another release."""
     if version is not None:
         engines = tuple(
             e.model_copy(update={"version": version}) if e.family == "sglang" else e
@@ -201,8 +217,7 @@ def _sglang_launches(job: JobSpec, version: str | None = None) -> list[tuple[Any
         )
         job = job.model_copy(update={"engines": engines})
     plan = expand_matrix(job, job_capabilities(job))
-    launches = plan_launches(job, plan)
-    return [(c, launches[c.cell_id]) for c in plan.cells if c.family == "sglang"]
+    return _servers(job, plan, "sglang")
 
 
 def _flags(argv: list[str]) -> set[str]:
@@ -219,7 +234,8 @@ def test_job_argvs_parse_in_sglang(version: str, sglang_parser: Any) -> None:
     argvs = [list(launch.argv[3:]) for _, launch in cells]
     got = sglang_parser(version, argvs)
     options = set(got["options"])
-    for (cell, _), argv, parsed in zip(cells, argvs, got["parsed"], strict=True):
+    assert any(launch.pd is not None for _, launch in cells)  # the pd cells' servers too
+    for (cell, launch), argv, parsed in zip(cells, argvs, got["parsed"], strict=True):
         assert "error" not in parsed, (version, cell.cell_id, parsed)
         # argparse accepts unambiguous prefixes; the farm writes whole flags only.
         assert _flags(argv) <= options, (version, _flags(argv) - options)
@@ -227,7 +243,16 @@ def test_job_argvs_parse_in_sglang(version: str, sglang_parser: Any) -> None:
         assert (args["speculative_algorithm"], args["speculative_num_steps"]) == ("NEXTN", 3)
         assert (args["speculative_eagle_topk"], args["speculative_num_draft_tokens"]) == (1, 4)
         tp = args.get("tp_size", args.get("tensor_parallel_size"))  # dest renamed in 0.5.14
-        assert (args["device"], args["attention_backend"], tp) == ("npu", "ascend", 4)
+        # A pd cell's servers: two device groups of the model's four NPUs.
+        npus = 4 if launch.pd is None else 2
+        assert (args["device"], args["attention_backend"], tp) == ("npu", "ascend", npus)
+        if launch.pd is None:
+            assert args.get("disaggregation_mode", "null") == "null"
+        else:
+            assert args["disaggregation_mode"] == launch.pd.role
+            assert args["disaggregation_transfer_backend"] == "ascend"
+            if launch.pd.role == "prefill":
+                assert args["disaggregation_bootstrap_port"] == launch.pd.kv_port
         assert args["reasoning_parser"] == "qwen3" and args["enable_metrics"] is True
         assert args["context_length"] == 40960 and args["host"] == "127.0.0.1"
         eager = cell.planned_graph_mode == "eager"
@@ -301,7 +326,11 @@ for argv in json.load(sys.stdin):
     out.append({"unknown": unknown, "tp": ea.tensor_parallel_size,
                 "executor": ea.distributed_executor_backend,
                 "eager": ea.enforce_eager, "spec": ea.speculative_config,
-                "mode": str(getattr(ea.compilation_config, "cudagraph_mode", None))})
+                "mode": str(getattr(ea.compilation_config, "cudagraph_mode", None)),
+                "kv": None if ea.kv_transfer_config is None else {
+                    k: getattr(ea.kv_transfer_config, k)
+                    for k in ("kv_connector", "kv_role", "kv_port", "engine_id",
+                              "kv_connector_module_path", "kv_connector_extra_config")}})
 print("FARM-RESULT " + json.dumps(out, default=str))
 """
 
@@ -311,8 +340,8 @@ def test_ascend_job_vllm_argvs_parse_in_vllm(engine_build: BuildInfo) -> None:
     for name in ("nightly-ascend.yaml", "pr-ascend.yaml"):
         job = load_job(JOBS / name)
         plan = expand_matrix(job, job_capabilities(job))
-        by_id = plan_launches(job, plan)
-        launches += [(c, by_id[c.cell_id]) for c in plan.cells if c.family == "vllm-ascend"]
+        launches += _servers(job, plan, "vllm-ascend")
+    assert any(launch.pd is not None for _, launch in launches)  # the pd cells' servers too
     done = subprocess.run(
         [engine_build.python, "-c", _VLLM_PARSE],
         input=json.dumps([list(lx.argv[3:]) for _, lx in launches]),
@@ -322,9 +351,22 @@ def test_ascend_job_vllm_argvs_parse_in_vllm(engine_build: BuildInfo) -> None:
     )
     line = next((x for x in done.stdout.splitlines() if x.startswith("FARM-RESULT ")), None)
     assert line, done.stderr[-4000:]
-    for (cell, _), got in zip(launches, json.loads(line.removeprefix("FARM-RESULT ")), strict=True):
+    results = json.loads(line.removeprefix("FARM-RESULT "))
+    for (cell, launch), got in zip(launches, results, strict=True):
         assert got["unknown"] == [], (cell.cell_id, got["unknown"])
-        assert (got["tp"], got["executor"]) == (16, "mp"), cell.cell_id
+        # A pd cell's servers: two device groups of the model's sixteen NPUs.
+        tp = 16 if launch.pd is None else 8
+        assert (got["tp"], got["executor"]) == (tp, "mp"), cell.cell_id
+        if launch.pd is None:
+            assert got["kv"] is None, cell.cell_id
+        else:
+            kv = got["kv"]
+            role = "kv_producer" if launch.pd.role == "prefill" else "kv_consumer"
+            assert (kv["kv_connector"], kv["kv_role"]) == ("MooncakeConnectorV1", role)
+            assert kv["kv_port"] == launch.pd.kv_port
+            assert kv["kv_connector_module_path"] == "vllm_ascend.distributed.mooncake_connector"
+            extra = kv["kv_connector_extra_config"]
+            assert extra["prefill"]["tp_size"] == extra["decode"]["tp_size"] == 8
         assert got["eager"] is (cell.planned_graph_mode == "eager")
         assert got["spec"]["num_speculative_tokens"] == cell.mtp_depth
         if not got["eager"]:

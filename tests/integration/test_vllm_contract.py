@@ -14,7 +14,7 @@ import subprocess
 from farm.engines import adapter_for, job_capabilities
 from farm.plan import Capabilities, expand_matrix
 from farm.records import BuildInfo
-from farm.spec import JobSpec
+from farm.spec import JobSpec, OverlaySpec
 
 _PARSE = r"""
 import json, sys
@@ -41,6 +41,9 @@ for argv in json.load(sys.stdin):
         "port": args.port,
         "per_request_spec": getattr(ea, "per_request_spec_decode_metrics", None),
         "prefix_caching": ea.enable_prefix_caching,
+        "kv": None if ea.kv_transfer_config is None else {
+            k: getattr(ea.kv_transfer_config, k)
+            for k in ("kv_connector", "kv_role", "kv_buffer_device")},
     })
 print(json.dumps(out, default=str))
 """
@@ -126,3 +129,36 @@ def test_graph_capture_modes_parse_in_vllm(local_job: JobSpec, engine_build: Bui
             assert got["max_num_seqs"] == 16
         else:
             assert not got["capture_sizes"] and got["max_num_seqs"] is None, cell.cell_id
+
+
+def test_pd_cell_argvs_parse_in_vllm(local_job: JobSpec, engine_build: BuildInfo) -> None:
+    # The CPU build with NIXL overlaid: both servers of a pd cell run NixlConnector.
+    nixl = (
+        OverlaySpec(package="nixl-cu12", version="1.5.1"),
+        OverlaySpec(package="nixl", version="1.5.2"),
+    )
+    engine = local_job.engines[0].model_copy(update={"overlays": nixl})
+    axes = {"deployment": ("pd",), "mtp_depth": (3,), "graph_mode": ("eager", "compiled")}
+    job = local_job.model_copy(
+        update={"engines": (engine,), "axes": local_job.axes.model_copy(update=axes)}
+    )
+    plan = expand_matrix(job, job_capabilities(job))
+    assert plan.cells and all(c.disaggregated for c in plan.cells)
+    adapter = adapter_for(engine.family)
+    model = local_job.models[0]
+    pairs = [
+        adapter.pd_launches(c, engine, model, "/m", "python", (8000, 8001), (5600, 5601))
+        for c in plan.cells
+    ]
+    launches = [launch for pair in pairs for launch in pair]
+    parsed = _parse(engine_build, [list(lx.argv[3:]) for lx in launches])
+    assert len(parsed) == len(launches)
+    for got in parsed:
+        assert got["kv"] == {
+            "kv_connector": "NixlConnector",
+            "kv_role": "kv_both",
+            "kv_buffer_device": "cpu",
+        }
+        spec = got["speculative_config"]
+        assert isinstance(spec, dict) and spec["num_speculative_tokens"] == 3
+    assert [got["port"] for got in parsed[:2]] == [8000, 8001]

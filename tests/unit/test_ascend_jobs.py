@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from farm.cli.main import app
-from farm.engines import job_capabilities, plan_launches
+from farm.engines import job_capabilities, pd_label, plan_launches
 from farm.plan import Plan, expand_matrix
 from farm.spec import JobSpec, load_job
 
@@ -26,9 +26,11 @@ def _after(argv: tuple[str, ...], flag: str) -> str:
 
 def test_nightly_covers_both_seed_matrices() -> None:
     job, plan = _plan("nightly-ascend.yaml")
-    apart = [c for c in plan.cells if c.draft_graph_mode == "eager"]
-    vllm = [c for c in plan.cells if c.family == "vllm-ascend" and c not in apart]
-    sgl = [c for c in plan.cells if c.family == "sglang"]
+    pd = [c for c in plan.cells if c.disaggregated]
+    colocated = [c for c in plan.cells if not c.disaggregated]
+    apart = [c for c in colocated if c.draft_graph_mode == "eager"]
+    vllm = [c for c in colocated if c.family == "vllm-ascend" and c not in apart]
+    sgl = [c for c in colocated if c.family == "sglang"]
     # (a) 2 builds x {eager, piecewise, full_decode_only} x MTP {1, 3} x SWA {on, off},
     # and the drafter eager beside full_decode_only (vllm-ascend's own nightly case)
     assert len(vllm) == 2 * 3 * 2 * 2
@@ -83,13 +85,56 @@ def test_nightly_covers_both_seed_matrices() -> None:
     assert fixed["vllm-ascend-pr8210-fix"] == ("swa-graph-fia-causal-window",)
     assert fixed["sglang-0.5.12.post1-pr27202"] == ("npu-hybrid-mtp-verify",)
     assert len({c.key.fingerprint for c in plan.cells}) == len(plan.cells)
+    # (c) the PD split: vllm-ascend 2 builds x {eager, full_decode_only} x MTP {1, 3};
+    # sglang 2 builds under its decode graph; SWA, prefix caching and the drafter at
+    # their defaults.
+    assert {(c.family, c.planned_graph_mode, c.mtp_depth) for c in pd} == {
+        *(("vllm-ascend", g, d) for g in ("eager", "full_decode_only") for d in (1, 3)),
+        ("sglang", "full_decode_only", 3),
+    }
+    assert len(pd) == 2 * 2 * 2 + 2
+    assert all(c.cell_id.endswith(".pd") for c in pd)
+    assert {(c.sliding_window, c.prefix_caching, c.draft_graph_mode) for c in pd} == {
+        ("on", "on", "target")
+    }
+
+
+def test_nightly_pd_cells_run_both_servers_with_the_engines_own_connectors() -> None:
+    job, plan = _plan("nightly-ascend.yaml")
+    launches = plan_launches(job, plan)
+    for cell in (c for c in plan.cells if c.disaggregated):
+        prefill = launches[pd_label(cell.cell_id, "prefill")]
+        decode = launches[pd_label(cell.cell_id, "decode")]
+        devices = [x.env["ASCEND_RT_VISIBLE_DEVICES"].split(",") for x in (prefill, decode)]
+        assert not set(devices[0]) & set(devices[1])  # two device groups of the cell's
+        if cell.family == "vllm-ascend":
+            roles = []
+            for launch in (prefill, decode):
+                config = json.loads(_after(launch.argv, "--kv-transfer-config"))
+                assert config["kv_connector"] == "MooncakeConnectorV1"
+                extra = config["kv_connector_extra_config"]
+                assert extra["prefill"]["tp_size"] == extra["decode"]["tp_size"] == 8
+                assert _after(launch.argv, "--tensor-parallel-size") == "8"
+                roles.append(config["kv_role"])
+                spec = json.loads(_after(launch.argv, "--speculative-config"))
+                assert spec["num_speculative_tokens"] == cell.mtp_depth  # MTP on both
+            assert roles == ["kv_producer", "kv_consumer"]
+        else:
+            modes = [_after(x.argv, "--disaggregation-mode") for x in (prefill, decode)]
+            assert modes == ["prefill", "decode"]
+            assert _after(prefill.argv, "--disaggregation-transfer-backend") == "ascend"
+            assert "--disaggregation-bootstrap-port" in prefill.argv
+            assert [len(d) for d in devices] == [2, 2]
 
 
 def test_nightly_argv_and_env_per_cell() -> None:
     job, plan = _plan("nightly-ascend.yaml")
     launches = plan_launches(job, plan)
-    assert set(launches) == {c.cell_id for c in plan.cells}
-    for cell in plan.cells:
+    pd = [c for c in plan.cells if c.disaggregated]
+    assert set(launches) == {c.cell_id for c in plan.cells if c not in pd} | {
+        pd_label(c.cell_id, role) for c in pd for role in ("prefill", "decode")
+    }
+    for cell in (c for c in plan.cells if c not in pd):
         launch = launches[cell.cell_id]
         argv = launch.argv
         if cell.family == "vllm-ascend":
@@ -147,3 +192,14 @@ def test_farm_plan_prints_each_cells_argv_and_env() -> None:
     assert "sglang-0.5.12.post1.qwen3.6-35b-a3b.eager.mtp3.swa-on\n" in out
     quiet = CliRunner().invoke(app, ["plan", str(JOBS / "pr-ascend.yaml"), "--no-argv"])
     assert quiet.exit_code == 0 and "argv:" not in quiet.output
+
+
+def test_farm_plan_prints_both_servers_of_a_pd_cell() -> None:
+    only = ["--only", "deployment=pd", "--only", "engine=vllm-ascend-pr8210-fix"]
+    result = CliRunner().invoke(app, ["plan", str(JOBS / "nightly-ascend.yaml"), *only])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    cell = "vllm-ascend-pr8210-fix.step-3.5-flash.full_decode_only.mtp3.swa-on.pd"
+    assert f"{cell} prefill\n  env: ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7\n" in out
+    assert f"{cell} decode\n  env: ASCEND_RT_VISIBLE_DEVICES=8,9,10,11,12,13,14,15\n" in out
+    assert out.count('"kv_role": "kv_producer"') == out.count('"kv_role": "kv_consumer"') == 4
