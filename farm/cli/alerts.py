@@ -8,7 +8,6 @@ raises the alerts of its findings, notifies, and prints what it did.
 from __future__ import annotations
 
 import getpass
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
@@ -21,22 +20,19 @@ from farm.cli.common import (
     DbOption,
     SweepArg,
     console,
+    db_url,
     err_console,
     fail,
     open_session,
     parse_pairs,
-    resolve_sweep,
 )
 from farm.cli.inputs import LIMIT, STORE_ID, plain_text
-from farm.errors import FarmError, SpecError
+from farm.errors import FarmError
 from farm.inert import terminal
 from farm.masking import mask_secrets
 from farm.results.alerts import ALERT_STATES, OPEN_STATES, TRIAGE_STATES
 
 if TYPE_CHECKING:
-    from sqlmodel import Session
-
-    from farm.goldens import GoldenCheck
     from farm.workflows.alerts.steps import AlertCheck
 
 __all__ = ["alerts_app"]
@@ -235,24 +231,26 @@ def check_command(
     Exit status 4 when a notification channel failed (the alerts stay pending), as
     `farm nightly` gives for the same failure.
     """
-    from farm.workflows.alerts.steps import check_alerts
+    from farm.workflows.alerts.run import AlertsDeps, AlertsRequest, run_alerts_check
+    from farm.workflows.common import store_session
 
     pairs = parse_pairs(base_of, "--base-of")
     against = _baseline(baseline)
+    deps = AlertsDeps(
+        open_session=store_session,
+        judged_as=lambda judged_as: console.print(Text(judged_as.describe())),
+    )
     try:
-        with open_session(db) as session:
-            sweep_id = resolve_sweep(session, sweep)
-            judged_as = _judged_as(session, sweep_id, job_file, history)
-            console.print(Text(judged_as.describe()))
-            outcome = check_alerts(
-                session,
-                sweep_id,
-                baseline=against,
-                base_of=pairs or None,
-                history=judged_as.history,
-                notifiers=None if notify else (),
-                goldens=judged_as.goldens,
-            )
+        request = AlertsRequest(
+            sweep=sweep,
+            url=db_url(db),
+            baseline=against,
+            base_of=pairs,
+            history=history,
+            job_file=job_file,
+            notify=notify,
+        )
+        outcome = run_alerts_check(request, deps)
     except FarmError as exc:
         raise fail(exc) from None
     _print_check(outcome)
@@ -260,67 +258,6 @@ def check_command(
         from farm.notify.delivery import EXIT_UNDELIVERED
 
         raise typer.Exit(EXIT_UNDELIVERED)
-
-
-@dataclass(frozen=True)
-class _JudgedAs:
-    """What `alerts check` takes from the sweep's job, as `farm nightly` would."""
-
-    history: int
-    goldens: tuple[GoldenCheck, ...]
-    source: str  # where the settings came from
-    unchecked_goldens: int = 0  # goldens the stored job names that cannot be read
-
-    def describe(self) -> str:
-        text = f"judged as farm nightly does: history {self.history} sweep(s) ({self.source})"
-        if self.goldens:
-            text += f", {len(self.goldens)} golden check(s)"
-        if self.unchecked_goldens:
-            text += (
-                f"; the job names {self.unchecked_goldens} golden file(s), not checked "
-                "without --job FILE"
-            )
-        return text
-
-
-def _judged_as(
-    session: Session, sweep_id: int, job_file: Path | None, history: int | None
-) -> _JudgedAs:
-    """The history and goldens of the sweep's job: from ``job_file`` (FarmError when it
-    is another job's), else from the job text stored with the sweep (its goldens'
-    paths were relative to a file the store does not know: they are named, not read);
-    ``history`` given wins."""
-    from farm.goldens import job_goldens
-    from farm.spec import read_job
-    from farm.spec.files import parse_job
-    from farm.store.repository import sweep_job
-
-    job, stored_yaml = sweep_job(session, sweep_id)
-    goldens: tuple[GoldenCheck, ...] = ()
-    unchecked = 0
-    if job_file is not None:
-        checked = read_job(job_file)
-        if checked.spec.name != job:
-            raise FarmError(
-                f"--job {job_file}: that is job {checked.spec.name!r}; sweep {sweep_id} "
-                f"is of job {job!r}"
-            )
-        configured, goldens = checked.spec.nightly.history, job_goldens(checked)
-        source = f"nightly.history of {job_file}"
-    else:
-        try:
-            spec = parse_job(stored_yaml, f"sweep {sweep_id}'s job")
-        except SpecError:  # a job text the farm of today cannot read: nothing taken
-            configured = 0
-            source = "its stored job text cannot be read; give --job FILE or --history"
-        else:
-            configured, unchecked = spec.nightly.history, len(spec.goldens)
-            source = "nightly.history of the job stored with the sweep"
-    if history is not None:
-        configured, source = history, "--history"
-    return _JudgedAs(
-        history=configured, goldens=goldens, source=source, unchecked_goldens=unchecked
-    )
 
 
 def _baseline(value: str) -> int | Literal["last-good"] | None:

@@ -21,7 +21,6 @@ from farm.cli.common import (
     db_url,
     fail,
     home,
-    open_session,
     parse_pairs,
     say,
 )
@@ -103,12 +102,10 @@ def _channels(notify: bool) -> list[Notifier]:
     return configured_notifiers()
 
 
-def _notify(b: Bisection, channels: Sequence[Notifier]) -> bool:
-    """Send the answer of ``b`` to ``channels``, each error on standard error; False
-    when a channel failed. With no channel: a warning naming the ``FARM_NOTIFY_*``
-    URL variables, and True (nothing was asked of a channel)."""
-    from farm.notify.registry import ENV_VARS, send_notice_all
-    from farm.report.notice import bisection_notice
+def _sent(b: Bisection, channels: Sequence[Notifier], errors: Sequence[str]) -> None:
+    """What the channels did with the answer of ``b``, each error on standard error.
+    With no channel: a warning naming the ``FARM_NOTIFY_*`` URL variables."""
+    from farm.notify.registry import ENV_VARS
 
     if not channels:
         urls = ", ".join(name for name in ENV_VARS if name.endswith("_URL"))
@@ -116,8 +113,7 @@ def _notify(b: Bisection, channels: Sequence[Notifier]) -> bool:
             (f"--notify: no notification channel is configured (set {urls}): not sent", "yellow"),
             err=True,
         )
-        return True
-    errors = send_notice_all(channels, bisection_notice(b))
+        return
     for err in errors:
         say(("notification failed:", "red"), f" {err}", err=True)
     if errors:
@@ -128,7 +124,6 @@ def _notify(b: Bisection, channels: Sequence[Notifier]) -> bool:
         )
     else:
         say(f"sent to {', '.join(n.name for n in channels)}")
-    return not errors
 
 
 def _check_pr_ref(post_github: str | None) -> None:
@@ -143,11 +138,12 @@ def _check_pr_ref(post_github: str | None) -> None:
         raise typer.BadParameter(str(exc), param_hint="--post-github") from None
 
 
-def _post(post_github: str, b: Bisection) -> None:
-    from farm.cli.reports import post_to_github
-    from farm.report.markdown import render_bisection
+def _posted(ref: str, link: str) -> None:
+    from rich.text import Text
 
-    post_to_github(post_github, render_bisection(b))
+    from farm.cli.common import err_console
+
+    err_console.print(Text(f"posted to {ref}: {link}"))
 
 
 @bisect_app.command()
@@ -196,37 +192,33 @@ def bisect(
     is stored), 2 bad input.
     """
     from farm.cli.preflight import check_job
-    from farm.workflows.bisect.ends import BisectEnds, complete_ends, stored_ends
-    from farm.workflows.bisect.setup import prepare_bisect
-    from farm.workflows.bisect.steps import run_bisection
+    from farm.workflows.bisect.ends import BisectEnds
+    from farm.workflows.bisect.run import BisectDeps, BisectRequest, run_bisect
+    from farm.workflows.common import store_session
 
     pairs = parse_pairs(only, "--only", "AXIS=VALUE")
     _check_pr_ref(post_github)
+    on_this_machine = ray_address is None
     try:
         url = db_url(db)
-        channels = _channels(notify)
-        asked = BisectEnds(engine, good, bad, pairs, resume=resume, from_alert=from_alert)
-        ends, alert = stored_ends(asked, lambda: open_session(url))
-        pairs = ends.only
-        spec = check_job(job_file, pairs, on_this_machine=ray_address is None)[0].spec
-        engine, good, bad = complete_ends(spec, ends, alert)
-        setup = prepare_bisect(spec, engine, good, bad, pairs, home() / "cache")
-        result = run_bisection(
-            setup,
-            db_url=url,
-            runner=_runner(url, pairs, ray_address),
+        request = BisectRequest(
+            ends=BisectEnds(engine, good, bad, pairs, resume=resume, from_alert=from_alert),
+            url=url,
             cache_dir=home() / "cache",
-            say=say,
-            resume=resume,
+            notify=notify,
+            post_github=post_github,
         )
-        _print_result(result)
-        delivered = _notify(result.bisection, channels) if notify else True
-        if post_github is not None:
-            _post(post_github, result.bisection)
+        deps = BisectDeps(
+            open_session=store_session,
+            read_job=lambda only: check_job(job_file, only, on_this_machine)[0].spec,
+            runner=_runner(url, pairs, ray_address),
+            say=say,
+            channels=_channels(notify),
+            found=_print_result,
+            sent=_sent,
+            posted=_posted,
+        )
+        outcome = run_bisect(request, deps)
     except FarmError as exc:
         raise fail(exc) from None
-    if not delivered:
-        from farm.notify.delivery import EXIT_UNDELIVERED
-
-        raise typer.Exit(EXIT_UNDELIVERED)
-    raise typer.Exit(0 if result.bisection.status == "found" else 3)
+    raise typer.Exit(outcome.exit_status)

@@ -52,8 +52,8 @@ def _github(
 ) -> tuple[GitHubClient, PullRequestRef] | None:
     """The client and the PR to post to, or None when nothing is posted (said why).
     FarmError when posting is asked for but cannot be done (no token, a bad repo)."""
-    from farm.notify.github import DEFAULT_API_URL, GitHubClient, PullRequestRef, parse_repo
-    from farm.settings import get_settings
+    from farm.notify.github import PullRequestRef, parse_repo
+    from farm.workflows.common import github_client
 
     if not post:
         return None
@@ -83,16 +83,9 @@ def _github(
             owner, name = parse_repo(repo)
         except ValueError as exc:
             raise FarmError(f"--repo: {exc}") from None
-    github = get_settings().github
-    if github.token is None:
-        raise FarmError(
-            f"GITHUB_TOKEN is not set: it is needed to comment on {owner}/{name}#{number} "
-            "and set its status (or run with --no-post)"
-        )
-    client = GitHubClient(
-        token=github.token.get_secret_value(),
-        api_url=github.api_url or DEFAULT_API_URL,
-        login=github.login,
+    client = github_client(
+        f"GITHUB_TOKEN is not set: it is needed to comment on {owner}/{name}#{number} "
+        "and set its status (or run with --no-post)"
     )
     return client, PullRequestRef(owner=owner, repo=name, number=number)
 

@@ -20,6 +20,7 @@ from farm.cli.common import (
     check_output,
     check_sweep_statuses,
     console,
+    db_url,
     err_console,
     fail,
     open_session,
@@ -215,18 +216,13 @@ def _report_bisection(bisection_id: int, db: str | None, fmt: str | None, out: P
 def post_to_github(ref_text: str, text: str) -> None:
     """Post ``text`` as a comment on pull request ``ref_text``. FarmError without a
     token (checked by `farm compare` before it compares) or when GitHub refuses."""
-    from farm.notify.github import DEFAULT_API_URL, GitHubClient, parse_pr_ref
-    from farm.settings import get_settings
+    from farm.workflows.common import post_pr_comment
 
-    ref = parse_pr_ref(ref_text)
-    github = get_settings().github
-    if github.token is None:
-        raise FarmError(f"GITHUB_TOKEN is not set: cannot post to {ref}")
-    client = GitHubClient(
-        token=github.token.get_secret_value(), api_url=github.api_url or DEFAULT_API_URL
-    )
-    url = client.post_issue_comment(ref, text)
-    err_console.print(Text(f"posted to {ref}: {url}"))
+    _posted(*post_pr_comment(ref_text, text))
+
+
+def _posted(ref: object, link: str) -> None:
+    err_console.print(Text(f"posted to {ref}: {link}"))
 
 
 @reports_app.command()
@@ -249,13 +245,11 @@ def compare(
 ) -> None:
     """Compare two sweeps cell by cell: pass / regress / improve, AL difference with its
     interval, as Markdown ready for a pull request."""
-    from farm.analysis.gate import engine_map_problems, same_sweep
-    from farm.analysis.judgement import NOTHING_COMPARED, judge
-    from farm.analysis.rules import compare_rules
+    from farm.analysis.gate import same_sweep
     from farm.notify.github import parse_pr_ref
-    from farm.report.markdown import render_comparison
     from farm.settings import get_settings
-    from farm.store.repository import load_sweep
+    from farm.workflows.common import store_session
+    from farm.workflows.compare.run import CompareDeps, CompareRequest, run_compare
 
     if problem := same_sweep(baseline, candidate):
         raise typer.BadParameter(problem, param_hint="CANDIDATE")
@@ -270,25 +264,22 @@ def compare(
             raise FarmError(f"--post-github {post_github}: GITHUB_TOKEN is not set")
         if out is not None:
             check_output(out, db)
-        with open_session(db) as session:
-            base = load_sweep(session, baseline)
-            cand = load_sweep(session, candidate)
-        engines = ({c.cell.engine for c in base.cells}, {c.cell.engine for c in cand.cells})
-        if problems := engine_map_problems(engine_map, *engines):
-            raise FarmError("--map-engine " + "; ".join(problems))
-        judgement = judge(cand, base, None, compare_rules(engine_map))
-        assert judgement.comparison is not None
-        comparison = judgement.comparison
-        text = render_comparison(comparison)
-        typer.echo(text)
-        if out is not None:
-            write_output(out, text)
-        if post_github is not None:
-            post_to_github(post_github, text)
-        for nothing in (f for f in judgement.findings if f.check == NOTHING_COMPARED):
-            # A gate never passes by accident.
-            raise FarmError(f"{nothing.summary}; not a pass")
+        request = CompareRequest(
+            baseline=baseline,
+            candidate=candidate,
+            url=db_url(db),
+            engine_map=engine_map,
+            out=out,
+            post_github=post_github,
+        )
+        deps = CompareDeps(
+            open_session=store_session,
+            shown=typer.echo,
+            write_output=write_output,
+            posted=_posted,
+        )
+        outcome = run_compare(request, deps)
     except FarmError as exc:
         raise fail(exc) from None
-    if fail_on_regression and comparison.count("regress"):
+    if fail_on_regression and outcome.comparison.count("regress"):
         raise typer.Exit(1)

@@ -6,11 +6,14 @@ send the pending ones. Stores no verdict.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session
 
 from farm.analysis.judgement import Judgement
+from farm.errors import FarmError, SpecError
 from farm.goldens import GoldenCheck
 from farm.notify.delivery import send_pending
 from farm.notify.registry import Notifier, configured_notifiers
@@ -20,7 +23,7 @@ from farm.store.alerts import (
 )
 from farm.workflows.nightly.steps import Baseline, judge_stored, recover_compared
 
-__all__ = ["AlertCheck", "check_alerts"]
+__all__ = ["AlertCheck", "JudgedAs", "check_alerts", "judged_as_nightly"]
 
 
 class AlertCheck(BaseModel):
@@ -94,3 +97,62 @@ def check_alerts(
         delivered_to=tuple(took),
         errors=tuple(str(e) for e in errors),
     )
+
+
+@dataclass(frozen=True)
+class JudgedAs:
+    """What `alerts check` takes from the sweep's job, as `farm nightly` would."""
+
+    history: int
+    goldens: tuple[GoldenCheck, ...]
+    source: str  # where the settings came from
+    unchecked_goldens: int = 0  # goldens the stored job names that cannot be read
+
+    def describe(self) -> str:
+        text = f"judged as farm nightly does: history {self.history} sweep(s) ({self.source})"
+        if self.goldens:
+            text += f", {len(self.goldens)} golden check(s)"
+        if self.unchecked_goldens:
+            text += (
+                f"; the job names {self.unchecked_goldens} golden file(s), not checked "
+                "without --job FILE"
+            )
+        return text
+
+
+def judged_as_nightly(
+    session: Session, sweep_id: int, job_file: Path | None, history: int | None
+) -> JudgedAs:
+    """The history and goldens of the sweep's job: from ``job_file`` (FarmError when it
+    is another job's), else from the job text stored with the sweep (its goldens'
+    paths were relative to a file the store does not know: they are named, not read);
+    ``history`` given wins."""
+    from farm.goldens import job_goldens
+    from farm.spec import read_job
+    from farm.spec.files import parse_job
+    from farm.store.repository import sweep_job
+
+    job, stored_yaml = sweep_job(session, sweep_id)
+    goldens: tuple[GoldenCheck, ...] = ()
+    unchecked = 0
+    if job_file is not None:
+        checked = read_job(job_file)
+        if checked.spec.name != job:
+            raise FarmError(
+                f"--job {job_file}: that is job {checked.spec.name!r}; sweep {sweep_id} "
+                f"is of job {job!r}"
+            )
+        configured, goldens = checked.spec.nightly.history, job_goldens(checked)
+        source = f"nightly.history of {job_file}"
+    else:
+        try:
+            spec = parse_job(stored_yaml, f"sweep {sweep_id}'s job")
+        except SpecError:  # a job text the farm of today cannot read: nothing taken
+            configured = 0
+            source = "its stored job text cannot be read; give --job FILE or --history"
+        else:
+            configured, unchecked = spec.nightly.history, len(spec.goldens)
+            source = "nightly.history of the job stored with the sweep"
+    if history is not None:
+        configured, source = history, "--history"
+    return JudgedAs(history=configured, goldens=goldens, source=source, unchecked_goldens=unchecked)
