@@ -1,10 +1,15 @@
-"""Workflows: the farm's daily uses (a nightly, a pull request) as one pure decision
-each over what the store holds. The commands in :mod:`farm.cli` do the I/O around them.
+"""Workflows: the farm's daily uses, one subpackage each, the same shape for all.
 
-- :mod:`farm.results.verdict`: the typed verdict of a nightly or PR run (stored by
-  :mod:`farm.store.verdicts`, shown by reports and ``farm sweeps``).
-- :mod:`farm.workflows.nightly.decide`: the nightly's decision: within-sweep checks, the
-  paired comparison with the job's last good night, history checks.
-- :mod:`farm.workflows.nightly.steps`: the I/O around it (store, alerts, notifications,
-  the published report folder); imported by the commands, never by the pure parts.
+- ``nightly/``, ``pr/``, ``bisect/``, ``compare/``, ``alerts/`` (``farm alerts check``);
+  in each, ``run.py`` holds the request, its dependencies and ``run_<use>(request,
+  deps)``; ``decide.py`` the pure decision (a verdict, a search), where the use has
+  one; ``steps.py`` the I/O steps (store, alerts, notifications, pages), where it has
+  them. ``bisect/setup.py``, ``bisect/ends.py``, ``pr/order.py`` and
+  ``nightly/spread.py`` are steps of their own.
+- :mod:`farm.workflows.common`: a store session, running a sweep a verdict reads
+  (its display handed in), the resume check, the GitHub client, writing a page.
+
+The commands in :mod:`farm.cli` build the request, hand the display callbacks as
+dependencies, call ``run_<use>`` and print its outcome. :mod:`farm.results.verdict` is
+the typed verdict they store (:mod:`farm.store.verdicts`).
 """
