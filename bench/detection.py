@@ -11,7 +11,7 @@ depth 3, AL about 2.5-3.7). Three tables:
    that the check rule flags (bootstrap interval excludes 0 AND the drop reaches the
    minimum effect), per true relative AL drop; the minimum detectable drop is the
    smallest drop flagged with >= 80% power (linear interpolation on the grid).
-2. Whole sweeps with the first seed bug of DESIGN.md section 1 (FULL_DECODE_ONLY x
+2. Whole sweeps with the first seed bug, vllm-ascend PR #8210 (FULL_DECODE_ONLY x
    MTP >= 2 x SWA on): recall over regressed comparisons, false-positive rate over
    clean ones, and how often attribution returns exactly the three true terms.
 3. Nightly histories (30 sweeps, each point a fresh 200-prompt measurement, optionally

@@ -1,4 +1,4 @@
-"""How the embedded model drafts: the figures the model issue sets targets for.
+"""How the embedded model drafts: the figures its targets (models/README.md) are set on.
 
     python bench/model_figures.py SWEEP.json [SWEEP.json ...]   # `farm export` files
     python bench/model_figures.py --db URL --sweep ID

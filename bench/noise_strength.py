@@ -10,12 +10,13 @@ so a fresh draw of the per-run shift and of the per-token jitter. ``--jitter`` a
 ``--shift`` set FARM_NOISE_JITTER and FARM_NOISE_SHIFT in the engine's env (default:
 the patch's own strengths). Then, per comparable key, what `farm noise` reads from the
 store, and between consecutive runs: the share of prompts whose greedy output changed
-and the relative change of AL (issue 23's target for the default strengths: 5-25% of
-outputs, AL by about 1-3%). ``--export-dir`` writes each run as JSON (`farm export`,
-``night-*.json``) for `bench/detection.py --recorded`. ``--model`` keeps only the
-named models of the job. Each ``--canary`` adds one run after the clean ones, its build
-the job's own plus that canary patch (patches/vllm-cpu): the known-bad nights that
-`bench/detection.py --recorded` (table 8) must catch on their first night under noise.
+and the relative change of AL (the target for the default strengths, about what real
+engines show: 5-25% of outputs, AL by about 1-3%). ``--export-dir`` writes each run as
+JSON (`farm export`, ``night-*.json``) for `bench/detection.py --recorded`. ``--model``
+keeps only the named models of the job. Each ``--canary`` adds one run after the clean
+ones, its build the job's own plus that canary patch (patches/vllm-cpu): the known-bad
+nights that `bench/detection.py --recorded` (table 8) must catch on their first night
+under noise.
 """
 
 from __future__ import annotations

@@ -22,10 +22,10 @@ the fixed rule's request-level bootstrap (2000 resamples).
 The Wald column is a lower bound on the expected prompts of ANY sequential test that
 tells "no drop" from "this drop" with the fixed rule's two error rates (Wald 1945,
 sec. 4.4: E[N] >= error-rate term / Kullback-Leibler information per prompt; the
-per-prompt spread is the simulated one). Where it exceeds 100, the issue's target of
+per-prompt spread is the simulated one). Where it exceeds 100, a target of
 <= 50% of the fixed sample cannot be met by any rule at these error rates.
 
-``--run-sd X`` adds a second table under run-to-run noise (issue 23): each run of each
+``--run-sd X`` adds a second table under run-to-run noise: each run of each
 side draws a shift of its AL common to all its prompts, sd X relative (1.7% is what 20
 real-engine nights at the noise patch's defaults gave, thinking on:
 bench/data/recorded-noise). Rules there: fixed prompt-only (as above); fixed

@@ -10,8 +10,8 @@ Alembic migrations, run by ``farm.store.open_store``):
   synthetic ``CellResult``s: the matrix of jobs/nightly-ascend.yaml as ``farm.plan``
   expands it, ``--requests`` requests per variant with ~1.4 KB of output text. The
   templates: two clean nights (different noise), a night with a failed cell and a
-  failed build, two nights with a real AL drop (the seed regressions of DESIGN.md
-  section 1: vllm-ascend full graph + SWA + MTP 3; sglang padded verify batches), and
+  failed build, two nights with a real AL drop (the two seed bugs' regressions:
+  vllm-ascend full graph + SWA + MTP 3; sglang padded verify batches), and
   a PR sweep (the patched vllm-ascend engine only);
 - each day of the history is a copy of one template, made with ``INSERT ... SELECT``
   statements generated from the *reflected* schema (``sa.MetaData().reflect``): for

@@ -1,11 +1,12 @@
 """`farm selftest`: prove on this machine that the farm still catches its seed bugs.
 
 The self-test job (jobs/selftest.yaml) runs the clean engine, each canary build (a
-bundled `purpose: canary` patch that re-creates a seed bug class, DESIGN.md section
-1) and the clean engine once more, on a reduced matrix. Every other engine is
-compared with the first one, the clean reference, cell by cell with the within-sweep
-patch check: a canary must be flagged where its bug bites and nowhere else, and the
-clean repeat must not be flagged at all.
+bundled `purpose: canary` patch that re-creates the class of one of the two seed bugs:
+docs/design.md, "The two bugs the farm exists to catch") and the clean engine once
+more, on a reduced matrix. Every other engine is compared with the first one, the
+clean reference, cell by cell with the within-sweep patch check: a canary must be
+flagged where its bug bites and nowhere else, and the clean repeat must not be flagged
+at all.
 """
 
 from __future__ import annotations

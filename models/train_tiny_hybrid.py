@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Train the embedded Qwen3-Next-shaped hybrid model (``models/tiny-hybrid``) on CPU.
 
-The model has seed 2's shape (DESIGN.md sections 1 and 9): a ``Qwen3NextForCausalLM``
+The model has seed 2's shape (a Qwen3.x GDN hybrid with MTP; docs/design.md, "What the
+CPU engine can serve"): a ``Qwen3NextForCausalLM``
 whose layers mix Gated DeltaNet linear attention with gated full attention 3:1
 (``linear, linear, linear, full``, as Qwen3-Next), MoE in every layer, one MTP layer
 (``num_nextn_predict_layers: 1``), bf16 weights, served by vLLM with

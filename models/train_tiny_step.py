@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Train the embedded Step-3.5-shaped model (``models/tiny-step``) on CPU.
 
-The model has seed 1's shape (DESIGN.md section 9): a ``Step3p5ForCausalLM`` whose
+The model has seed 1's shape (Step-3.5-Flash, SWA + MTP3; docs/design.md, "What the
+CPU engine can serve"): a ``Step3p5ForCausalLM`` whose
 layers interleave one full-attention layer with three sliding-window layers, MoE on
 the layer ``moe_layers_enum`` names, and three MTP layers (``num_nextn_predict_layers:
 3``), one per draft step, each with its own shared head, served by vLLM with

@@ -2,10 +2,10 @@
 
 One alert candidate per (comparable key, check, metric): the findings of one cause on
 one variant (for example depth invariance at positions 0 and 1) make one alert with one
-figure each. Severity: a correctness check (greedy divergence from the spec-off
-output, accuracy) is ``critical`` - speculation must be lossless (DESIGN.md section
-5); an acceptance drop is ``critical`` from 10% relative, ``warning`` below (checks
-alert from 2%, so 10% is a drop users notice in throughput).
+figure each. Severity: a correctness check (greedy divergence from the spec-off output,
+accuracy) is ``critical`` - under greedy decoding speculation must be lossless, so a
+divergence is a wrong answer; an acceptance drop is ``critical`` from 10% relative,
+``warning`` below (checks alert from 2%, so 10% is a drop users notice in throughput).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ axes (``mtp_depth>=2``). The search is exhaustive (a product over axes of the nu
 of predicates + 1; a few thousand conjunctions for a nightly matrix) with bitmask
 coverage and a lower-bound prune, so the answer is exact and deterministic.
 
-Example (DESIGN.md section 1, first case): over graph_mode x mtp_depth x
+Example (the first seed bug, vllm-ascend PR #8210): over graph_mode x mtp_depth x
 sliding_window x thinking, regressions exactly where FULL_DECODE_ONLY, MTP >= 2 and
 SWA meet give ``graph_mode=full_decode_only AND mtp_depth>=2 AND sliding_window=on``.
 """

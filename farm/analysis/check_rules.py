@@ -48,10 +48,11 @@ class _Frozen(BaseModel):
 class CheckConfig(_Frozen):
     """Significance level, bootstrap size, seed and minimum effects of the checks.
 
-    AL: a difference must reach max(2% of the reference AL, 0.05) - the example of
-    DESIGN.md section 5. Per position: 0.05 absolute, a little inside vllm-ascend's
-    per-position golden check (fails beyond 0.06). Accuracy: 5 points. Greedy
-    divergence: 1 point more prompts diverging than the reference.
+    AL: a difference must reach max(2% of the reference AL, 0.05), so that a large
+    sweep does not alert on differences too small to matter. Per position: 0.05
+    absolute, a little inside vllm-ascend's per-position golden check (fails beyond
+    0.06). Accuracy: 5 points. Greedy divergence: 1 point more prompts diverging than
+    the reference.
     """
 
     level: float = 0.95

@@ -6,8 +6,8 @@ Each check compares two variants of one sweep that should agree and returns a ty
 A comparison fails only when it is both *significant* (the request-level bootstrap
 interval of the difference excludes 0, see :mod:`farm.analysis.stats`) and *large*
 (the point difference reaches a minimum effect). The minimum effect keeps a large
-sweep from alerting on differences too small to matter (DESIGN.md section 5;
-Perfherder likewise requires >= 2% on top of its t-test).
+sweep from alerting on differences too small to matter (Perfherder likewise requires
+>= 2% on top of its t-test).
 
 - ``graph_vs_eager``: for the same engine, model, MTP depth, sliding window and
   request variant, every non-eager graph mode must match eager in AL (two-sided:

@@ -7,8 +7,9 @@ counters, accepted at position ``i`` over drafts
 (:attr:`farm.records.SpecCounters.per_position_rate`), the figure the engine's
 ``/metrics`` give and the gate was calibrated on. A fixed threshold has no notion of
 noise, so each finding carries the farm's own statistic beside it: that position's
-request-level bootstrap interval (:func:`farm.analysis.stats.acceptance_stats`, DESIGN.md
-section 5), or the number of drafts when the requests carry no counters.
+request-level bootstrap interval (:func:`farm.analysis.stats.acceptance_stats`: the
+request, not the token, is the unit of independence), or the number of drafts when the
+requests carry no counters.
 :func:`farm.analysis.judgement.judge` adds these findings to every verdict.
 """
 

@@ -16,7 +16,7 @@ Detection is a swappable :class:`ChangePointTest`:
   after each index, keeping local minima of the p-value (Perfherder-style).
 
 A change point becomes an alert only if it is a *drop* of at least
-``min_relative_drop`` (default 2% of the mean before it, DESIGN.md section 5) and it
+``min_relative_drop`` (default 2% of the mean before it, the checks' AL floor) and it
 is *confirmed*: the new level holds for ``confirm`` consecutive sweeps (default 2),
 each below the old mean, so a single bad night does not page anyone.
 """

@@ -9,7 +9,7 @@
    :func:`farm.analysis.compare.compare_sweeps` (the job's last good night for a
    nightly, the base build for a PR, an end of a bisection, ``farm compare``'s
    baseline). This is the only check that sees a new build which lowers acceptance
-   in every cell on its first night (DESIGN.md section 8);
+   in every cell on its first night (the within-sweep checks hold it only to itself);
 3. over the job's last N sweeps for slow drifts (:mod:`farm.analysis.history`);
 
 and holds it to the goldens the job names (:mod:`farm.analysis.golden_check`: the
@@ -285,7 +285,8 @@ def judge(
         notes += held
     nothing = nothing_compared(comparison) if comparison is not None else None
     if r.require_comparison and nothing is not None:
-        # No variant compared is no pass: the run could not judge (issue 20, class 8).
+        # No variant compared is no pass: the run could not judge, and a gate must not
+        # pass by accident.
         findings.append(Finding(source="cells", check=NOTHING_COMPARED, cells=(), summary=nothing))
     return Judgement(
         sweep_id=sweep.sweep_id,

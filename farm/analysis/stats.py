@@ -2,7 +2,7 @@
 
 The request (prompt) is the unit of independence, not the token: the draft tokens of
 one request share a context, so their acceptances are correlated, and a pooled
-two-proportion test over tokens understates the variance (DESIGN.md section 5). Every
+two-proportion test over tokens understates the variance. Every
 interval here therefore resamples whole requests: a cluster (request-level) bootstrap
 with percentile intervals (Efron & Tibshirani 1993, ch. 13; Field & Welsh 2007 for
 the cluster case). Ratio figures (acceptance rate, AL) are ratios of sums over the
@@ -441,8 +441,8 @@ def greedy_divergence(
 ) -> Proportion | None:
     """Share of common prompts whose output differs from the spec-off baseline (Wilson).
 
-    Under greedy decoding speculation is lossless, so this should be ~0 (DESIGN.md
-    section 5). None when the two runs share no successful prompt.
+    Under greedy decoding speculation is lossless, so this should be ~0. None when the
+    two runs share no successful prompt.
     """
     sample = divergence_sample(candidate, baseline)
     return _proportion(sample, level) if sample.prompt_ids else None

@@ -41,7 +41,7 @@ def acceptance_variables() -> tuple[QueryVariable, ...]:
 
 
 def _change_colours() -> list[dict[str, object]]:
-    """Colour the relative AL change: red from a 2% drop (DESIGN.md section 5)."""
+    """Colour the relative AL change: red from a 2% drop, the checks' minimum AL effect."""
     return [
         {
             "matcher": {"id": "byName", "options": "AL change rel"},

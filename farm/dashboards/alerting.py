@@ -9,8 +9,8 @@ above a threshold. Templates use ``.Values``/``.Labels``, never ``$``: provision
 expands ``$NAME`` as an environment variable in some fields.
 
 No contact point is provisioned: the rules carry the label ``team=mtp-farm`` so a
-team routes them with a notification policy of its own (see README, "Dashboards");
-until then Grafana's default policy and contact point apply.
+team routes them with a notification policy of its own (docs/store-and-dashboards.md,
+"The dashboards"); until then Grafana's default policy and contact point apply.
 """
 
 from __future__ import annotations

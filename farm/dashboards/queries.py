@@ -22,8 +22,8 @@ Alert rule queries use neither: Grafana alerting has no dashboard variables, and
 provisioning would expand ``$__timeFilter`` as an environment variable.
 
 Every query is bounded, so that it costs the same on a year of nightlies as on a
-month (issue 15, ``bench/store_scale.py``): panels and variables read only the sweeps
-in the dashboard's time range ("latest" is the newest sweep *in the range*), the
+month (``bench/store_scale.py`` times each on a year): panels and variables read only
+the sweeps in the dashboard's time range ("latest" is the newest sweep *in the range*), the
 previous sweep is looked for among the :data:`PREVIOUS_WITHIN` sweeps before the
 latest (once per cell key, not per row), alert rules read the last
 :data:`ALERT_WINDOW_DAYS` days. The alert queries read ``alert`` by state: open

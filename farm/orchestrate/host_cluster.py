@@ -33,7 +33,7 @@ class _HostCluster:
     """This host's Ray cluster for one FARM_HOME, shared by the farm runs on the host.
 
     Two `farm run` on one host must not each start a cluster claiming every CPU and
-    NPU (issue 14, finding 8). Files in ``FARM_HOME/ray``: ``host.lock`` (held while a
+    NPU. Files in ``FARM_HOME/ray``: ``host.lock`` (held while a
     run starts, joins or stops the cluster), ``cluster.json`` (its address), and
     ``owner.lock`` / ``users/*.lock``, each held for as long as the run that started
     it / joined it uses it, so a killed run holds nothing. The run that started the
@@ -62,7 +62,7 @@ class _HostCluster:
     def _start(self, num_cpus: int) -> None:
         self._hold(self._dir / "owner.lock")
         # Own temp dir (per FARM_HOME, short for Ray's socket paths), cleared of a
-        # killed cluster's address file: that makes ray.init join it (DESIGN.md 7).
+        # killed cluster's address file: that would make ray.init join the dead one.
         temp = ray_temp_dir(self._home)
         (temp / "ray_current_cluster").unlink(missing_ok=True)
         try:

@@ -1,8 +1,8 @@
 """Run cells as Ray tasks, each holding the resources it asked for, on the nodes it may use.
 
 The engine server runs inside the task with its own multiprocessing executor:
-vLLM's Ray executor would drop vllm-ascend's graph mode (DESIGN.md section 4), so
-Ray only places the server. NPUs are logical Ray resources (``"NPU"``); Ray sets
+vLLM's Ray executor inside vllm-ascend silently drops graph mode to NO_COMPILATION,
+so Ray only places the server. NPUs are logical Ray resources (``"NPU"``); Ray sets
 ``ASCEND_RT_VISIBLE_DEVICES`` for the ids it assigns, and the runner passes the same
 ids to the engine explicitly.
 

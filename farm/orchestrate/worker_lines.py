@@ -4,7 +4,7 @@ Ray prints each worker's stdout/stderr line in the driver behind a prefix such a
 ``(vllm-cpu.tiny-step.eager.mtp1.swa-on pid=812)``, coloured with ANSI codes, and
 suffixes deduplicated lines with a green ``[repeated 3x across cluster]``. In a
 terminal that helps; in a cron or CI log (stdout piped to a file) the codes are
-noise (issue 42, item 6). Ray 2.60 decides the prefix colour per line in the driver
+noise. Ray 2.60 decides the prefix colour per line in the driver
 (``ray._private.worker.print_worker_logs``): ``RAY_COLOR_PREFIX=0`` leaves it plain,
 ``1`` colours it per pid, anything else cyan. The dedup suffix is always green
 (``ray._private.ray_logging._color``); Ray has no switch for it.

@@ -463,7 +463,8 @@ def _verdict_section(verdict: SweepVerdict) -> str:
     cls = _OUTCOME_CLASS.get(verdict.outcome, "")
     ids = ", ".join(str(i) for i in verdict.baseline_sweep_ids)
     # The verdict counts every comparison it made; the within-sweep ones alone are
-    # counted again below, under Findings (issue 42, item 6).
+    # counted again below, under Findings: each count says what it counts, so the two
+    # never read as one number disagreeing with itself.
     if verdict.kind == "pr":
         against = "compared with the base's cells run in this sweep" + (
             f" and reused from sweep{'s' if len(verdict.baseline_sweep_ids) > 1 else ''} {ids}"

@@ -37,7 +37,7 @@ VerdictKind = Literal["nightly", "pr", "aa"]
 VerdictOutcome = Literal["clean", "regression", "failed_cells"]
 VERDICT_KINDS: tuple[VerdictKind, ...] = get_args(VerdictKind)
 VERDICT_OUTCOMES: tuple[VerdictOutcome, ...] = get_args(VerdictOutcome)
-# What a scheduler acts on (issue #11): 0 clean, 1 regression, 3 cells failed but no
+# What a scheduler acts on: 0 clean, 1 regression, 3 cells failed but no
 # regression; 2 (bad input, store unreachable) never reaches a verdict.
 EXIT_STATUS: dict[VerdictOutcome, int] = {"clean": 0, "regression": 1, "failed_cells": 3}
 # An A/A night whose judgement found something: false alarms, not a regression (a

@@ -1,6 +1,6 @@
 """``farm db prune``: drop the output text of old sweeps, keep every number.
 
-Text is the bulk of the store (issue 15: 7.8 GB of 7.9 GB after a year) and only
+Text is the bulk of the store (after a year of nightlies, 7.8 GB of its 7.9 GB) and only
 greedy-agreement checks of recent sweeps read it. Pruning a sweep unlinks its requests
 from their texts (``request_numbers.text_ids`` = NULL) and deletes the texts no
 unpruned variant links to; counters, request numbers, summaries, verdicts and alerts

@@ -349,7 +349,7 @@ def unpack_requests(raw: dict[str, str | None]) -> dict[str, list[Any]]:
 @cache
 def _request_list() -> TypeAdapter[list[RequestRecord]]:
     # One validation call per variant: a RequestRecord(...) per request cost three
-    # times as much (issue 15: reading a sweep was mostly building its requests).
+    # times as much (reading a sweep was mostly building its requests).
     return TypeAdapter(list[RequestRecord])
 
 

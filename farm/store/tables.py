@@ -269,7 +269,7 @@ class RequestNumbersRow(_Table, table=True):
     variant without per-request counters, ``correct`` of an unscored one. ``errors``
     is sparse: ``[[request index, message], ...]``, NULL when none failed.
 
-    Why one row, not one per request (issue 15): a request row cost ~145 B on
+    Why one row, not one per request: a request row cost ~145 B on
     PostgreSQL, mostly row header and index entries; packed and compressed by TOAST
     a request costs ~45 B, and a variant is read whole anyway.
     """

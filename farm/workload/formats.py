@@ -44,10 +44,10 @@ class Prompt(BaseModel):
 
     Each follow-up turn is sent once the answer before it came back, with every
     earlier turn and answer in its context: the engine's prefix cache then finds the
-    conversation so far (multi-turn chat, the prefix reuse of DESIGN.md section 1's
-    second seed). Turn ``k >= 2`` is recorded as request ``{id}#{k}``. ``category``
-    (MT-Bench's and SPEED-Bench's own) goes with every request of the record, so a
-    report can break acceptance down by it.
+    conversation so far (multi-turn chat: the prefix reuse under which the second
+    seed bug, sglang PR #27202, shows). Turn ``k >= 2`` is recorded as request
+    ``{id}#{k}``. ``category`` (MT-Bench's and SPEED-Bench's own) goes with every
+    request of the record, so a report can break acceptance down by it.
     """
 
     model_config = ConfigDict(frozen=True, extra="ignore")

@@ -1,4 +1,4 @@
-"""A/A nights (issue 23, item 2): `farm nightly --aa` repeats the last good night's
+"""A/A nights: `farm nightly --aa` repeats the last good night's
 builds, is judged by the one judgement, stores its verdict as kind ``aa`` with its
 findings as false alarms, alerts and notifies nothing, never becomes the baseline,
 and every stored verdict upserts the job's key spread.

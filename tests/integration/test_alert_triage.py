@@ -1,4 +1,4 @@
-"""Issue 23, item 5: alert triage. Seen on the real engine before: a second, different
+"""Alert triage. Seen on the real engine before: a second, different
 regression on a cell with an open alert was folded into it and nobody was told; an
 alert whose cell recovered stayed open; every alert was a message of its own.
 

@@ -351,7 +351,7 @@ def test_cli_compare_posts_the_markdown_to_github(tmp_path: Path, receiver: Rece
     assert "ghp_testtoken123456" not in result.output
 
     no_token = runner.invoke(_compare_app(), args, env=_cli_env(url))
-    # Asked to post and cannot: refused before comparing (issue 20: not a pass).
+    # Asked to post and cannot: refused before comparing, never a pass.
     assert no_token.exit_code == 2
     assert "--post-github o/r#7: GITHUB_TOKEN is not set" in no_token.output
     assert len(receiver.requests) == 1

@@ -188,7 +188,7 @@ def test_the_template_store_reads(db: Path, tmp_path: Path) -> None:
         assert result.exit_code == 0, (argv, result.output)
 
 
-# --- Text with brackets read back from the store (finding 1) ----------------------
+# --- Text with brackets read back from the store ----------------------------------
 
 
 @pytest.mark.parametrize(

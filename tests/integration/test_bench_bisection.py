@@ -1,4 +1,4 @@
-"""Issue 20, class 12 (the bench script's part): `bench/builds.py --bisection ID` of a
+"""Outputs that crash, the bench script's part: `bench/builds.py --bisection ID` of a
 stored bisection without wall time reports it, and of a missing one says so, instead
 of a ZeroDivisionError or a traceback. A real SQLite store."""
 

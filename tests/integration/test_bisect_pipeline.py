@@ -312,7 +312,7 @@ def test_bad_ends_in_the_figures_are_refused_and_nothing_is_stored(
     with pytest.raises(FarmError, match=r"does not reproduce the drop"):
         _run(h, url, fake, good=0, bad=2)
     with pytest.raises(FarmError, match=r"adjacent commits: nothing between"):
-        _run(h, url, fake, good=4, bad=5)  # issue 20: the README refuses such a range
+        _run(h, url, fake, good=4, bad=5)  # the README says such a range is refused
     with pytest.raises(FarmError, match=r"--good \w+ shows the drop.*swapped"):
         _run(h, url, fake, good=5, bad=7)
     with Session(store.open_store(url)) as s:

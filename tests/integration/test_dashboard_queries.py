@@ -3,13 +3,13 @@
 The store is built through the farm's own repository functions (as ``farm run`` and
 ``farm alerts check`` write it): job ``nightly`` with three sweeps and job ``pr`` with
 one, all in the last hours, plus two sweeps outside the dashboards' 7-day range that
-no query may show (every query is bounded by the time range, issue 15): a ``nightly``
-one of 60 days ago on another model, saved last so that it has the highest id, and
-job ``retired``'s of 400 days ago with a failed build. Each query is taken from the
-generated Grafana files, interpolated the way Grafana would (``farm.dashboards.macros``)
-and executed; the numbers are checked against what ``farm.analysis`` and
-``farm.records`` compute from the same results. PostgreSQL must be reachable as for
-``test_store.py``.
+no query may show (every query is bounded by the time range, so that a year of
+nightlies costs what a month does): a ``nightly`` one of 60 days ago on another model,
+saved last so that it has the highest id, and job ``retired``'s of 400 days ago with a
+failed build. Each query is taken from the generated Grafana files, interpolated the way
+Grafana would (``farm.dashboards.macros``) and executed; the numbers are checked against
+what ``farm.analysis`` and ``farm.records`` compute from the same results. PostgreSQL
+must be reachable as for ``test_store.py``.
 """
 
 from __future__ import annotations

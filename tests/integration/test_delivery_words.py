@@ -1,4 +1,4 @@
-"""Issue 20, class 7: say what happened. "sent N alert(s) to X" is printed only for
+"""Say what happened. "sent N alert(s) to X" is printed only for
 the channels that took them; a failed channel is named, and the alerts are said to
 stay pending, in `farm alerts check` and `farm nightly` alike (farm.notify.delivery),
 and both exit 4 for it (before: `farm nightly` exited with the verdict's 1 or 3, `farm

@@ -1,5 +1,4 @@
-"""The driver stopped by a signal, and a second driver for a sweep that runs
-(issue 14, finding 3).
+"""The driver stopped by a signal, and a second driver for a sweep that runs.
 
 The drivers are real separate processes: the real `farm run` command (its sweep, its
 local Ray) with the FAKE runner and FAKE builder put in place of the engine's, or the

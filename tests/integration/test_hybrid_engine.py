@@ -1,4 +1,4 @@
-"""The hybrid GDN model with MTP on the real engine (issue 22), one sweep shared by
+"""The hybrid GDN model with MTP on the real engine, one sweep shared by
 every test here: models/tiny-hybrid (Qwen3-Next-shaped: GDN layers, full attention,
 an MTP layer) on the vLLM CPU build.
 

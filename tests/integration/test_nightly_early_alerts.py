@@ -1,5 +1,5 @@
 """`farm nightly` raises and sends a cell's alerts as soon as the cell is stored, not
-after the last cell (issue 25: alerts as cells finish).
+after the last cell.
 
 The nights are simulated (tests.fakes.simulate) and stored in SQLite; the night's
 sweep is stored cell by cell by a stand-in for the sweep runner that calls back as the

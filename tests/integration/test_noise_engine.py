@@ -1,4 +1,4 @@
-"""Detection under run-to-run noise on the real engine (issue 23): six nights of
+"""Detection under run-to-run noise on the real engine: six nights of
 `farm nightly` with the bundled noise patch on (``noise-run-to-run``: per-token jitter
 and a per-run shift, a draw of its own in every engine process, seeded per night; the
 engine's batching still varies run to run), then a night with the batch-slot canary on
@@ -136,8 +136,8 @@ def test_calibrated_nights_raise_no_false_alarm_once_the_history_is_there(nights
         print(verdict.headline(), [f.summary for f in verdict.findings])
         assert verdict.outcome == "clean"
     # Every calibrated night against every earlier one, not only its last good one: a
-    # stress of the rule, whose false alarms are reported, not hidden (issue 23: "report
-    # every one and why"). One run here: night 6 against night 5, thinking on, -3.6%
+    # stress of the rule, whose false alarms are reported, each with its reason, not
+    # hidden. One run here: night 6 against night 5, thinking on, -3.6%
     # where nights 1-4 agreed within 0.4% (the robust spread, 0.011, left the 2% floor).
     # Calibration only widens: it never flags a pair the prompt-only rule passes.
     pairs = calibrated = 0

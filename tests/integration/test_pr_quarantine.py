@@ -1,4 +1,4 @@
-"""Issue 23, item 4, in PR runs: a key whose nightly verdicts flip is quarantined in a
+"""Quarantine in PR runs: a key whose nightly verdicts flip is quarantined in a
 PR's verdict as in the nightly's. Twelve simulated nights of job ``synthetic`` whose
 verdict on the full-decode-only depth-3 keys flips night after night (SQLite, no
 engine), then a PR sweep whose candidate drops acceptance on those keys and on one

@@ -1,4 +1,4 @@
-"""Issue 20, class 13: the README's own examples. Every `farm` command line the README
+"""The README's own examples. Every `farm` command line the README
 shows names a command and options that exist; every concrete example (no placeholder)
 parses with the CLI's own parser and names files, engines and axes its job has; the
 ones that can run here without an NPU or the network are run. Before: the `farm pr`

@@ -1,4 +1,4 @@
-"""The HTML reports in a real browser (issue 42, item 7): the published nightly page
+"""The HTML reports in a real browser: the published nightly page
 and a `farm report` sweep page, built from a store of simulated sweeps, opened in
 headless Chromium. Fails on any console error, on a chart that drew nothing, and on
 a chart label cut off at its chart's edge; keeps a full-page screenshot of each page

@@ -1,4 +1,4 @@
-"""Issue 20, class 4: a stale spool file never overwrites a stored cell.
+"""A stale spool file never overwrites a stored cell.
 
 A flush stores a spooled result only into a cell that has no result yet (first writer
 wins); a file for a cell another driver stored is reported and kept. Two drivers

@@ -1,6 +1,6 @@
-"""Store faults beyond a refusing store (issue 14, finding 4): a full spool disk, two
-flushes at once, two saves of one cell at once, duplicates from before the fix; and
-the sweep lease (finding 3) on both kinds of store.
+"""Store faults beyond a refusing store: a full spool disk, two flushes at once, two
+saves of one cell at once, duplicate variant runs stored before migration 0007 made
+them unique; and the sweep lease on both kinds of store.
 
 Real PostgreSQL (a fresh database per test, behind the TCP proxy of test_spool where
 the store must fail) and SQLite; the sweeps run the FAKE runner and FAKE builder (no

@@ -1,4 +1,4 @@
-"""Request text apart from numbers, per-variant summaries and `farm db prune` (issue 15).
+"""Request text apart from numbers, per-variant summaries and `farm db prune`.
 
 History read from the stored summaries must equal history computed from the whole
 sweeps (the old path), on the recorded sweeps of bench/data/recorded, on synthetic

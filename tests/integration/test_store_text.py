@@ -1,4 +1,4 @@
-"""Issue 20, class 5: text PostgreSQL cannot hold. A NUL in an output, an error, a log
+"""Text PostgreSQL cannot hold. A NUL in an output, an error, a log
 tail or an argument is stored in a form both stores take (U+2400, farm.store.text),
 the same way in SQLite and PostgreSQL, and a spooled result holding one flushes."""
 

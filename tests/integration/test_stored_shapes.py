@@ -1,4 +1,4 @@
-"""Issue 20, class 9: numbers and shapes. Stored JSON columns that are valid JSON of
+"""Numbers and shapes. Stored JSON columns that are valid JSON of
 the wrong shape (a verdict's findings, its baseline sweep ids, a bisection's commits,
 ends, first bad position, a step's position and figures; a cell's axes, remaps,
 planned variants, effective configuration and argv; a variant run's and an excluded

@@ -1,4 +1,4 @@
-"""Issue 20, class 14: weak errors. Each message names the command's own option, the
+"""Weak errors. Each message names the command's own option, the
 command that helps, and what actually happened: `farm sweeps` lists sweeps; `bisect
 --resume 5` is about --resume; a missing schema revision is not "a newer mtp-farm";
 `dashboards push --timeout 0` is refused as a timeout; a URL that is no http(s) URL is

@@ -1,7 +1,7 @@
 """A real local Ray cluster, started by the farm's RayPool in a driver whose stdout and
 stderr are pipes (a cron or CI log): the worker lines Ray forwards, their prefixes and
 the dedup suffix, are plain text; with FORCE_COLOR the same driver prints Ray's
-colours, so the check sees them when they are there (issue 42, item 6)."""
+colours, so the check sees them when they are there."""
 
 from __future__ import annotations
 

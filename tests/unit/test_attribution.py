@@ -38,7 +38,7 @@ def _grid(rule: Rule) -> list[LabeledCell]:
 
 
 def _seed_bug_1(a: Mapping[str, AxisValue]) -> bool:
-    # DESIGN.md section 1, case 1: SWA + full-graph FIA + MTP >= 2.
+    # The first seed bug (vllm-ascend PR #8210): SWA + full-graph FIA + MTP >= 2.
     return (
         a["graph_mode"] == "full_decode_only"
         and int(a["mtp_depth"]) >= 2

@@ -1,5 +1,5 @@
 """`farm --help` and `farm sweeps` start at once: the CLI imports the store, Ray, numpy,
-the HTTP client and the engines only in the commands that need them (issue #15).
+the HTTP client and the engines only in the commands that need them.
 
 Each check runs the real CLI in a fresh interpreter (`python -c`) and lists what it
 loaded; a failure names every heavy module found.

@@ -1,4 +1,5 @@
-"""Fault injection at the engine edge (issue 14, findings 2, 6 and 7).
+"""Fault injection at the engine edge: bad engine output, orphaned engine processes,
+the environment of untrusted processes.
 
 Nothing real answers malformed JSON, reports a NaN counter or hangs on demand, so
 the engine here is a FAKE (``tests/fakes/engine_server.py``: a small HTTP server
@@ -40,7 +41,7 @@ FAKES = Path(__file__).resolve().parents[1] / "fakes"
 FAKE_SERVER = FAKES / "engine_server.py"
 FAKE_WORKER = FAKES / "engine_worker.py"
 
-# The driver's secrets as the farm's deployment sets them (names from issue 14).
+# The driver's secrets as the farm's deployment sets them.
 DRIVER_SECRETS = {
     "FARM_DB_URL": "postgresql://farm:hunter2@db/farm",
     "FARM_DB_PASSWORD": "hunter2",
@@ -80,7 +81,7 @@ class _FakeEngineAdapter(VllmAdapter):
 
 
 class _TimeoutsWithCellDeadline(TimeoutSpec):
-    """TimeoutSpec with the ``cell_s`` field asked of farm/spec.py's owner (issue 14);
+    """TimeoutSpec with the ``cell_s`` field asked of farm/spec.py's owner;
     the runner reads it with getattr until it lands."""
 
     cell_s: float | None = None
@@ -155,7 +156,7 @@ def _assert_engine_gone(adapter: _FakeEngineAdapter) -> None:
         httpx.get(f"http://127.0.0.1:{adapter.ports[-1]}/health", timeout=2)
 
 
-# --- finding 6: bad engine output ---------------------------------------------------
+# --- Bad engine output ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -327,7 +328,7 @@ def test_waiting_for_an_engine_exit_leaves_the_event_loop_running(tmp_path: Path
     assert engine.exited(within_s=0)
 
 
-# --- finding 7: orphaned engine processes --------------------------------------------
+# --- Orphaned engine processes --------------------------------------------------------
 
 
 def _free_port() -> int:
@@ -402,7 +403,7 @@ def test_engine_that_cannot_start_names_why(tmp_path: Path) -> None:
     assert "FileNotFoundError: [Errno 2]" in (tmp_path / "log2").read_text()
 
 
-# --- finding 2 (engine half): the environment of untrusted processes -----------------
+# --- The environment of untrusted processes (the engine's half) -----------------------
 
 
 def _env_printed(log: Path, marker: str) -> dict[str, str]:

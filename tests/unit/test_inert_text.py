@@ -1,4 +1,4 @@
-"""Issue 20, class 3: everything that came from an engine, a repository or a user is
+"""Everything that came from an engine, a repository or a user is
 inert text in every channel: WeCom, Feishu (card and text), Slack, the PR comment and
 `farm report --bisection --format md`, the terminal. Mentions ping no one, tags and
 links do not render, control characters are shown escaped, and a cut never splits an

@@ -1,4 +1,4 @@
-"""Issue 20, class 2: no secret leaves through a URL. One masking function
+"""No secret leaves through a URL. One masking function
 (farm.masking.mask_secrets) for user information and secret-looking query parameters,
 used by every printer, error, spool file and comment; spool files are the user's alone
 (0600)."""

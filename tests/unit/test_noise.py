@@ -1,4 +1,4 @@
-"""Thresholds from each key's own nights (issue 23, item 3): a per-run shift common to
+"""Thresholds from each key's own nights: a per-run shift common to
 every prompt is read by the prompt-only rule as a real drop; the calibrated rule
 absorbs it, keeps the fixed rule where the engine is deterministic, and still catches
 a real drop."""

@@ -1,4 +1,4 @@
-"""Issue 20, class 12: outputs that crash. No command ends in a traceback because of
+"""Outputs that crash. No command ends in a traceback because of
 where it writes: --out naming a file or a kernel file system, standard output on a
 full device, FARM_HOME naming a file, a bench report of a bisection with no wall time,
 a --source that is no ref."""

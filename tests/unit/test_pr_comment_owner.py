@@ -1,4 +1,4 @@
-"""Issue 20, class 1: the PR comment cannot be hijacked. Only comments written by the
+"""The PR comment cannot be hijacked. Only comments written by the
 token's own user count as the farm's (a marker anyone can paste is no proof), and the
 commit status is set even when the comment cannot be written. Against the FAKE GitHub
 server (tests/fakes/github_server.py)."""

@@ -315,7 +315,7 @@ def test_the_comment_carries_the_marker_the_verdict_and_the_dropped_patches() ->
     )
     assert text.startswith(marker + "\n")
     assert "PR #7 on vllm-cpu: :x: regression" in text and "head bbbbbbbbbbbb" in text
-    # "#1" would link issue 1: a zero-width space keeps it text (farm.inert).
+    # "#1" would render as a GitHub link: a zero-width space keeps it text (farm.inert).
     assert "a (already upstream); b (conflict: x.py hunk #\u200b1)" in text
     assert "https://farm.example/pr-7-sweep-5.html" in text
     assert ":x: regress" in text  # the comparison table of `farm compare`

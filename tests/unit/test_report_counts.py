@@ -1,4 +1,4 @@
-"""Each count on the HTML report names what it counts (issue 42, item 6): the verdict's
+"""Each count on the HTML report names what it counts: the verdict's
 comparisons (against the last good night, within the sweep, against goldens) and the
 within-sweep checks' own, never two bare "N comparisons" one above the other."""
 

@@ -33,7 +33,7 @@ FDO_MTP3 = "base.synthetic.full_decode_only.mtp3.swa-on"
 
 
 def _swa_fdo_bug(cell: ServerCell, v: Variant) -> float:
-    """DESIGN.md case 1: only SWA + full graph + MTP >= 2 loses acceptance."""
+    """The first seed bug: only SWA + full graph + MTP >= 2 loses acceptance."""
     hit = (
         cell.planned_graph_mode == "full_decode_only"
         and cell.mtp_depth >= 2

@@ -29,7 +29,7 @@ from farm.cli.main import app
 
 REPO = Path(__file__).resolve().parents[2]
 
-# What a driver's environment holds (issue 14, finding 2), and what else looks secret.
+# What a driver's environment holds, and what else looks secret.
 SECRETS = {
     "FARM_DB_URL": "postgresql://farm:pg-Secret-1@db/farm",
     "FARM_DB_PASSWORD": "pg-Secret-2",

@@ -1,4 +1,4 @@
-"""Sequential looks in the runner (issue 25, item 1): a variant runs in looks against a
+"""Sequential looks in the runner: a variant runs in looks against a
 reference run and stops sending prompts once a look decides.
 
 The engine is the FAKE server of ``tests/fakes/engine_server.py`` (no engine can be

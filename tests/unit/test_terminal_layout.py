@@ -1,6 +1,6 @@
 """The sweep matrix and the plan read where they land: an 80-column terminal keeps
 every figure whole on one line, and piped output (cron, CI, ``> log``) is one full row
-per line, never wrapped nor cut (issue #15).
+per line, never wrapped nor cut.
 
 The sweep is the nightly Ascend job's real plan (long engine names, several axes,
 remaps), with figures made up per variant; the consoles are the CLI's own.

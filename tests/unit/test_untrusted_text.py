@@ -1,4 +1,4 @@
-"""Issue 41, item 1: text from outside the farm is made safe where it enters.
+"""Text from outside the farm is made safe where it enters.
 
 Outside text (an engine's error, a golden case file, git metadata, a remote service's
 answer) is held as :class:`farm.inert.Untrusted` from the moment a record is built or

@@ -1,4 +1,4 @@
-"""Issue 20, class 10: values that pass the checks and fail later are refused by the
+"""Values that pass the checks and fail later are refused by the
 checks. NUL bytes anywhere a process argument or environment value comes from, names
 ending in a newline, a yes/no where a number goes, empty or contradictory options,
 ages that are no ages, adjacent bisection ends."""

@@ -1,5 +1,5 @@
-"""Ray's forwarded worker lines: coloured in a terminal, plain text in a piped log
-(issue 42, item 6). The decision, and Ray's own printing under it (no cluster)."""
+"""Ray's forwarded worker lines: coloured in a terminal, plain text in a piped log.
+The decision, and Ray's own printing under it (no cluster)."""
 
 from __future__ import annotations
 

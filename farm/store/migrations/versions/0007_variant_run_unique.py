@@ -4,8 +4,8 @@ Revision ID: 0007
 Revises: 0006
 Create Date: 2026-11-30
 
-Concurrent saves of one cell on PostgreSQL could each insert the cell's variant runs
-(issue 14, finding 4). Duplicates already stored are removed first, keeping the newest
+Concurrent saves of one cell on PostgreSQL could each insert the cell's variant runs,
+storing them twice. Duplicates already stored are removed first, keeping the newest
 row of each (cell, ordinal) with its counters and requests, then a unique index is
 added. An index, not a constraint: on SQLite a constraint means recreating the table,
 and dropping the old one with foreign keys on would cascade to every counter and

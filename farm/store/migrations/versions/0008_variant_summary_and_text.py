@@ -4,7 +4,7 @@ Revision ID: 0008
 Revises: 0007
 Create Date: 2026-12-01
 
-Issue 15: a year of nightlies was 7.8 GB of request rows, almost all output text, and
+A year of nightlies was 7.8 GB of request rows, almost all output text, and
 history read every request of every sweep. Here:
 
 - ``request_text`` holds each distinct output text once (content-addressed: greedy
