@@ -5,7 +5,7 @@ Every other place that needs the axes (job-file validation, the planner's produc
 store's axis columns) derives them from :data:`AXES`. Adding an axis is one entry
 here plus the adapters that map its values to engine flags.
 
-Two levels (DESIGN.md section 3): a *server* axis needs a new engine server per
+Two levels: a *server* axis needs a new engine server per
 value; a *request* axis is served by the same server (one variant per value).
 """
 

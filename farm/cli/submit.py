@@ -6,7 +6,7 @@ talks to the job server).
 
 A job's description (entrypoint, ``runtime_env``, metadata) is returned by the job
 server to anyone who may list jobs, so it carries no secret: the job finds its store
-on the cluster side, in the head's own ``FARM_DB_URL`` (README, Cluster; the deploy
+on the cluster side, in the head's own ``FARM_DB_URL`` (docs/cluster.md; the deploy
 files set it from a secret). ``--db`` only names a store whose URL holds no password
 (the cluster then authenticates with its own ``~/.pgpass`` or ``PGPASSWORD``).
 """
@@ -128,8 +128,9 @@ def _public_store_url(url: str) -> str:
             f"--db {parsed.set(query={}).render_as_string(hide_password=True)}: holds a "
             "password, and the "
             "job server shows a job's environment to anyone who may list jobs; leave --db out "
-            "so the job uses the cluster's own FARM_DB_URL (README, Cluster), or give a URL "
-            "without the password and keep it in the cluster's ~/.pgpass"
+            "so the job uses the cluster's own FARM_DB_URL (see the docs: Operating a "
+            "cluster), or give a URL without the password and keep it in the cluster's "
+            "~/.pgpass"
         )
     return url
 

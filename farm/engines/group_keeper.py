@@ -14,7 +14,7 @@ Why a keeper: engines start workers of their own (vLLM's EngineCore and its work
 are multiprocessing children of the API server, sglang's scheduler likewise), and
 nothing kills those when the worker that started the server is SIGKILLed: the
 server's own PR_SET_PDEATHSIG reached only the server, and its children were
-reparented to init and ran on (issue 14, finding 7). The keeper watches its parent
+reparented to init and ran on. The keeper watches its parent
 by ``getppid()`` rather than PR_SET_PDEATHSIG, which fires when the *thread* that
 forked exits, not the process.
 

@@ -13,7 +13,7 @@ A nightly sweep is checked
    (:func:`farm.analysis.compare.compare_sweeps`). This is the only check that sees a
    new build which lowers acceptance in every cell on its first night: the
    within-sweep checks have nothing to compare it with, and the history checks wait
-   for a second night to confirm (DESIGN.md section 8);
+   for a second night to confirm;
 3. over the job's last N sweeps for slow drifts (:mod:`farm.analysis.history`).
 
 The outcome follows :func:`farm.results.verdict.outcome_of`. Each finding names its
