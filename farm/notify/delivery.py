@@ -1,8 +1,8 @@
 """Delivery of stored alerts: every pending alert to the configured channels, what
 each channel did, and the words that say so.
 
-The judging and raising is :func:`farm.workflows.nightly_pipeline.check_alerts` (``farm
-alerts check``) and :func:`farm.workflows.nightly_pipeline.check_night` (``farm
+The judging and raising is :func:`farm.workflows.alerts.steps.check_alerts` (``farm
+alerts check``) and :func:`farm.workflows.nightly.steps.check_night` (``farm
 nightly``); both send through :func:`send_pending`.
 
 "sent 1 alert(s) to slack" must mean Slack took it. A delivery records, per channel,
