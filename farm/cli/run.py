@@ -206,15 +206,18 @@ def _print_launches(job: JobSpec, only: list[str] | None) -> None:
     """Each cell's exact server command and environment (python, port, NPU ids as placeholders)."""
     from farm.builds.environment import mask_argv, mask_env
     from farm.engines import plan_launches
+    from farm.inert import terminal
     from farm.orchestrate.driver import plan_job
 
     launches = plan_launches(job, plan_job(job, _only(only)), python="<build>/bin/python")
     console.print("server argv and env per cell (port and NPU ids are assigned at run time):")
     for cell_id, launch in launches.items():
         shown = mask_env(launch.env)
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(shown.items()))
+        # A job's env values and extra_args are the job author's text: shown, never obeyed.
+        env = terminal(" ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(shown.items())))
+        argv = terminal(shlex.join(mask_argv(launch.argv)))
         console.print(
-            f"{cell_id}\n  env: {env or '-'}\n  argv: {shlex.join(mask_argv(launch.argv))}",
+            f"{cell_id}\n  env: {env or '-'}\n  argv: {argv}",
             markup=False,
             highlight=False,
             soft_wrap=True,

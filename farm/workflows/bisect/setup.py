@@ -25,6 +25,7 @@ from farm.builds.git_history import first_parent_commits, history_repository
 from farm.builds.sources import list_releases
 from farm.builds.venv import plan_builds
 from farm.errors import FarmError
+from farm.inert import untrusted
 from farm.orchestrate.driver import plan_job
 from farm.plan import ServerCell
 from farm.records import BuildInfo
@@ -232,7 +233,7 @@ def prepare_bisect(
         job=job,
         engine=engine,
         overlay=overlay,
-        repo=location,
+        repo=untrusted(location),  # a job's source URL: its credentials masked here
         commits=commits,
         cells=cells,
         outside=tuple(c for c in every if c.speculative and c.cell_id not in chosen),
