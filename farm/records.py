@@ -267,6 +267,8 @@ class EffectiveConfig(_Frozen):
     sliding_window: int | None = None
     max_model_len: int | None = None
     prefix_caching: bool | None = None
+    # Linear-attention or mamba layers in the model's config.json (None: not read).
+    hybrid: bool | None = None
     notes: tuple[str, ...] = ()
 
 

@@ -108,12 +108,15 @@ class PrefixRule(_Frozen):
     hybrid_models: frozenset[str] = frozenset()
     level: float = 0.95
 
-    def which(self, cell: ServerCell, against: Against) -> tuple[RuleName, float]:
-        """The rule a comparison of ``cell`` is judged by, and its minimum drop."""
+    def which(
+        self, cell: ServerCell, against: Against, hybrid_model: bool = False
+    ) -> tuple[RuleName, float]:
+        """The rule a comparison of ``cell`` is judged by, and its minimum drop
+        (``hybrid_model``: the runner read a hybrid config for it)."""
         hybrid = (
             against == "twin"
             and cell.speculative
-            and cell.model in self.hybrid_models
+            and (hybrid_model or cell.model in self.hybrid_models)
             and cell.family in _VLLM_FAMILIES
         )
         return (HYBRID_RULE, self.hybrid_min_drop) if hybrid else (STANDARD_RULE, self.min_drop)
@@ -202,6 +205,7 @@ class _Unit:
     label: str
     hits: HitRate | None
     match: ComparableKey  # the key on the baseline's side (engine renamed)
+    hybrid: bool = False  # the runner read a hybrid model config for its cell
 
 
 def _units(sweep: SweepRecord, engine_map: Mapping[str, str] | None = None) -> list[_Unit]:
@@ -215,7 +219,9 @@ def _units(sweep: SweepRecord, engine_map: Mapping[str, str] | None = None) -> l
             match = key.model_copy(
                 update={"engine": (engine_map or {}).get(key.engine, key.engine)}
             )
-            out.append(_Unit(cell, v, key, cell.variant_label(v.axes), HitRate.of(v), match))
+            hybrid = bool(result.effective and result.effective.hybrid)
+            label = cell.variant_label(v.axes)
+            out.append(_Unit(cell, v, key, label, HitRate.of(v), match, hybrid))
     return out
 
 
@@ -263,7 +269,10 @@ def check_prefix_cache(
             found = _judge(u, twin.hits, f"its MTP-off twin {twin.label}", "twin", rule)
             if found is not None:
                 findings.append(found)
-            elif rule.which(u.cell, "twin")[0] == HYBRID_RULE and u.hits.rate < twin.hits.rate:
+            elif (
+                rule.which(u.cell, "twin", u.hybrid)[0] == HYBRID_RULE
+                and u.hits.rate < twin.hits.rate
+            ):
                 notes.append(
                     f"{u.label}: prefix-cache hit rate {u.hits.rate:.3f} vs {twin.hits.rate:.3f} "
                     f"with MTP off, within the {HYBRID_RULE} rule's expected drop "
@@ -292,7 +301,7 @@ def _judge(
 ) -> Finding | None:
     cand = u.hits
     assert cand is not None
-    name, min_drop = rule.which(u.cell, against)
+    name, min_drop = rule.which(u.cell, against, u.hybrid)
     diff = hit_rate_difference(ref, cand, rule.level)
     stopped = cand.hits == 0 and ref.rate >= rule.stopped_reference
     lowered = diff.high < 0 and -diff.estimate >= min_drop - 1e-12

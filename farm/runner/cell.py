@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from farm.analysis.prefix_cache import is_hybrid_config
 from farm.engines import EngineAdapter, EngineProcess, adapter_for
 from farm.engines.base import EngineOutputError
 from farm.errors import CellError, EngineError
@@ -243,16 +244,20 @@ def _effective_config(
     with httpx.Client(base_url=engine.url, timeout=_MODELS_TIMEOUT_S) as client:
         response = client.get("/v1/models")
         response.raise_for_status()
+    hf = _hf_config(task.model_path)
     try:
         models = response.json()
-        return adapter.effective_config(
-            task.cell, log_path.read_text(errors="replace"), models, _hf_config(task.model_path)
+        effective = adapter.effective_config(
+            task.cell, log_path.read_text(errors="replace"), models, hf
         )
     except (LookupError, TypeError, ValueError, AttributeError) as exc:
         raise EngineOutputError(
             f"GET /v1/models: unreadable model listing ({type(exc).__name__}: {exc}): "
             f"{response.text[:200]!r}"
         ) from None
+    # What the prefix-cache rule for hybrids needs to know when the night is judged,
+    # where the model's folder may not be.
+    return effective.model_copy(update={"hybrid": is_hybrid_config(hf) if hf else None})
 
 
 def _failure(exc: Exception, engine: EngineProcess) -> str:

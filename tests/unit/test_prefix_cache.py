@@ -17,6 +17,7 @@ from farm.analysis.prefix_cache import (
     PREFIX_CHECK,
     STANDARD_RULE,
     HitRate,
+    PrefixRule,
     hit_rate_difference,
     is_hybrid_config,
 )
@@ -148,3 +149,24 @@ def test_hybrid_models_are_told_by_their_config() -> None:
 
     assert is_hybrid_config(config("tiny-hybrid"))
     assert not is_hybrid_config(config("tiny-step")) and not is_hybrid_config(config("tiny-mtp"))
+
+
+def test_a_cell_the_runner_read_as_hybrid_takes_the_hybrid_rule_without_the_job() -> None:
+    # The judging machine may not have the model's folder: the runner's read of its
+    # config.json, stored with the cell, is what says hybrid.
+    from farm.plan import ServerCell, Variant
+
+    cell = ServerCell(
+        family="vllm",
+        engine="e",
+        model="some-hybrid",
+        graph_mode="eager",
+        planned_graph_mode="eager",
+        mtp_depth=3,
+        sliding_window="on",
+        variants=(Variant(thinking="off", workload="w"),),
+    )
+    rule = PrefixRule()
+    assert rule.which(cell, "twin")[0] == "standard"
+    assert rule.which(cell, "twin", hybrid_model=True)[0] == "hybrid-replay-boundaries"
+    assert rule.which(cell, "baseline", hybrid_model=True)[0] == "standard"
