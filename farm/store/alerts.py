@@ -279,19 +279,25 @@ def recover_alerts(
             col(AlertRow.state).in_(OPEN_STATES), col(AlertRow.last_sweep_id) < sweep_id
         )
         for row in session.exec(query):
-            label = AlertDetails.model_validate(row.details).cell.label
-            if (row.kind, label) not in checked or row.key in raised:
-                continue
-            row.state = "recovered"
-            row.recovered_sweep_id = sweep_id
-            row.news = f"recovered: sweep {sweep_id} compared it again and found no drop"
-            row.notified_at = None
-            row.updated_at = now
-            session.add(row)
-            recovered.append(row)
+            if _compared_again(row, checked) and row.key not in raised:
+                _recover(row, sweep_id, now)
+                session.add(row)
+                recovered.append(row)
         session.flush()
         records = [_record(r) for r in recovered]
     return records
+
+
+def _compared_again(row: AlertRow, checked: Collection[tuple[str, str]]) -> bool:
+    return (row.kind, AlertDetails.model_validate(row.details).cell.label) in checked
+
+
+def _recover(row: AlertRow, sweep_id: int, now: datetime) -> None:
+    row.state = "recovered"
+    row.recovered_sweep_id = sweep_id
+    row.news = f"recovered: sweep {sweep_id} compared it again and found no drop"
+    row.notified_at = None
+    row.updated_at = now
 
 
 def settle_early_alerts(
@@ -321,15 +327,11 @@ def settle_early_alerts(
                     else None
                 )
                 row.notified_at = None
+                row.updated_at = now
+            elif _compared_again(row, checked):
+                _recover(row, sweep_id, now)
             else:
-                label = AlertDetails.model_validate(row.details).cell.label
-                if (row.kind, label) not in checked:
-                    continue
-                row.state = "recovered"
-                row.recovered_sweep_id = sweep_id
-                row.news = f"recovered: sweep {sweep_id} compared it again and found no drop"
-                row.notified_at = None
-            row.updated_at = now
+                continue
             session.add(row)
             settled.append(row)
         session.flush()
