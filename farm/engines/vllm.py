@@ -1,6 +1,6 @@
 """vLLM and its platform plugins (the CPU build, vllm-ascend): one adapter, one CLI.
 
-Flags and metric names follow DESIGN.md section 4; each rule that comes from an
+Flags and metric names follow docs/engines.md, "vLLM and vllm-ascend"; each rule that comes from an
 engine's behaviour says where it was seen.
 """
 
@@ -54,7 +54,7 @@ _SERVING = {
     "vllm:prefix_cache_hits_total": "prefix_hits",
 }
 # vllm-ascend's fused infer attention (FIA) takes at most 16 query tokens per request
-# in a captured decode round (DESIGN.md section 4).
+# in a captured decode round.
 _FIA_DECODE_TOKENS = 16
 # Decode batch a full graph with MTP is captured for when the model names none.
 _DEFAULT_GRAPH_SEQS = 16
@@ -198,8 +198,7 @@ def _graph_flags(cell: ServerCell, model: ModelSpec) -> tuple[list[str], int | N
         compilation["cudagraph_capture_sizes"] = list(model.capture_sizes)
     elif cell.planned_graph_mode in FULL_GRAPH_MODES and cell.speculative:
         # A decode round of b requests holds b * (depth + 1) tokens, and a full graph
-        # replays only the sizes it captured: each capture size must be such a multiple
-        # (DESIGN.md section 4).
+        # replays only the sizes it captured: each capture size must be such a multiple.
         max_num_seqs = max_num_seqs or _DEFAULT_GRAPH_SEQS
         compilation["cudagraph_capture_sizes"] = spec_decode_capture_sizes(
             cell.mtp_depth, max_num_seqs
@@ -332,7 +331,7 @@ class VllmAdapter(EngineAdapter):
             argv += ["--tensor-parallel-size", str(len(npu_ids))]
             if engine.family == "vllm-ascend":
                 # Never vLLM's Ray executor: under it vllm-ascend drops graph mode
-                # (DESIGN.md section 4). Ray only places the server.
+                # (seen in vllm-ascend's platform code). Ray only places the server.
                 argv += ["--distributed-executor-backend", "mp"]
         if cell.prefix_caching == "off":
             # "on" is the engine's default (vLLM v1, hybrids too): nothing to add.

@@ -228,8 +228,8 @@ def _within(deadline: float, work: Any) -> VariantRun:
 def _marked(run: VariantRun) -> VariantResult:
     """The variant's result, its counters marked unusable with the reason.
 
-    ``VariantResult.counters_unusable`` is asked of ``farm.records``' owner (issue 14);
-    until it exists the reason is in the cell's error and the counters are zero.
+    Until ``farm.records`` gives a variant result a ``counters_unusable`` field, the
+    reason is in the cell's error and the counters are zero.
     """
     if run.counters_unusable is None or "counters_unusable" not in VariantResult.model_fields:
         return run.result

@@ -30,18 +30,9 @@ OUTSIDE = re.compile(
 README_POINTER = re.compile(r"(?:\(|see )README, \"?([A-Z][\w -]*)")
 DOCS_POINTER = re.compile(r"(?<![\w/.-])docs/([\w-]+\.md), \"([^\"]+)\"")
 
-# Off-limits to the change that cleaned the rest up (others were editing them): each
-# still cites the design note, an issue number or a README section that moved. This
-# list must shrink to empty; test_the_allow_list_only_shrinks fails for an entry whose
-# file no longer needs it, so fixing a file means deleting its line here.
-ALLOWED_FOR_NOW: frozenset[str] = frozenset(
-    {
-        "farm/engines/vllm.py",
-        "farm/runner/cell.py",
-        "jobs/nightly-ascend.yaml",
-        "jobs/pr-ascend.yaml",
-    }
-)
+# Files allowed to cite the design note, an issue number or a moved README section for
+# now: none. test_the_allow_list_only_shrinks keeps an entry from outliving its reason.
+ALLOWED_FOR_NOW: frozenset[str] = frozenset()
 
 # Text that matches a pattern and is no citation, per file: removed before matching.
 NOT_CITATIONS: dict[str, tuple[str, ...]] = {
