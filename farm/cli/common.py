@@ -132,8 +132,6 @@ OnlyOption = Annotated[list[str] | None, typer.Option("--only", help="AXIS=VALUE
 RayOption = Annotated[str | None, typer.Option(help="join this Ray cluster")]
 
 
-
-
 def _sweep_argument(value: str) -> str:
     # Checked when the command line is parsed: a bad id (not ASCII digits, past what a
     # store column holds) fails before the store opens.
@@ -184,6 +182,7 @@ def open_session(db: str | None) -> Iterator[Session]:
     with store_session(db_url(db)) as session:
         yield session
 
+
 def check_sweep_statuses(*statuses: str) -> None:
     """ValueError when a sweep row read in :func:`open_session` holds a status outside
     :data:`~farm.records.SWEEP_STATUSES`: the session then names the damaged row."""
@@ -225,7 +224,6 @@ def write_output(out: Path, text: str) -> None:
         out.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise OutputError(f"cannot write --out {out}: {exc.strerror or exc}") from None
-
 
 
 def parse_pairs(values: Sequence[str] | None, option: str, form: str = "A=B") -> dict[str, str]:

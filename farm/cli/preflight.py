@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["check_job"]
 
+
 def check_job(
     job_file: Path, only: Mapping[str, str], on_this_machine: bool
 ) -> tuple[JobFile, Plan]:
