@@ -197,32 +197,21 @@ def judge(
     """Judge ``sweep``: within itself, against ``baseline`` (None: not compared), and
     over ``history`` (per-key AL series over the job's last N sweeps ending with
     ``sweep``; fewer than two sweeps find nothing), and against the goldens of
-    ``rules``. Findings in order: within-sweep, baseline, history, golden, over the run,
-    prefix cache, failed cells
-    (the candidate's, then the baseline's). FarmError when ``baseline`` is ``sweep``
+    ``rules``. Findings in order: label mismatches, within-sweep, baseline, history,
+    golden, over the run, prefix cache, failed cells (the candidate's, then the
+    baseline's). FarmError when ``baseline`` is ``sweep``
     itself (a cell compared with itself finds nothing and would recover every alert)."""
     if baseline is not None:
         _refuse_self_comparison(sweep, baseline)
     r = rules or JudgeRules()
-    # A cell that ran as another configuration is a finding, first, and is compared as
-    # nothing: every check below sees only cells that ran as their labels say.
+    # A cell that ran as another configuration is a finding, compared as nothing.
     findings: list[Finding] = label_findings(sweep, r.candidate_side)
     notes: list[str] = []
     if baseline is not None:
         notes += [f.summary for f in label_findings(baseline, r.baseline_side or "baseline")]
         baseline = as_labelled(baseline)
     sweep = as_labelled(sweep)
-    within = (
-        check_sweep(
-            sweep,
-            r.base_of,
-            r.check,
-            graph_modes=r.graph_modes,
-            depth_invariance=r.depth_invariance,
-        )
-        if r.within
-        else None
-    )
+    within = _within(sweep, r)
     comparisons = 0
     if within is not None:
         findings += [_within_finding(v) for v in within.regressions]
@@ -248,46 +237,17 @@ def judge(
         notes += goldens.notes
         comparisons += goldens.held
     extra: set[tuple[str, str]] = set()
-    if r.over_run is not None:
-        over = check_over_run(sweep, r.over_run, r.check)
-        collapses = list(over.findings)
-        if baseline is not None and not r.baseline_sweep:
-            # A PR is judged by what it changed: a collapse its base shows too is a note.
-            base_over = check_over_run(baseline, r.over_run, r.check)
-            shared = {f.label for f in base_over.findings}
-            kept = [f for f in collapses if _base_label(f, r.engine_map) not in shared]
-            notes += [
-                f"{f.summary} (the base collapses too: not the PR's)"
-                for f in collapses
-                if f not in kept
-            ]
-            collapses = kept
-        findings += collapses
-        notes += over.notes
-        extra |= over.checked
-    if r.prefix_cache is not None:
-        words = (
-            f"sweep {baseline.sweep_id} (last good night)"
-            if baseline is not None and r.baseline_sweep
-            else "the base"
-        )
-        prefix = check_prefix_cache(
-            sweep, r.prefix_cache, baseline, engine_map=r.engine_map, baseline_words=words
-        )
-        findings += prefix.findings
-        notes += prefix.notes
-        extra |= prefix.checked
+    for part in (_over_run(sweep, baseline, r), _prefix_cache(sweep, baseline, r)):
+        findings += part.findings
+        notes += part.notes
+        extra |= part.checked
     findings += _failed_cell_findings(sweep.cells, r.candidate_side)
     if baseline is not None and r.baseline_side is not None:
         findings += _failed_cell_findings(baseline.cells, r.baseline_side)
     if r.quarantine:
         findings, held = _quarantine(findings, r.quarantine)
         notes += held
-    nothing = nothing_compared(comparison) if comparison is not None else None
-    if r.require_comparison and nothing is not None:
-        # No variant compared is no pass: the run could not judge, and a gate must not
-        # pass by accident.
-        findings.append(Finding(source="cells", check=NOTHING_COMPARED, cells=(), summary=nothing))
+    findings += _nothing_compared(comparison, r)
     return Judgement(
         sweep_id=sweep.sweep_id,
         job=sweep.job,
@@ -308,6 +268,69 @@ def judge(
         if within and within.regressions
         else None,
     )
+
+
+def _within(sweep: SweepRecord, r: JudgeRules) -> CheckReport | None:
+    """The within-sweep checks the rules ask for (None: not run)."""
+    if not r.within:
+        return None
+    return check_sweep(
+        sweep, r.base_of, r.check, graph_modes=r.graph_modes, depth_invariance=r.depth_invariance
+    )
+
+
+def _nothing_compared(comparison: SweepComparison | None, r: JudgeRules) -> list[Finding]:
+    """No variant compared is no pass where the rules require a comparison: the run
+    could not judge, and a gate must not pass by accident."""
+    nothing = nothing_compared(comparison) if comparison is not None else None
+    if not r.require_comparison or nothing is None:
+        return []
+    return [Finding(source="cells", check=NOTHING_COMPARED, cells=(), summary=nothing)]
+
+
+@dataclass(frozen=True)
+class _Part:
+    """What one of the checks inside a run found (empty when its rule is off)."""
+
+    findings: tuple[Finding, ...] = ()
+    notes: tuple[str, ...] = ()
+    checked: frozenset[tuple[str, str]] = frozenset()
+
+
+def _over_run(sweep: SweepRecord, baseline: SweepRecord | None, r: JudgeRules) -> _Part:
+    """Acceptance collapsing inside a cell's run; a PR is judged by what it changed, so a
+    collapse its base shows too is a note."""
+    if r.over_run is None:
+        return _Part()
+    over = check_over_run(sweep, r.over_run, r.check)
+    collapses = list(over.findings)
+    notes = list(over.notes)
+    if baseline is not None and not r.baseline_sweep:
+        base_over = check_over_run(baseline, r.over_run, r.check)
+        shared = {f.label for f in base_over.findings}
+        kept = [f for f in collapses if _base_label(f, r.engine_map) not in shared]
+        notes[:0] = [
+            f"{f.summary} (the base collapses too: not the PR's)"
+            for f in collapses
+            if f not in kept
+        ]
+        collapses = kept
+    return _Part(tuple(collapses), tuple(notes), frozenset(over.checked))
+
+
+def _prefix_cache(sweep: SweepRecord, baseline: SweepRecord | None, r: JudgeRules) -> _Part:
+    """Prefix-cache hit rates: MTP on against its MTP-off twin, and against the baseline."""
+    if r.prefix_cache is None:
+        return _Part()
+    words = (
+        f"sweep {baseline.sweep_id} (last good night)"
+        if baseline is not None and r.baseline_sweep
+        else "the base"
+    )
+    prefix = check_prefix_cache(
+        sweep, r.prefix_cache, baseline, engine_map=r.engine_map, baseline_words=words
+    )
+    return _Part(tuple(prefix.findings), tuple(prefix.notes), frozenset(prefix.checked))
 
 
 def _base_label(f: Finding, engine_map: Mapping[str, str]) -> str:
