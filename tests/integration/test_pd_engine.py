@@ -132,10 +132,15 @@ def test_pd_cell_gives_the_colocated_outputs_with_acceptance_from_the_decode_sid
 ) -> None:
     colocated, pd = sweep.result(COLOCATED), sweep.result(PD)
     assert colocated.status == pd.status == "ok"
-    # Greedy decoding through the pair gives every output the one server gives.
+    # Greedy decoding through the pair gives the outputs the one server gives, up to
+    # the engine's run-to-run differences (batches of other shapes sum in another
+    # order: two runs of one vLLM configuration agree on most outputs, not all; a CI
+    # run once saw 19 of 20). KV that arrived wrong would change nearly every output.
     ours, theirs = sweep.outputs(PD), sweep.outputs(COLOCATED)
     assert len(ours) == 8 + 6 * 2  # a conversation is two requests
-    assert sum(ours[k] == theirs.get(k) for k in ours) == len(ours)
+    same = [k for k in ours if ours[k] == theirs.get(k)]
+    print(f"outputs alike: {len(same)} of {len(ours)}")
+    assert len(same) >= 0.8 * len(ours)
     rows = {r.label: r for r in summarize_sweep(sweep.record)}
     for workload in ("arith-long", "arith-turns"):
         pd_row = rows[f"{PD}[think-on.{workload}]"]
