@@ -1,0 +1,103 @@
+"""The run-level decision of a confirmation against simulated runs of known shifts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from farm.analysis.confirm import ConfirmRule, decide, settled, suspicious, t_quantile
+
+AL, SD = 2.9, 0.0172 * 2.9  # tiny-step's level and run-level spread (recorded nights)
+FLOOR = max(0.02 * AL, 0.05)
+
+
+def _runs(rng: np.random.Generator, n: int, drop: float) -> list[float]:
+    return list(AL * (1 - drop) + rng.normal(0, SD, n))
+
+
+def _decide(candidate: list[float], reference: list[float]):  # type: ignore[no-untyped-def]
+    return decide(candidate, reference, history_sd=SD, history_nights=14, floor=FLOOR, level=0.95)
+
+
+def test_t_quantile_matches_the_tables() -> None:
+    for df, exact in ((4, 2.776), (8, 2.306), (20, 2.086), (1000, 1.962)):
+        assert t_quantile(0.975, df) == pytest.approx(exact, abs=0.01)
+
+
+def test_a_clear_drop_over_runs_is_confirmed_with_its_interval() -> None:
+    c = _decide([2.70, 2.72, 2.69, 2.71, 2.70], [2.90, 2.88, 2.91, 2.89])
+    assert c.outcome == "regress"
+    assert c.relative.high < 0 and c.relative.estimate == pytest.approx(-0.066, abs=0.001)
+    assert c.describe().startswith("confirmed over 5+4 runs: -6.6% [")
+
+
+def test_a_first_run_that_drew_low_is_cleared_by_the_reruns() -> None:
+    # The first run 5% low, the reruns of both sides alike.
+    c = _decide([2.75, 2.91, 2.89, 2.90], [2.90, 2.89, 2.91])
+    assert c.outcome == "pass"
+    assert c.describe().startswith("cleared over 4+3 runs: ")
+
+
+def test_a_significant_drop_under_the_floor_is_no_regression() -> None:
+    # 1% lower on every run: real, but under max(2% of AL, 0.05).
+    c = decide(
+        [2.871] * 5, [2.90] * 4, history_sd=0.001, history_nights=14, floor=FLOOR, level=0.95
+    )
+    assert c.difference.high < 0 and c.outcome == "pass"
+
+
+def test_without_history_the_runs_alone_give_the_variance() -> None:
+    c = decide(
+        [2.70, 2.72, 2.69], [2.90, 2.88], history_sd=0.0, history_nights=0, floor=FLOOR, level=0.95
+    )
+    assert c.df == 3 and c.outcome == "regress"
+    with pytest.raises(ValueError):
+        decide([2.7], [], history_sd=SD, history_nights=14, floor=FLOOR, level=0.95)
+
+
+@pytest.mark.parametrize(("drop", "low", "high"), [(0.0, 0.0, 0.03), (0.06, 0.85, 1.0)])
+def test_calls_over_simulated_nights(drop: float, low: float, high: float) -> None:
+    """Clean cells are rarely called (the level's 2.5% at most, one-sided), a 6% drop
+    nearly always, with R = 4 and early stops."""
+    rng = np.random.default_rng(7)
+    rule = ConfirmRule(runs=4)
+    called = 0
+    for _ in range(400):
+        candidate, reference = _runs(rng, 1, drop), []
+        outcome = None
+        for _ in range(rule.runs):
+            candidate += _runs(rng, 1, drop)
+            reference += _runs(rng, 1, 0.0)
+            early = settled(
+                candidate, reference, history_sd=SD, history_nights=14, floor=FLOOR, rule=rule
+            )
+            if early is not None:
+                outcome = early.outcome
+                break
+        if outcome is None:
+            outcome = _decide(candidate, reference).outcome
+        called += outcome == "regress"
+    assert low <= called / 400 <= high
+
+
+def test_only_a_pass_stops_early_and_never_before_two_pairs() -> None:
+    rule = ConfirmRule(runs=4)
+    args = {"history_sd": SD, "history_nights": 14, "floor": FLOOR, "rule": rule}
+    assert settled([2.9, 2.9], [2.9], **args) is None  # one pair: too early
+    early = settled([2.9, 2.9, 2.91], [2.9, 2.89], **args)
+    assert early is not None and early.outcome == "pass" and early.early
+    assert "stopped early" in early.describe()
+    # A loud drop is not called early: the last look calls it.
+    assert settled([2.5, 2.5, 2.5], [2.9, 2.9], **args) is None
+    # At the last pair the caller decides.
+    assert settled([2.9] * 5, [2.9] * 4, **args) is None
+
+
+def test_what_is_suspicious() -> None:
+    args = {"calibrated": True, "run_sd": SD, "floor_rel": 0.02}
+    assert suspicious("pass", -0.025, **args)
+    assert suspicious("regress", -0.01, **args)
+    assert not suspicious("pass", -0.015, **args)
+    # A deterministic engine, or a key without calibrated history: as before.
+    assert not suspicious("regress", -0.1, calibrated=True, run_sd=0.0, floor_rel=0.02)
+    assert not suspicious("regress", -0.1, calibrated=False, run_sd=SD, floor_rel=0.02)
