@@ -27,6 +27,8 @@ __all__ = [
     "BuildInfo",
     "CellResult",
     "CellStatus",
+    "ConfirmSide",
+    "ConfirmationRun",
     "Decision",
     "EffectiveConfig",
     "LookDecision",
@@ -334,8 +336,26 @@ class StoredCell(_Frozen):
     result: CellResult | None = None
 
 
+ConfirmSide = Literal["candidate", "reference"]
+
+
+class ConfirmationRun(_Frozen):
+    """One rerun of a suspicious cell in its own night (:mod:`farm.analysis.confirm`):
+    ``side`` candidate (the night's build) or reference (the last good night's build,
+    rerun tonight beside it: a confirmation run of that build, never a cell of the
+    night or a baseline), ``run`` its index on that side (from 1; the night's own cell
+    is the candidate's run 0), ``build_id`` the build that served it."""
+
+    cell_id: str
+    side: ConfirmSide
+    run: StoredInt
+    build_id: str
+    result: CellResult
+
+
 class SweepRecord(_Frozen):
-    """A sweep read back from the store: everything a report or analysis needs."""
+    """A sweep read back from the store: everything a report or analysis needs;
+    ``confirmations`` the reruns of its suspicious cells, in the order they ran."""
 
     sweep_id: int
     job: str
@@ -345,3 +365,4 @@ class SweepRecord(_Frozen):
     cells: tuple[StoredCell, ...] = ()
     excluded: tuple[ExcludedCell, ...] = ()
     builds: tuple[BuildInfo, ...] = ()
+    confirmations: tuple[ConfirmationRun, ...] = ()

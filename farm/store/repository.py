@@ -675,7 +675,8 @@ def completed_cell_ids(session: Session, sweep_id: int) -> set[str]:
 
 
 def load_sweep(session: Session, sweep_id: int) -> SweepRecord:
-    """Read a whole sweep back: planned cells with their results, exclusions, builds.
+    """Read a whole sweep back: planned cells with their results, exclusions, builds,
+    the reruns of its suspicious cells.
 
     Raises StoreError when there is no such sweep.
     """
@@ -712,6 +713,9 @@ def load_sweep(session: Session, sweep_id: int) -> SweepRecord:
         .order_by(col(ExcludedCellRow.ordinal))
     ).all()
     builds = _sweep_build_rows(session, sweep_id)
+    # Here, not at the top: farm.store.confirmations writes through this module's helpers.
+    from farm.store.confirmations import confirmation_runs
+
     return SweepRecord(
         sweep_id=sweep_id,
         job=sweep.job,
@@ -721,6 +725,7 @@ def load_sweep(session: Session, sweep_id: int) -> SweepRecord:
         cells=tuple(stored),
         excluded=tuple(_excluded(e) for e in excluded),
         builds=tuple(_build(b) for b in builds),
+        confirmations=confirmation_runs(session, sweep_id),
     )
 
 

@@ -12,13 +12,13 @@ classes must match them.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 
 import sqlalchemy as sa
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
-from farm.records import CELL_STATUSES, SWEEP_STATUSES
+from farm.records import CELL_STATUSES, SWEEP_STATUSES, ConfirmSide
 
 __all__ = [
     "BisectStepRow",
@@ -26,6 +26,7 @@ __all__ = [
     "BuildLocationRow",
     "BuildRow",
     "CellRow",
+    "ConfirmationRunRow",
     "ExcludedCellRow",
     "KeySpreadRow",
     "MetricRow",
@@ -368,6 +369,30 @@ class KeySpreadRow(_Table, table=True):
     aa_nights: int = 0
     aa_false_alarms: int = 0
     computed_at: datetime = Field(sa_type=UTCDateTime)
+
+
+class ConfirmationRunRow(_Table, table=True):
+    """One rerun of a suspicious cell in its night (:class:`farm.records.ConfirmationRun`):
+    the cell, the side (``candidate``: the night's build; ``reference``: the last good
+    night's build), the run's index on that side and the build that served it; the
+    run's result as JSON (read back whole with the sweep, never queried by field)."""
+
+    __tablename__ = "confirmation_run"
+    __table_args__ = (
+        sa.UniqueConstraint("sweep_id", "cell_id", "side", "run"),
+        _status_check("side", get_args(ConfirmSide)),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    sweep_id: int = Field(foreign_key="sweep.id", index=True, ondelete="CASCADE")
+    cell_id: str
+    side: str
+    run: int
+    build_id: str
+    status: str
+    device_s: float
+    result: dict[str, Any] = Field(sa_type=sa.JSON)
+    created_at: datetime = Field(sa_type=UTCDateTime)
 
 
 class BisectionRow(_Table, table=True):

@@ -25,6 +25,7 @@ from farm.plan import ExcludedCell, Plan, ServerCell, Variant
 from farm.records import (
     BuildInfo,
     CellResult,
+    ConfirmationRun,
     EffectiveConfig,
     RequestRecord,
     SpecCounters,
@@ -45,6 +46,7 @@ from farm.store import (
     save_cell_result,
     upgrade,
 )
+from farm.store.confirmations import confirmation_runs, record_confirmation_run
 from farm.store.db import MIGRATIONS_DIR
 from farm.store.tables import metadata
 
@@ -555,3 +557,32 @@ def test_a_statement_timeout_is_said_so_not_called_a_server_down(pg_url: str) ->
     message = str(_store_error(url, "the farm store refused the command", raised.value))
     assert "statement timeout" in message and "FARM_DB_STATEMENT_TIMEOUT_S" in message
     assert "is PostgreSQL running" not in message
+
+
+def test_confirmation_runs_come_back_with_their_sweep_and_a_rerun_replaces_its_run(
+    session: Session,
+) -> None:
+    plan = _plan()
+    sweep_id = create_sweep(session, plan, job_yaml="name: nightly\n", host="ci-1")
+    cell = plan.cells[0]
+    runs = [
+        ConfirmationRun(
+            cell_id=cell.cell_id,
+            side=side,
+            run=i,
+            build_id=f"build-{side}",
+            result=_ok_result(cell, accepted=40 - i),
+        )
+        for i in (1, 2)
+        for side in ("candidate", "reference")
+    ]
+    for run in runs:
+        record_confirmation_run(session, sweep_id, run)
+    assert load_sweep(session, sweep_id).confirmations == tuple(runs)
+    # The same cell, side and index again (a resumed night): replaced, not added.
+    again = runs[0].model_copy(update={"result": _failed_result(cell)})
+    record_confirmation_run(session, sweep_id, again)
+    stored = confirmation_runs(session, sweep_id)
+    assert len(stored) == 4 and again in stored and runs[0] not in stored
+    with pytest.raises(StoreError, match="sweep"):
+        record_confirmation_run(session, sweep_id + 99, runs[1])
