@@ -9,17 +9,19 @@ paired comparison: nothing downstream compares the pair again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.check_rules import CheckConfig, classify_difference
+from farm.analysis.confirm import Confirmation, decide
 from farm.analysis.noise import KeyNoise, NoiseRule, Threshold, calibrated
 from farm.analysis.stats import AcceptanceDifference, AcceptanceSample, Interval, compare_acceptance
 from farm.comparable import ComparableKey
 from farm.records import (
+    ConfirmationRun,
     SequentialRecord,
     StoredCell,
     SweepRecord,
@@ -63,6 +65,9 @@ class ComparedVariant(_Frozen):
     # The candidate ran in looks against this baseline and a look decided early:
     # "regress: decided after 32 of 96 prompts (look 2 of 6)".
     decided: str | None = None
+    # A suspicious first run rerun beside the reference build in its night, and what
+    # the runs decided (the outcome is theirs): farm.analysis.confirm.
+    confirmation: Confirmation | None = None
 
 
 class SweepComparison(_Frozen):
@@ -137,6 +142,9 @@ def compare_sweeps(
     cfg = config or CheckConfig()
     base_units = _units(baseline, {})
     cand_units = _units(candidate, engine_map or {})
+    reruns: dict[str, list[ConfirmationRun]] = {}
+    for run in candidate.confirmations:
+        reruns.setdefault(run.cell_id, []).append(run)
     rows: list[ComparedVariant] = []
     for key in sorted(base_units.keys() | cand_units.keys(), key=str):
         b, c = base_units.get(key), cand_units.get(key)
@@ -151,7 +159,10 @@ def compare_sweeps(
             )
             continue
         calibration = None if noise_rule is None else ((noise or {}).get(key), noise_rule)
-        rows.append(_compare_one(key, b, c, cfg, calibration))
+        row = _compare_one(key, b, c, cfg, calibration)
+        if calibration is not None and row.threshold is not None:
+            row = _confirmed(row, c, reruns.get(row.cell_id or "", ()), calibration)
+        rows.append(row)
     return SweepComparison(
         baseline_id=baseline.sweep_id,
         candidate_id=candidate.sweep_id,
@@ -229,6 +240,47 @@ def _compare_one(
         decided=looks.describe() if looks is not None else None,
         **sides,
     )
+
+
+def _confirmed(
+    row: ComparedVariant,
+    c: _Unit,
+    reruns: Sequence[ConfirmationRun],
+    calibration: tuple[KeyNoise | None, NoiseRule],
+) -> ComparedVariant:
+    """``row`` decided by its cell's reruns in the night, when there are some on both
+    sides: the candidate's first run (the night's cell) and its reruns against the
+    reference build's, with the key's night-to-night spread (:func:`decide`)."""
+    noise, rule = calibration
+    threshold = row.threshold
+    if noise is None or threshold is None or c.variant is None or not reruns:
+        return row
+    sides: dict[str, list[float]] = {"candidate": [], "reference": []}
+    for run in sorted(reruns, key=lambda r: r.run):
+        al = _variant_al(run, c.variant.axes)
+        if al is not None:
+            sides[run.side].append(al)
+    first = c.variant.counters.mean_acceptance_length
+    if first is None or not sides["candidate"] or not sides["reference"]:
+        return row
+    confirmation = decide(
+        [first, *sides["candidate"]],
+        sides["reference"],
+        history_sd=noise.al_sd,
+        history_nights=noise.nights,
+        floor=threshold.floor,
+        level=rule.confirm.level,
+        early=len(sides["reference"]) < rule.confirm.runs,
+    )
+    return row.model_copy(update={"outcome": confirmation.outcome, "confirmation": confirmation})
+
+
+def _variant_al(run: ConfirmationRun, axes: Mapping[str, object]) -> float | None:
+    """The AL of the variant ``axes`` in a rerun that ran ok (None otherwise)."""
+    if run.result.status != "ok":
+        return None
+    found = next((v for v in run.result.variants if v.axes == axes), None)
+    return found.counters.mean_acceptance_length if found is not None else None
 
 
 def _early_decision(

@@ -483,6 +483,8 @@ def _baseline_finding(row: ComparedVariant, baseline_id: int, r: JudgeRules) -> 
         summary += f"; {row.threshold.describe()}"
     if row.decided is not None:
         summary += f"; {row.decided}"
+    if row.confirmation is not None:
+        summary += f"; {row.confirmation.describe()}"
     reference = f"{row.baseline_label} in sweep {baseline_id}"
     figures = [
         AlertFigure(
@@ -542,6 +544,11 @@ def _baseline_notes(comparison: SweepComparison, baseline_id: int, r: JudgeRules
             f"calibrated, {len(short)} with insufficient history (fewer than "
             f"{rules[0].min_nights} nights: the floor rule)"
         )
+    notes += [
+        f"{row.label}{against}: {row.confirmation.describe()}"
+        for row in comparison.rows
+        if row.confirmation is not None and row.outcome != "regress"
+    ]
     early = [row for row in comparison.rows if row.decided is not None]
     if early:
         passed = sum(row.outcome == "pass" for row in early)

@@ -52,6 +52,7 @@ from statistics import NormalDist
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from farm.analysis.confirm import ConfirmRule
 from farm.analysis.history import HistoryPoint
 from farm.analysis.stats import Interval
 from farm.comparable import ComparableKey
@@ -81,11 +82,13 @@ class _Frozen(BaseModel):
 
 
 class NoiseRule(_Frozen):
-    """How thresholds follow a key's history (module docstring)."""
+    """How thresholds follow a key's history (module docstring), and how a suspicious
+    first run is confirmed in its night (:mod:`farm.analysis.confirm`)."""
 
     k: float = 3.0
     min_nights: int = 5
     centre_nights: int = 10  # the baseline window: nights up to the last good one
+    confirm: ConfirmRule = ConfirmRule()
 
 
 class KeyNoise(_Frozen):

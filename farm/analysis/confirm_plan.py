@@ -1,0 +1,192 @@
+"""Which cells a night (or a PR) confirms, and when a confirmation may stop. Pure.
+
+After the night's sweep ran, it is judged once without writing anything; each
+comparison against the last good night that is *suspicious*
+(:func:`farm.analysis.confirm.suspicious`) asks for its cell to be rerun beside the
+last good night's build of the same engine, on the node the cell ran on. The reruns
+are planned here (:func:`plan_confirmations`), run by the orchestrator, stored as they
+land, and the night's one judgement then decides those cells from the runs
+(:func:`farm.analysis.compare.compare_sweeps`).
+
+Budget: all confirmations of a night together may take ``budget_share`` of the night's
+own device time; the most suspicious cells (the largest drop in units of the key's
+run-level spread) are confirmed first, a cell that does not fit with all its reruns
+gets the pairs that fit (one at least), and the rest are named in a note. A resumed
+night finishes the confirmations it planned: the reruns stored count against the
+budget, and a cell whose reruns are complete (or settled early) is not planned again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from farm.analysis.compare import ComparedVariant, SweepComparison
+from farm.analysis.confirm import ConfirmRule, settled, suspicious
+from farm.axes import AxisValue
+from farm.records import BuildInfo, ConfirmationRun, StoredCell, SweepRecord
+
+__all__ = ["ConfirmPlan", "ConfirmTarget", "confirmation_settled", "plan_confirmations"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ConfirmTarget(_Frozen):
+    """One suspicious variant of a cell: what its reruns are decided with."""
+
+    label: str
+    axes: dict[str, AxisValue]
+    first_al: float
+    history_sd: float
+    history_nights: int
+    floor: float
+    drop_sds: float  # its drop in units of the key's run-level spread (the priority)
+
+
+class ConfirmPlan(_Frozen):
+    """Rerun cell ``cell_id`` on ``node`` (None: where Ray places it): pairs
+    ``first_run`` to ``runs`` of the night's build (``candidate``) then the last good
+    night's (``reference``), interleaved."""
+
+    cell_id: str
+    node: str | None
+    candidate: BuildInfo
+    reference: BuildInfo
+    runs: int
+    first_run: int = 1
+    targets: tuple[ConfirmTarget, ...]
+    cell_device_s: float
+
+
+def plan_confirmations(
+    night: SweepRecord,
+    baseline: SweepRecord | None,
+    comparison: SweepComparison | None,
+    rule: ConfirmRule,
+) -> tuple[tuple[ConfirmPlan, ...], tuple[str, ...]]:
+    """The night's confirmations still to run, most suspicious first, within the
+    budget; and a note for each suspicious cell that is not confirmed, saying why."""
+    if baseline is None or comparison is None or rule.runs < 1:
+        return (), ()
+    cells = {c.cell.cell_id: c for c in night.cells}
+    targets: dict[str, list[ConfirmTarget]] = {}
+    for row in comparison.rows:
+        stored = cells.get(row.cell_id or "")
+        target = _target(row, stored) if stored is not None else None
+        if target is not None and row.cell_id is not None:
+            targets.setdefault(row.cell_id, []).append(target)
+    night_device = sum(c.result.device_s for c in night.cells if c.result is not None)
+    spent = sum(r.result.device_s for r in night.confirmations)
+    allowed = rule.budget_share * night_device
+    plans: list[ConfirmPlan] = []
+    notes: list[str] = []
+    order = sorted(targets.items(), key=lambda kv: -max(t.drop_sds for t in kv[1]))
+    for cell_id, found in order:
+        stored = cells[cell_id]
+        result = stored.result
+        assert result is not None  # compared, so it ran
+        runs = [r for r in night.confirmations if r.cell_id == cell_id]
+        done = min(sum(r.side == side for r in runs) for side in ("candidate", "reference"))
+        if done >= rule.runs or (done and confirmation_settled(found, runs, rule)):
+            continue
+        builds = _builds(night, baseline, stored.cell.engine, result.node)
+        if isinstance(builds, str):
+            notes.append(f"{cell_id}: not confirmed: {builds}")
+            continue
+        cost = 2 * result.device_s
+        fit = min(rule.runs - done, int((allowed - spent) // cost) if cost > 0 else rule.runs)
+        if fit < 1:
+            notes.append(
+                f"{cell_id}: not confirmed: the night's confirmation budget "
+                f"({rule.budget_share:.0%} of {night_device:.0f} device-s) is spent"
+            )
+            continue
+        spent += fit * cost
+        plans.append(
+            ConfirmPlan(
+                cell_id=cell_id,
+                node=result.node,
+                candidate=builds[0],
+                reference=builds[1],
+                runs=done + fit,
+                first_run=done + 1,
+                targets=tuple(found),
+                cell_device_s=result.device_s,
+            )
+        )
+    return tuple(plans), tuple(notes)
+
+
+def confirmation_settled(
+    targets: Sequence[ConfirmTarget], runs: Sequence[ConfirmationRun], rule: ConfirmRule
+) -> bool:
+    """Whether every suspicious variant of a cell is decided early by its reruns so
+    far (:func:`farm.analysis.confirm.settled`): no further pair is run."""
+    for t in targets:
+        sides: dict[str, list[float]] = {"candidate": [t.first_al], "reference": []}
+        for run in sorted(runs, key=lambda r: r.run):
+            variant = next((v for v in run.result.variants if v.axes == t.axes), None)
+            al = variant.counters.mean_acceptance_length if variant is not None else None
+            if run.result.status == "ok" and al is not None:
+                sides[run.side].append(al)
+        early = settled(
+            sides["candidate"],
+            sides["reference"],
+            history_sd=t.history_sd,
+            history_nights=t.history_nights,
+            floor=t.floor,
+            rule=rule,
+        )
+        if early is None:
+            return False
+    return True
+
+
+def _target(row: ComparedVariant, stored: StoredCell) -> ConfirmTarget | None:
+    """``row`` (a variant of cell ``stored``) as a variant to confirm, when its first
+    run is suspicious."""
+    threshold, diff = row.threshold, row.difference
+    ran = stored.result.variants if stored.result is not None else ()
+    variant = next((v for v in ran if stored.cell.variant_label(v.axes) == row.label), None)
+    first = variant.counters.mean_acceptance_length if variant is not None else None
+    if threshold is None or diff is None or first is None or variant is None:
+        return None
+    level = threshold.centre or (row.baseline_al.estimate if row.baseline_al else None)
+    if not level:
+        return None
+    relative = diff.estimate / level
+    floor_rel = threshold.floor / level
+    if not suspicious(row.outcome, relative, threshold.calibrated, threshold.run_sd, floor_rel):
+        return None
+    return ConfirmTarget(
+        label=row.label,
+        axes=dict(variant.axes),
+        first_al=first,
+        history_sd=threshold.run_sd,
+        history_nights=threshold.nights,
+        floor=threshold.floor,
+        drop_sds=-diff.estimate / threshold.run_sd,
+    )
+
+
+def _builds(
+    night: SweepRecord, baseline: SweepRecord, engine: str, node: str | None
+) -> tuple[BuildInfo, BuildInfo] | str:
+    """The night's build of ``engine`` on ``node`` and the last good night's, or why a
+    rerun cannot have both."""
+    mine = _build_of(night, engine, node)
+    theirs = _build_of(baseline, engine, node)
+    if mine is None:
+        return f"the night's build of {engine} is not stored"
+    if theirs is None:
+        return f"sweep {baseline.sweep_id} (last good night) has no build of {engine}"
+    return mine, theirs
+
+
+def _build_of(sweep: SweepRecord, engine: str, node: str | None) -> BuildInfo | None:
+    """``engine``'s build in ``sweep``, the one on ``node`` when there are several."""
+    found = [b for b in sweep.builds if b.engine == engine]
+    return next((b for b in found if b.node == node), found[0] if found else None)
