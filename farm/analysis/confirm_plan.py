@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from farm.analysis.compare import ComparedVariant, SweepComparison
 from farm.analysis.confirm import ConfirmRule, settled, suspicious
 from farm.axes import AxisValue
+from farm.plan import ServerCell
 from farm.records import BuildInfo, ConfirmationRun, StoredCell, SweepRecord
 
 __all__ = ["ConfirmPlan", "ConfirmTarget", "confirmation_settled", "plan_confirmations"]
@@ -47,11 +48,11 @@ class ConfirmTarget(_Frozen):
 
 
 class ConfirmPlan(_Frozen):
-    """Rerun cell ``cell_id`` on ``node`` (None: where Ray places it): pairs
-    ``first_run`` to ``runs`` of the night's build (``candidate``) then the last good
-    night's (``reference``), interleaved."""
+    """Rerun ``cell`` (as the night stored it) on ``node`` (None: where Ray places it):
+    pairs ``first_run`` to ``runs`` of the night's build (``candidate``) then the last
+    good night's (``reference``), interleaved."""
 
-    cell_id: str
+    cell: ServerCell
     node: str | None
     candidate: BuildInfo
     reference: BuildInfo
@@ -59,6 +60,10 @@ class ConfirmPlan(_Frozen):
     first_run: int = 1
     targets: tuple[ConfirmTarget, ...]
     cell_device_s: float
+
+    @property
+    def cell_id(self) -> str:
+        return self.cell.cell_id
 
 
 def plan_confirmations(
@@ -107,7 +112,7 @@ def plan_confirmations(
         spent += fit * cost
         plans.append(
             ConfirmPlan(
-                cell_id=cell_id,
+                cell=stored.cell,
                 node=result.node,
                 candidate=builds[0],
                 reference=builds[1],

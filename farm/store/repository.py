@@ -29,6 +29,7 @@ from farm.records import (
     SWEEP_STATUSES,
     BuildInfo,
     CellResult,
+    ConfirmationRun,
     EffectiveConfig,
     RequestRecord,
     SequentialRecord,
@@ -49,6 +50,7 @@ from farm.store.tables import (
     BuildLocationRow,
     BuildRow,
     CellRow,
+    ConfirmationRunRow,
     ExcludedCellRow,
     MetricRow,
     SweepBuildRow,
@@ -68,6 +70,7 @@ __all__ = [
     "build_locations",
     "claim_sweep",
     "completed_cell_ids",
+    "confirmation_runs",
     "create_sweep",
     "dialect_insert",
     "finish_sweep",
@@ -713,9 +716,6 @@ def load_sweep(session: Session, sweep_id: int) -> SweepRecord:
         .order_by(col(ExcludedCellRow.ordinal))
     ).all()
     builds = _sweep_build_rows(session, sweep_id)
-    # Here, not at the top: farm.store.confirmations writes through this module's helpers.
-    from farm.store.confirmations import confirmation_runs
-
     return SweepRecord(
         sweep_id=sweep_id,
         job=sweep.job,
@@ -726,6 +726,31 @@ def load_sweep(session: Session, sweep_id: int) -> SweepRecord:
         excluded=tuple(_excluded(e) for e in excluded),
         builds=tuple(_build(b) for b in builds),
         confirmations=confirmation_runs(session, sweep_id),
+    )
+
+
+def confirmation_runs(session: Session, sweep_id: int) -> tuple[ConfirmationRun, ...]:
+    """Sweep ``sweep_id``'s reruns in the order they were stored."""
+    rows = session.exec(
+        select(ConfirmationRunRow)
+        .where(ConfirmationRunRow.sweep_id == sweep_id)
+        .order_by(col(ConfirmationRunRow.id))
+    ).all()
+    return tuple(
+        read_column(
+            ConfirmationRun,
+            {
+                "cell_id": r.cell_id,
+                "side": r.side,
+                "run": r.run,
+                "build_id": r.build_id,
+                "result": r.result,
+            },
+            table="confirmation_run",
+            row=r.id,
+            column="result",
+        )
+        for r in rows
     )
 
 
