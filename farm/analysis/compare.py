@@ -270,7 +270,6 @@ def _confirmed(
         history_nights=noise.nights,
         floor=threshold.floor,
         level=rule.confirm.level,
-        early=len(sides["reference"]) < rule.confirm.runs,
     )
     return row.model_copy(update={"outcome": confirmation.outcome, "confirmation": confirmation})
 

@@ -40,8 +40,8 @@ from pydantic import BaseModel, ConfigDict
 from farm.analysis.stats import Interval
 
 __all__ = [
-    "Confirmation",
     "ConfirmRule",
+    "Confirmation",
     "decide",
     "settled",
     "suspicious",

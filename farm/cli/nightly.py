@@ -29,8 +29,13 @@ from farm.cli.inputs import LIMIT
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from farm.analysis.confirm_plan import ConfirmPlan
+    from farm.orchestrate.confirm import Landed
     from farm.plan import Plan
     from farm.spec import JobFile
+    from farm.workflows.nightly.confirm import Reruns
     from farm.workflows.nightly.run import NightlyDeps, NightlyRequest
     from farm.workflows.nightly.steps import CellAlerts, NightlyCheck
 
@@ -169,11 +174,13 @@ def _deps(
 ) -> NightlyDeps:
     """What the nightly workflow is handed: the store, the sweep runner with the
     console's progress view, the resume check against the job file, what prints."""
+    from farm.analysis.confirm import ConfirmRule
     from farm.cli.reports import show_sweep
     from farm.cli.run import print_outcome_lines
     from farm.cli.run_events import console_events
     from farm.orchestrate.driver import SweepOptions
     from farm.workflows.common import check_resume, store_session
+    from farm.workflows.nightly.confirm import ConfirmNight
     from farm.workflows.nightly.run import NightlyDeps
     from farm.workflows.nightly.steps import night_runner
 
@@ -201,7 +208,32 @@ def _deps(
             if request.aa
             else None
         ),
+        confirm=ConfirmNight(
+            open_session=store_session,
+            reruns=_reruns(job, ray),
+            said=lambda line: say(("confirmation:", "cyan"), f" {line}"),
+        ),
+        confirm_rule=ConfirmRule(
+            runs=job.spec.nightly.confirm_runs, budget_share=job.spec.nightly.confirm_budget
+        ),
     )
+
+
+def _reruns(job: JobFile, ray: str | None) -> Reruns:
+    """The night's confirmation reruns on Ray (farm.orchestrate.confirm)."""
+    from farm.orchestrate.confirm import run_confirmations
+
+    def reruns(sweep_id: int, plans: Sequence[ConfirmPlan], landed: Landed) -> None:
+        run_confirmations(
+            job.spec,
+            plans,
+            home=home(),
+            log_dir=home() / "logs" / f"sweep-{sweep_id}-confirm",
+            landed=landed,
+            ray_address=ray,
+        )
+
+    return reruns
 
 
 @nightly_app.command()

@@ -28,7 +28,7 @@ from farm.runner import CellTask, run_cell
 from farm.spec import JobSpec
 from farm.workload.prompts import LoadedWorkload, load_workload
 
-__all__ = ["run_confirmations"]
+__all__ = ["Landed", "run_confirmations"]
 
 # Told each rerun as it lands; True: the cell's runs settle it, run no more pairs.
 Landed = Callable[[ConfirmationRun], bool]

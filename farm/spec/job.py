@@ -58,11 +58,17 @@ class NightlySpec(_Spec):
 
     ``history``: the change-point checks look at the job's last N sweeps (0 or 1: no
     history check); ``publish``: a folder (relative to the job file) that receives one
-    HTML report per sweep, ``latest.html`` and ``index.html``; none when absent.
+    HTML report per sweep, ``latest.html`` and ``index.html``; none when absent;
+    ``confirm_runs``: how many times a suspicious cell (a drop the night cannot yet call
+    under run-to-run noise) is rerun in its night, and the last good night's build of
+    the same cell as often, interleaved on one node (0: never); ``confirm_budget``: the
+    device time all of a night's confirmations may take, as a share of the night's own.
     """
 
     history: int = Field(default=14, ge=0, le=1000)
     publish: str | None = None
+    confirm_runs: int = Field(default=4, ge=0, le=20)
+    confirm_budget: float = Field(default=0.3, ge=0.0, le=10.0)
 
     @field_validator("publish")
     @classmethod

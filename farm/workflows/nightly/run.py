@@ -20,6 +20,7 @@ from typing import Literal
 
 from sqlmodel import Session
 
+from farm.analysis.confirm import ConfirmRule
 from farm.errors import FarmError, OutputError
 from farm.goldens import GoldenCheck
 from farm.masking import mask_secrets
@@ -33,6 +34,7 @@ from farm.store.repository import (
 )
 from farm.store.verdicts import get_verdict
 from farm.workflows.common import CellStored
+from farm.workflows.nightly.confirm import ConfirmNight, confirm_night
 from farm.workflows.nightly.decide import (
     aa_builds_differ,
     last_good_night,
@@ -108,6 +110,10 @@ class NightlyDeps:
     # An A/A night's builds before it runs (engine -> build id, None: unresolved), held
     # to the last good night's; None: checked once the sweep is stored only.
     planned_builds: Callable[[], Mapping[str, str | None]] | None = None
+    # Reruns a night's suspicious cells before its judgement (farm.workflows.nightly.
+    # confirm); None: the night confirms nothing.
+    confirm: ConfirmNight | None = None
+    confirm_rule: ConfirmRule | None = None  # None: the default (farm.analysis.confirm)
 
 
 @dataclass(frozen=True)
@@ -128,7 +134,8 @@ class NightlyOutcome:
 
 
 def run_nightly(request: NightlyRequest, deps: NightlyDeps) -> NightlyOutcome:
-    """Run (or finish) the job's sweep, judge it once, raise, notify, publish. A night
+    """Run (or finish) the job's sweep, confirm its suspicious cells
+    (:func:`confirm_night`), judge it once, raise, notify, publish. A night
     already judged is not run or judged again. FarmError for a sweep to resume that does
     not exist or is not this job's, or results that were not stored. Each cell's
     alerts are raised and sent as the cell is stored (:func:`check_landed_cell`). An
@@ -167,6 +174,17 @@ def run_nightly(request: NightlyRequest, deps: NightlyDeps) -> NightlyOutcome:
     with EarlyChecks(None if request.aa else check_cell) as landed:
         sweep_id, ran, judged = _run_or_resume(request, deps, kind, landed)
     baseline: Baseline = last_good.get(sweep_id, "last-good")
+    # An A/A night's findings are false alarms as they stand: nothing to confirm.
+    if not judged and not request.aa and deps.confirm is not None:
+        confirm_night(
+            request.url,
+            sweep_id,
+            deps.confirm,
+            history=request.history,
+            goldens=request.goldens,
+            baseline=baseline,
+            rule=deps.confirm_rule,
+        )
     return _judge_and_publish(request, deps, sweep_id, ran, judged, notifiers, baseline)
 
 
