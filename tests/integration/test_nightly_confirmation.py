@@ -103,7 +103,7 @@ class _Reruns:
                     settled = landed(
                         ConfirmationRun(
                             cell_id=plan.cell_id,
-                            side=side,  # type: ignore[arg-type]
+                            side=side,
                             run=run,
                             build_id=build.build_id,
                             result=stored.result,

@@ -18,11 +18,14 @@ import ray
 from ray.cluster_utils import Cluster
 
 from farm import store
+from farm.analysis.confirm_plan import ConfirmPlan
 from farm.orchestrate import Placement, RayPool
+from farm.orchestrate.confirm import run_confirmations
 from farm.orchestrate.driver import SweepEvents, SweepOptions, run_sweep
 from farm.orchestrate.fake import fake_build, fake_run_cell
+from farm.orchestrate.placement import node_label
 from farm.plan import Capabilities, ServerCell, expand_matrix
-from farm.records import BuildInfo, CellResult
+from farm.records import BuildInfo, CellResult, ConfirmationRun
 from farm.runner import CellTask
 from farm.spec import ResourceSpec, TimeoutSpec, parse_job
 
@@ -293,3 +296,54 @@ def test_cells_start_longest_first(cluster: Cluster) -> None:
         )
     assert [r.status for r in results] == ["ok"] * 3
     assert started == sorted(estimates, key=lambda c: -estimates[c])
+
+
+def test_confirmation_reruns_interleave_on_the_cells_node_and_stop_when_settled(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A night's reruns (farm.orchestrate.confirm): pinned to the node the cell ran on
+    (here one of two a3 nodes), the night's build then the last good night's, pair by
+    pair, each told as it lands, no further pair once the cell is settled; with the
+    engine runner, a build that is not on the node is refused, never replaced."""
+    prompts = Path(__file__).resolve().parents[2] / "workloads" / "arith-mix.jsonl"
+    text = JOB.format(seconds=0, started="/tmp", pools="[a3]", depths="[3]", npus=2)
+    job = parse_job(text.replace("prompts: p.jsonl", f"prompts: {prompts}"))
+    (cell,) = expand_matrix(job, CAPS).cells
+    a3 = [n for n in ray.nodes() if n["Alive"] and n["Labels"].get("pool") == "a3"]
+    target = node_label(a3[-1])
+    tonight = BUILD.model_copy(update={"build_id": "tonight"})
+    plan = ConfirmPlan(
+        cell=cell,
+        node=target,
+        candidate=tonight,
+        reference=BUILD,
+        runs=4,
+        targets=(),
+        cell_device_s=1.0,
+    )
+    landed: list[ConfirmationRun] = []
+
+    def told(run: ConfirmationRun) -> bool:
+        landed.append(run)
+        return len(landed) == 4  # settled after the second pair
+
+    run_confirmations(
+        job, [plan], home=tmp_path, log_dir=tmp_path, landed=told, runner=fake_run_cell
+    )
+    assert [(r.side, r.run, r.build_id) for r in landed] == [
+        ("candidate", 1, "tonight"),
+        ("reference", 1, "fake"),
+        ("candidate", 2, "tonight"),
+        ("reference", 2, "fake"),
+    ]
+    assert {r.result.node for r in landed} == {target}
+    assert {_notes(r.result)["pool"] for r in landed} == {"a3"}
+    # The engine runner: neither build is on any node here.
+    refused: list[ConfirmationRun] = []
+    one = plan.model_copy(update={"runs": 1})
+    run_confirmations(
+        job, [one], home=tmp_path, log_dir=tmp_path, landed=lambda r: bool(refused.append(r))
+    )
+    assert [r.result.status for r in refused] == ["failed", "failed"]
+    assert refused[1].result.error is not None
+    assert f"build fake is not on node {target}" in refused[1].result.error
