@@ -56,13 +56,12 @@ class _Frozen(BaseModel):
 
 
 class ConfirmRule(_Frozen):
-    """How a night confirms: ``runs`` reruns of each side at most (R), ``budget_share``
-    the device time all confirmations of a night may take, as a share of the night's
-    own device time (the most suspicious cells first), ``level`` the confidence of the
-    whole confirmation."""
+    """How a night confirms: ``runs`` reruns of each side at most (R), ``budget_s`` the
+    device time (device-seconds) all confirmations of a night may take (the most
+    suspicious cells first), ``level`` the confidence of the confirmation."""
 
     runs: int = 4
-    budget_share: float = 0.3
+    budget_s: float = 3600.0
     level: float = 0.95
 
 

@@ -8,10 +8,11 @@ are planned here (:func:`plan_confirmations`), run by the orchestrator, stored a
 land, and the night's one judgement then decides those cells from the runs
 (:func:`farm.analysis.compare.compare_sweeps`).
 
-Budget: all confirmations of a night together may take ``budget_share`` of the night's
-own device time; the most suspicious cells (the largest drop in units of the key's
-run-level spread) are confirmed first, a cell that does not fit with all its reruns
-gets the pairs that fit (one at least), and the rest are named in a note. A resumed
+Budget: all confirmations of a night together may take ``budget_s`` device-seconds (a
+rerun is taken to cost what the cell's first run did); the most suspicious cells (the
+largest drop in units of the key's run-level spread) are confirmed first, a cell that
+does not fit with all its reruns gets the pairs that fit (one at least), and the rest
+are named in a note. A resumed
 night finishes the confirmations it planned: the reruns stored count against the
 budget, and a cell whose reruns are complete (or settled early) is not planned again.
 """
@@ -83,9 +84,8 @@ def plan_confirmations(
         target = _target(row, stored) if stored is not None else None
         if target is not None and row.cell_id is not None:
             targets.setdefault(row.cell_id, []).append(target)
-    night_device = sum(c.result.device_s for c in night.cells if c.result is not None)
     spent = sum(r.result.device_s for r in night.confirmations)
-    allowed = rule.budget_share * night_device
+    allowed = rule.budget_s
     plans: list[ConfirmPlan] = []
     notes: list[str] = []
     order = sorted(targets.items(), key=lambda kv: -max(t.drop_sds for t in kv[1]))
@@ -106,7 +106,7 @@ def plan_confirmations(
         if fit < 1:
             notes.append(
                 f"{cell_id}: not confirmed: the night's confirmation budget "
-                f"({rule.budget_share:.0%} of {night_device:.0f} device-s) is spent"
+                f"({rule.budget_s:.0f} device-s) is spent"
             )
             continue
         spent += fit * cost

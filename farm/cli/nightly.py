@@ -214,7 +214,7 @@ def _deps(
             said=lambda line: say(("confirmation:", "cyan"), f" {line}"),
         ),
         confirm_rule=ConfirmRule(
-            runs=job.spec.nightly.confirm_runs, budget_share=job.spec.nightly.confirm_budget
+            runs=job.spec.nightly.confirm_runs, budget_s=job.spec.nightly.confirm_budget_s
         ),
     )
 

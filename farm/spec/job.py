@@ -61,14 +61,15 @@ class NightlySpec(_Spec):
     HTML report per sweep, ``latest.html`` and ``index.html``; none when absent;
     ``confirm_runs``: how many times a suspicious cell (a drop the night cannot yet call
     under run-to-run noise) is rerun in its night, and the last good night's build of
-    the same cell as often, interleaved on one node (0: never); ``confirm_budget``: the
-    device time all of a night's confirmations may take, as a share of the night's own.
+    the same cell as often, interleaved on one node (0: never); ``confirm_budget_s``: the
+    device time all of a night's confirmations may take (device-seconds: a server's
+    busy time on each NPU it holds; an hour by default).
     """
 
     history: int = Field(default=14, ge=0, le=1000)
     publish: str | None = None
     confirm_runs: int = Field(default=4, ge=0, le=20)
-    confirm_budget: float = Field(default=0.3, ge=0.0, le=10.0)
+    confirm_budget_s: float = Field(default=3600.0, ge=0.0, le=1e7)
 
     @field_validator("publish")
     @classmethod

@@ -55,7 +55,7 @@ def confirm_night(
     rule: ConfirmRule | None = None,
 ) -> None:
     """Plan and run the confirmations of night ``sweep_id`` under ``rule`` (the job's
-    ``nightly.confirm_runs`` and ``confirm_budget``; nothing when no cell is
+    ``nightly.confirm_runs`` and ``confirm_budget_s``; nothing when no cell is
     suspicious). A rerun the store refuses is said and left out; the night goes on."""
     confirm = rule or NoiseRule().confirm
     with deps.open_session(url) as session:
