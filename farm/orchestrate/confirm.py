@@ -54,7 +54,13 @@ def run_confirmations(
     remote = ray.remote(_run_remote)
     with RayPool(ray_address, home=home, say=say):
         for plan in plans:
-            cell = plan.cell
+            # Only the variants being confirmed: the rest of the cell has its verdict.
+            confirmed = [t.axes for t in plan.targets]
+            cell = plan.cell.model_copy(
+                update={"variants": tuple(v for v in plan.cell.variants if v.axes in confirmed)}
+                if confirmed
+                else {}
+            )
             task = _task(job, cell, workloads, log_dir)
             placement = Placement(
                 job.resources,

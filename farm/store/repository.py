@@ -128,6 +128,9 @@ class SweepCost(BaseModel):
     # would have taken had they sent every prompt (each one's time per prompt so far).
     stopped_early: int = 0
     fixed_generation_s: float | None = None
+    # The night's confirmation reruns (farm.analysis.confirm), apart from its cells.
+    reruns: int = 0
+    rerun_device_s: float = 0.0
 
     def describe(self) -> str:
         """``cost: 0.42 device-h (12 cells; start-up 6.1 min, generation 19.0 min)``,
@@ -143,6 +146,12 @@ class SweepCost(BaseModel):
                 f"; {self.stopped_early} variant(s) stopped early by their looks: generation "
                 f"{self.generation_s / 60:.1f} min vs {fixed / 60:.1f} min at the fixed "
                 f"sample ({self.generation_s / fixed:.2f}x)"
+            )
+        if self.reruns:
+            ratio = (self.device_s + self.rerun_device_s) / self.device_s if self.device_s else 0
+            text += (
+                f"; {self.reruns} confirmation rerun(s): {self.rerun_device_s / 3600:.2f} "
+                f"device-h more ({ratio:.2f}x the one-run night)"
             )
         return text
 
@@ -184,6 +193,11 @@ def sweep_cost(session: Session, sweep_id: int) -> SweepCost:
         if record.stopped_early and record.prompts_used:
             early += 1
             skipped += elapsed * (record.max_prompts / record.prompts_used - 1.0)
+    reruns, rerun_device = session.exec(
+        select(sa.func.count(), sa.func.sum(col(ConfirmationRunRow.device_s))).where(
+            col(ConfirmationRunRow.sweep_id) == sweep_id
+        )
+    ).one()
     return SweepCost(
         cells=cells,
         startup_s=float(startup or 0.0),
@@ -191,6 +205,8 @@ def sweep_cost(session: Session, sweep_id: int) -> SweepCost:
         device_s=float(device or 0.0),
         stopped_early=early,
         fixed_generation_s=generation_s + skipped if early else None,
+        reruns=reruns,
+        rerun_device_s=float(rerun_device or 0.0),
     )
 
 

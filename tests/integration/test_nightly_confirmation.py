@@ -156,6 +156,9 @@ def test_a_first_run_that_drew_low_is_rerun_and_cleared(history: str) -> None:
     assert [(r.side, r.run) for r in stored] == reruns.order
     assert all(r.build_id == BUILD.build_id for r in stored)
     assert verdict.outcome == "clean", verdict.findings
+    cost = outcome.check.cost
+    assert cost is not None and cost.reruns == len(stored)
+    assert f"; {len(stored)} confirmation rerun(s): " in cost.describe()
     (note,) = [n for n in verdict.notes if "cleared over" in n]
     assert note.startswith(f"{CELL}[think-off.synthetic] vs sweep 8: cleared over ")
     # Judged once: resuming the judged night neither plans nor reruns again.
