@@ -41,7 +41,10 @@ CANARY = "canary-batch-slot-alias"  # on the night after the clean ones
 
 
 def _job(night: int, *patches: str) -> str:
-    text = tiny_job("noise-engine", patches=("noise-run-to-run", *patches), count=24)
+    # One pair of reruns for a suspicious cell: each rerun starts an engine (~30 s here);
+    # what more pairs buy is bench/confirmation.py's.
+    confirm = "nightly: {confirm_runs: 1}\n"
+    text = tiny_job("noise-engine", patches=("noise-run-to-run", *patches), count=24, extra=confirm)
     noise = f'FARM_NOISE_SEED: "{night}"'  # the patch's default strengths
     text = text.replace(
         'env: {VLLM_CPU_KVCACHE_SPACE: "1"}', f'env: {{VLLM_CPU_KVCACHE_SPACE: "1", {noise}}}'
@@ -178,6 +181,30 @@ def test_the_batch_slot_canary_is_caught_on_its_first_night(nights: _Nights) -> 
     assert regressions and all(
         f.cells == ("vllm-cpu.tiny-step.eager.mtp3.swa-on",) for f in regressions
     )
-    # A paired comparison that fired used the key's calibrated threshold.
+    # A paired comparison that fired used the key's calibrated threshold, and was
+    # confirmed in the night: the canary build rerun beside the last good night's build
+    # (the clean one), on the node the cell ran on.
     paired = [f for f in regressions if f.check == "nightly_vs_last_good"]
     assert all("night-to-night sd" in f.summary for f in paired)
+    assert paired and all("confirmed over 2+1 runs: -" in f.summary for f in paired)
+    canary, last_good = nights.records[-1], nights.records[-2]
+    reruns = canary.confirmations
+    assert {(r.side, r.run) for r in reruns} >= {("candidate", 1), ("reference", 1)}
+    builds = {b.engine: b.build_id for b in last_good.builds}
+    assert {r.build_id for r in reruns if r.side == "reference"} == {builds["vllm-cpu"]}
+    assert {r.build_id for r in reruns if r.side == "candidate"} != {builds["vllm-cpu"]}
+    assert all(r.result.status == "ok" and r.result.node for r in reruns)
+
+
+def test_a_clean_night_confirmed_is_cleared_and_its_reruns_stored(nights: _Nights) -> None:
+    """Whether a clean night's first run is suspicious is a draw of the engine's noise;
+    every clean night that was confirmed must have been cleared (its reruns are of one
+    build), and each night's reruns are counted in its cost."""
+    confirmed = [r for r in nights.records[:CLEAN_NIGHTS] if r.confirmations]
+    print(f"{len(confirmed)} of {CLEAN_NIGHTS} clean nights had a suspicious cell confirmed")
+    for record, verdict in zip(nights.records, nights.verdicts, strict=True):
+        cleared = [n for n in verdict.notes if "cleared over" in n]
+        print(record.sweep_id, len(record.confirmations), "rerun(s);", *cleared)
+        if record in confirmed:
+            assert verdict.outcome == "clean" and cleared
+            assert {r.build_id for r in record.confirmations} == {b.build_id for b in record.builds}
