@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from farm.analysis.compare import compare_sweeps
 from farm.analysis.confirm import ConfirmRule, decide, settled, suspicious, t_quantile
+from farm.analysis.confirm_plan import plan_confirmations
+from farm.analysis.noise import KeyNoise, NoiseRule
+from farm.records import BuildInfo, CellResult
+from tests.fakes.simulate import simulate_sweep
 
 AL, SD = 2.9, 0.0172 * 2.9  # tiny-step's level and run-level spread (recorded nights)
 FLOOR = max(0.02 * AL, 0.05)
@@ -101,3 +106,69 @@ def test_what_is_suspicious() -> None:
     # A deterministic engine, or a key without calibrated history: as before.
     assert not suspicious("regress", -0.1, calibrated=True, run_sd=0.0, floor_rel=0.02)
     assert not suspicious("regress", -0.1, calibrated=False, run_sd=SD, floor_rel=0.02)
+
+
+# --- which cells a night confirms -----------------------------------------------------
+
+
+def _comparison_night(drops: dict[float, float], device_s: float = 100.0):  # type: ignore[no-untyped-def]
+    """A night of one cell per depth-like label, each ``drop`` below its reference,
+    judged against the reference with a calibrated noisy history."""
+
+    def night(seed: int, drop: dict[int, float]):  # type: ignore[no-untyped-def]
+        return simulate_sweep(
+            rng=np.random.default_rng(seed),
+            graph_modes=("eager",),
+            depths=tuple(drop),
+            sliding_windows=("on",),
+            thinking=("off",),
+            prompts=60,
+            concentration=80.0,
+            effect=lambda cell, v: 1 - drop[cell.mtp_depth],
+        )
+
+    depths = {i + 1: d for i, d in enumerate(drops.values())}
+    build = BuildInfo(
+        build_id="b",
+        engine="base",
+        family="vllm",
+        package="p",
+        version="1",
+        python="x",
+        env_dir="y",
+    )
+    base = night(1, dict.fromkeys(depths, 0.0)).model_copy(update={"builds": (build,)})
+    cand = night(1, depths).model_copy(update={"sweep_id": 2, "builds": (build,)})
+    cells = []
+    for c in cand.cells:
+        assert c.result is not None
+        result: CellResult = c.result.model_copy(update={"startup_s": device_s, "node": "n1"})
+        cells.append(c.model_copy(update={"result": result}))
+    cand = cand.model_copy(update={"cells": tuple(cells)})
+    keys = {row.key for row in compare_sweeps(base, cand).rows}
+    noise = {k: KeyNoise(nights=10, al_sd=0.04, centre=None) for k in keys}
+    comparison = compare_sweeps(base, cand, noise=noise, noise_rule=NoiseRule())
+    return cand, base, comparison
+
+
+def test_the_most_suspicious_cells_are_confirmed_first_within_the_budget() -> None:
+    night, base, comparison = _comparison_night({1: 0.0, 2: 0.04, 3: 0.08})
+    plans, notes = plan_confirmations(night, base, comparison, ConfirmRule(budget_s=1e6))
+    assert [p.cell.mtp_depth for p in plans] == [3, 2]  # the clean cell is not suspicious
+    assert all(p.runs == 4 and p.first_run == 1 and p.node == "n1" for p in plans)
+    # 1000 device-s: the first cell's 4 pairs (800), one pair of the next (200).
+    plans, notes = plan_confirmations(night, base, comparison, ConfirmRule(budget_s=1000))
+    assert [(p.cell.mtp_depth, p.runs) for p in plans] == [(3, 4), (2, 1)]
+    plans, notes = plan_confirmations(night, base, comparison, ConfirmRule(budget_s=900))
+    assert [(p.cell.mtp_depth, p.runs) for p in plans] == [(3, 4)]
+    (note,) = notes
+    assert "mtp2" in note and "budget (900 device-s) is spent" in note
+
+
+def test_no_confirmation_without_a_baseline_or_runs() -> None:
+    night, base, comparison = _comparison_night({1: 0.08})
+    assert plan_confirmations(night, None, comparison, ConfirmRule()) == ((), ())
+    assert plan_confirmations(night, base, comparison, ConfirmRule(runs=0)) == ((), ())
+    no_build = base.model_copy(update={"builds": ()})
+    plans, (note,) = plan_confirmations(night, no_build, comparison, ConfirmRule())
+    assert plans == () and "sweep 1 (last good night) has no build of base" in note
