@@ -162,7 +162,8 @@ def render_html(
     change across the matrix (reference: eager for a single engine; the first engine,
     or ``base_engine``, when the sweep has several - then a graph-vs-eager heatmap
     follows); per-position acceptance bars per variant; AL trends per cell key when
-    ``history`` is given; the matrix table; notes; every verdict. With ``verdict``
+    ``history`` is given; the matrix table; the confirmation reruns; notes; every
+    verdict. With ``verdict``
     (a nightly's or PR run's, :mod:`farm.results.verdict`), its outcome and findings
     come first. ``cost``: what the sweep's servers cost (``SweepCost.describe``).
     """
@@ -211,6 +212,7 @@ def render_html(
     if history:
         parts.append(_trends(sweep, check_report, history))
     parts.append(_matrix(summaries))
+    parts.append(_confirmations(sweep))
     parts.append(_categories(summaries))
     parts.append(_notes(sweep, check_report))
     if check_report.verdicts:
@@ -416,6 +418,31 @@ def _matrix(rows: Sequence[VariantSummary]) -> str:
         cells = [*(_e(a) for a in row_axes(r, shown)), status, *row_figures(r)]
         body.append(("failed" if r.status != "ok" else "", cells))
     return "<h2>Matrix</h2>" + _table(head, body, right)
+
+
+def _confirmations(sweep: SweepRecord) -> str:
+    """The night's reruns of its suspicious cells, in the order they ran (what each
+    decided is in the verdict's findings and notes)."""
+    if not sweep.confirmations:
+        return ""
+    body = []
+    for run in sweep.confirmations:
+        result = run.result
+        al = ", ".join(
+            f"{v.counters.mean_acceptance_length:.3f}"
+            for v in result.variants
+            if v.counters.mean_acceptance_length is not None
+        )
+        status = _e(result.status)
+        if result.error:
+            status += f": {_e(result.error.splitlines()[0][:120])}"
+        row = [_e(run.cell_id), _e(run.side), str(run.run), _e(run.build_id), status, al]
+        body.append(("failed" if result.status != "ok" else "", row))
+    head = ("cell", "side", "run", "build", "status", "AL")
+    return (
+        "<h2>Confirmation reruns</h2><p>Suspicious cells rerun in their night beside the "
+        "last good night's build, interleaved on one node.</p>" + _table(head, body, {2, 5})
+    )
 
 
 def _categories(summaries: Sequence[VariantSummary]) -> str:

