@@ -50,6 +50,7 @@ from collections.abc import Mapping, Sequence
 from statistics import NormalDist
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.confirm import ConfirmRule
@@ -68,13 +69,16 @@ __all__ = [
     "calibrated",
     "key_noise",
     "look_calibration",
+    "median_variance",
     "night_to_night_sd",
+    "night_to_night_sds",
     "noise_table",
     "quarantined",
     "recentred",
 ]
 
 _MAD_TO_SD = 1.4826
+FloatArray = npt.NDArray[np.float64]
 
 
 class _Frozen(BaseModel):
@@ -103,8 +107,7 @@ class KeyNoise(_Frozen):
 
     def centre_variance(self) -> float:
         """The variance of ``centre`` in units of the run variance (1: a single night)."""
-        m = self.centre_nights if self.centre is not None else 1
-        return 1.0 / m if m <= 2 else math.pi / (2.0 * m)
+        return median_variance(self.centre_nights if self.centre is not None else 1)
 
 
 class Threshold(_Frozen):
@@ -164,10 +167,22 @@ def night_to_night_sd(values: Sequence[float]) -> float:
     """The run-to-run sd of nightly values, robust to a few level shifts (docstring)."""
     if len(values) < 2:
         return 0.0
-    d = np.diff(np.asarray(values, dtype=float))
+    return float(night_to_night_sds(np.asarray(values, dtype=float)[None, :])[0])
+
+
+def night_to_night_sds(values: FloatArray) -> FloatArray:
+    """:func:`night_to_night_sd` of each row of ``values`` (nights along the last axis,
+    at least two of them): one definition for a key's nights and for simulated ones."""
+    d = np.diff(values, axis=-1)
     # About 0, not the median difference: under noise the differences centre on 0,
     # and a centre fitted to a handful of them can make the spread vanish.
-    return _MAD_TO_SD * float(np.median(np.abs(d))) / math.sqrt(2.0)
+    return _MAD_TO_SD * np.median(np.abs(d), axis=-1) / math.sqrt(2.0)
+
+
+def median_variance(m: int) -> float:
+    """The variance of the median of ``m`` nights in units of one night's (module
+    docstring: ``pi / (2 m)``, the mean's ``1 / m`` for ``m <= 2``)."""
+    return 1.0 / m if m <= 2 else math.pi / (2.0 * m)
 
 
 def key_noise(
