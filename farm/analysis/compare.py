@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.check_rules import CheckConfig, classify_difference
-from farm.analysis.confirm import Confirmation, decide
+from farm.analysis.confirm import Confirmation, decide, suspicious
 from farm.analysis.noise import KeyNoise, NoiseRule, Threshold, calibrated
 from farm.analysis.stats import AcceptanceDifference, AcceptanceSample, Interval, compare_acceptance
 from farm.comparable import ComparableKey
@@ -68,6 +68,24 @@ class ComparedVariant(_Frozen):
     # A suspicious first run rerun beside the reference build in its night, and what
     # the runs decided (the outcome is theirs): farm.analysis.confirm.
     confirmation: Confirmation | None = None
+
+    @property
+    def suspicious(self) -> bool:
+        """Whether its first run asks for confirmation in the night
+        (:func:`farm.analysis.confirm.suspicious`), the drop read against the
+        re-centred reference."""
+        threshold, diff = self.threshold, self.difference
+        level = threshold.centre if threshold is not None else None
+        level = level or (self.baseline_al.estimate if self.baseline_al is not None else None)
+        if threshold is None or diff is None or not level:
+            return False
+        return suspicious(
+            self.outcome,
+            diff.estimate / level,
+            threshold.calibrated,
+            threshold.run_sd,
+            threshold.floor / level,
+        )
 
 
 class SweepComparison(_Frozen):
@@ -249,22 +267,23 @@ def _confirmed(
     calibration: tuple[KeyNoise | None, NoiseRule],
 ) -> ComparedVariant:
     """``row`` decided by its cell's reruns in the night, when there are some on both
-    sides: the candidate's first run (the night's cell) and its reruns against the
-    reference build's, with the key's night-to-night spread (:func:`decide`)."""
+    sides: the candidate build's reruns against the reference build's, with the key's
+    night-to-night spread (:func:`decide`; the first run only chose the cell)."""
     noise, rule = calibration
     threshold = row.threshold
     if noise is None or threshold is None or c.variant is None or not reruns:
         return row
+    if not row.suspicious:
+        return row  # its reruns were made for another variant of the cell
     sides: dict[str, list[float]] = {"candidate": [], "reference": []}
     for run in sorted(reruns, key=lambda r: r.run):
         al = _variant_al(run, c.variant.axes)
         if al is not None:
             sides[run.side].append(al)
-    first = c.variant.counters.mean_acceptance_length
-    if first is None or not sides["candidate"] or not sides["reference"]:
+    if not sides["candidate"] or not sides["reference"]:
         return row
     confirmation = decide(
-        [first, *sides["candidate"]],
+        sides["candidate"],
         sides["reference"],
         history_sd=noise.al_sd,
         history_nights=noise.nights,

