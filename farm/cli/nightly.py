@@ -93,6 +93,10 @@ def _print_check(check: NightlyCheck) -> None:
             say(("  " + f.source, "bold"), f" {f.shown_check}: {f.summary}")
     if check.cost is not None:
         say(check.cost.describe())
+    comparison = check.judgement.comparison if check.judgement is not None else None
+    for row in comparison.rows if comparison is not None else ():
+        if row.confirmation is not None:
+            say(("confirmation:", "cyan"), f" {row.label}: {row.confirmation.describe()}")
     if check.spread_error is not None:
         say(("key spread:", "yellow"), f" {check.spread_error}", err=True)
     if v.kind == "aa":
