@@ -61,8 +61,9 @@ Severity = Literal["critical", "warning"]
 # The within-sweep check kinds of farm.analysis.check_rules, plus a cell that did not run,
 # a confirmed change point over nightlies, a drop against the job's last good night
 # (farm.workflows.nightly), a variant below a golden the team keeps (farm.goldens),
-# acceptance collapsing inside one run (farm.analysis.over_run) and a prefix cache that
-# MTP, or a new night, made hit less (farm.analysis.prefix_cache).
+# acceptance collapsing inside one run (farm.analysis.over_run), a prefix cache that
+# MTP, or a new night, made hit less (farm.analysis.prefix_cache) and a cell of a
+# conjunction of axis values whose cells, pooled, fell (farm.analysis.pooling).
 AlertKind = Literal[
     "label_mismatch",
     "graph_vs_eager",
@@ -74,6 +75,7 @@ AlertKind = Literal[
     "golden",
     "collapse_over_run",
     "prefix_cache_hits",
+    "pooled_drop",
 ]
 ALERT_STATES: tuple[AlertState, ...] = (
     "untriaged",

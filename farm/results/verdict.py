@@ -52,9 +52,18 @@ EXIT_FALSE_ALARM = 5
 # "label": a cell that ran as another configuration than its label says; "over_run":
 # acceptance collapsing inside one variant's run (farm.analysis.over_run);
 # "prefix_cache": a prefix-cache hit rate MTP or a new night lowered
-# (farm.analysis.prefix_cache).
+# (farm.analysis.prefix_cache); "pooled": a conjunction of axis values whose cells,
+# pooled, fell against the baseline (farm.analysis.pooling).
 FindingSource = Literal[
-    "label", "within_sweep", "baseline", "history", "cells", "golden", "over_run", "prefix_cache"
+    "label",
+    "within_sweep",
+    "baseline",
+    "history",
+    "cells",
+    "golden",
+    "over_run",
+    "prefix_cache",
+    "pooled",
 ]
 
 
@@ -107,6 +116,9 @@ class Finding(_Stored):
     positions: tuple[PositionChange, ...] = ()
     figures: tuple[AlertFigure, ...] = ()
     error: str | None = None
+    # A pooled finding's keys (its conjunction's, in the order of ``figures``): it has no
+    # one ``key``, and raises the alerts of those its cells' own findings do not.
+    keys: tuple[ComparableKey, ...] = ()
     # The key's verdicts flip too often to be believed (farm.analysis.noise.quarantined):
     # measured and shown, never a regression of the verdict, never alerted.
     quarantined: bool = False
