@@ -42,6 +42,7 @@ from farm.analysis.history import HistoryAnalysis, HistoryConfig, HistoryPoint, 
 from farm.analysis.labels import as_labelled, label_findings
 from farm.analysis.noise import NoiseRule, key_noise
 from farm.analysis.over_run import COLLAPSE_CHECK, CollapseRule, check_over_run
+from farm.analysis.pooling import POOLED_CHECK, PoolRule, check_pooled
 from farm.analysis.prefix_cache import PREFIX_CHECK, PrefixRule, check_prefix_cache
 from farm.analysis.stats import Interval
 from farm.analysis.summary import patched_bases
@@ -65,6 +66,7 @@ __all__ = [
     "COLLAPSE_CHECK",
     "GOLDEN_CHECK",
     "NOTHING_COMPARED",
+    "POOLED_CHECK",
     "PREFIX_CHECK",
     "PR_CHECK",
     "JudgeRules",
@@ -111,7 +113,10 @@ class JudgeRules(BaseModel):
     (:mod:`farm.analysis.over_run`, a ``collapse_over_run`` finding; None: not looked);
     ``prefix_cache``: judge prefix-cache hit rates, MTP on against its MTP-off twin and
     against the baseline (:mod:`farm.analysis.prefix_cache`, a ``prefix_cache_hits``
-    finding; None: not judged).
+    finding; None: not judged);
+    ``pooling``: pool the keys compared with the baseline over every conjunction of one
+    or two axis values and test each (:mod:`farm.analysis.pooling`, a ``pooled_drop``
+    finding; None: not pooled).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -133,6 +138,7 @@ class JudgeRules(BaseModel):
     goldens: tuple[GoldenCheck, ...] = ()
     over_run: CollapseRule | None = None
     prefix_cache: PrefixRule | None = None
+    pooling: PoolRule | None = None
 
 
 @dataclass(frozen=True)
@@ -198,7 +204,7 @@ def judge(
     over ``history`` (per-key AL series over the job's last N sweeps ending with
     ``sweep``; fewer than two sweeps find nothing), and against the goldens of
     ``rules``. Findings in order: label mismatches, within-sweep, baseline, history,
-    golden, over the run, prefix cache, failed cells (the candidate's, then the
+    golden, pooled, over the run, prefix cache, failed cells (the candidate's, then the
     baseline's). FarmError when ``baseline`` is ``sweep``
     itself (a cell compared with itself finds nothing and would recover every alert)."""
     if baseline is not None:
@@ -236,11 +242,9 @@ def judge(
         findings += goldens.findings
         notes += goldens.notes
         comparisons += goldens.held
-    extra: set[tuple[str, str]] = set()
-    for part in (_over_run(sweep, baseline, r), _prefix_cache(sweep, baseline, r)):
-        findings += part.findings
-        notes += part.notes
-        extra |= part.checked
+    extra = _parts(sweep, baseline, comparison, r)
+    findings += extra.findings
+    notes += extra.notes
     findings += _failed_cell_findings(sweep.cells, r.candidate_side)
     if baseline is not None and r.baseline_side is not None:
         findings += _failed_cell_findings(baseline.cells, r.baseline_side)
@@ -254,7 +258,7 @@ def judge(
         builds={b.engine: b.build_id for b in sweep.builds},
         checked=_checked(sweep, within, comparison, r)
         | (goldens.checked if goldens is not None else frozenset())
-        | extra,
+        | extra.checked,
         findings=tuple(findings),
         notes=tuple(dict.fromkeys(notes)),
         comparisons=comparisons,
@@ -295,6 +299,40 @@ class _Part:
     findings: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = ()
     checked: frozenset[tuple[str, str]] = frozenset()
+
+
+def _parts(
+    sweep: SweepRecord,
+    baseline: SweepRecord | None,
+    comparison: SweepComparison | None,
+    r: JudgeRules,
+) -> _Part:
+    """The baseline comparison pooled, then the two checks inside a run, as one part."""
+    parts = (
+        _pooled(comparison, r),
+        _over_run(sweep, baseline, r),
+        _prefix_cache(sweep, baseline, r),
+    )
+    return _Part(
+        tuple(f for p in parts for f in p.findings),
+        tuple(n for p in parts for n in p.notes),
+        frozenset().union(*(p.checked for p in parts)),
+    )
+
+
+def _pooled(comparison: SweepComparison | None, r: JudgeRules) -> _Part:
+    """The compared keys pooled over conjunctions of axis values; quarantined keys
+    are pooled with nothing (their figures are not believed)."""
+    if r.pooling is None or comparison is None:
+        return _Part()
+    pooled = check_pooled(
+        comparison,
+        r.pooling,
+        cell_check=r.baseline_check,
+        baseline_sweep_id=comparison.baseline_id if r.baseline_sweep else None,
+        leave_out=r.quarantine.keys(),
+    )
+    return _Part(pooled.findings, pooled.notes, pooled.checked)
 
 
 def _over_run(sweep: SweepRecord, baseline: SweepRecord | None, r: JudgeRules) -> _Part:

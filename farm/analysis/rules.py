@@ -19,6 +19,7 @@ from farm.analysis.history import HistoryConfig
 from farm.analysis.judgement import PR_CHECK, JudgeRules
 from farm.analysis.noise import NoiseRule
 from farm.analysis.over_run import CollapseRule
+from farm.analysis.pooling import PoolRule
 from farm.analysis.prefix_cache import PrefixRule
 from farm.goldens import GoldenCheck
 
@@ -34,6 +35,7 @@ __all__ = [
 _DEFAULT_CHECK = CheckConfig()
 _DEFAULT_NOISE = NoiseRule()
 _DEFAULT_COLLAPSE = CollapseRule()
+_DEFAULT_POOLING = PoolRule()
 
 
 def night_rules(
@@ -53,7 +55,9 @@ def night_rules(
     flaky keys of ``quarantine`` (label -> verdict flip rate) shown but not alerted.
     Inside each spec-on variant, acceptance over its run (a collapse); prefix-cache hit
     rates, MTP on against MTP off and against the last good night, ``hybrid_models``
-    (the job's hybrid model names) by the hybrid rule."""
+    (the job's hybrid model names) by the hybrid rule. The keys compared with the last
+    good night are also pooled over conjunctions of axis values (a drop several cells
+    share, each inside its own threshold)."""
     return JudgeRules(
         check=check,
         history=history,
@@ -63,6 +67,7 @@ def night_rules(
         goldens=tuple(goldens),
         over_run=_DEFAULT_COLLAPSE,
         prefix_cache=PrefixRule(hybrid_models=frozenset(hybrid_models)),
+        pooling=_DEFAULT_POOLING,
     )
 
 
@@ -81,7 +86,8 @@ def pr_rules(
     nightly's flaky keys (``quarantine``) shown but failing no PR. The candidate's
     variants are looked at over their runs (a collapse fails the PR), and their
     prefix-cache hit rates held to the base's (not MTP on against off: that is the
-    nightly's, and a PR is judged by what it changed)."""
+    nightly's, and a PR is judged by what it changed). The keys compared with the base
+    are pooled over conjunctions of axis values, as the nightly's are."""
     return JudgeRules(
         check=check,
         within=False,
@@ -95,6 +101,7 @@ def pr_rules(
         quarantine=dict(quarantine or {}),
         over_run=_DEFAULT_COLLAPSE,
         prefix_cache=PrefixRule(twins=False, hybrid_models=frozenset(hybrid_models)),
+        pooling=_DEFAULT_POOLING,
     )
 
 
