@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict
 from farm.analysis.stats import AcceptanceSample, acceptance_stats
 from farm.axes import speculates
 from farm.comparable import ComparableKey
-from farm.records import RequestRecord, SweepRecord
+from farm.records import BuildInfo, RequestRecord, SweepRecord
 
 __all__ = [
     "HISTORY_RESAMPLES",
@@ -52,6 +52,7 @@ __all__ = [
     "al_interval",
     "analyze_histories",
     "analyze_history",
+    "engine_builds",
     "series_from_figures",
     "series_from_sweeps",
     "variant_figures",
@@ -66,13 +67,15 @@ class _Frozen(BaseModel):
 
 
 class HistoryPoint(_Frozen):
-    """One sweep's AL for a key; ``low``/``high`` its interval when known."""
+    """One sweep's AL for a key; ``low``/``high`` its interval when known; ``builds``
+    the ids of the key's engine builds that sweep ran (empty: not known)."""
 
     sweep_id: int
     timestamp: datetime
     value: float
     low: float | None = None
     high: float | None = None
+    builds: tuple[str, ...] = ()
 
 
 class ChangePoint(_Frozen):
@@ -362,7 +365,7 @@ class VariantFigures(_Frozen):
     variant (``variant_summary``), so history over many sweeps reads no request row.
 
     ``low``/``high``: :func:`al_interval` of the variant's requests (None without
-    per-request counters).
+    per-request counters); ``builds``: the sweep's builds of the cell's engine.
     """
 
     sweep_id: int
@@ -373,6 +376,7 @@ class VariantFigures(_Frozen):
     mean_acceptance_length: float | None
     low: float | None = None
     high: float | None = None
+    builds: tuple[str, ...] = ()
 
 
 def al_interval(
@@ -409,6 +413,7 @@ def variant_figures(
         c, result = stored.cell, stored.result
         if result is None:
             continue
+        builds = engine_builds(sweep.builds, c.engine)
         for v in result.variants:
             low, high = al_interval(v.requests, sweep.sweep_id, resamples=resamples, seed=seed)
             out.append(
@@ -421,9 +426,16 @@ def variant_figures(
                     mean_acceptance_length=v.counters.mean_acceptance_length,
                     low=low,
                     high=high,
+                    builds=builds,
                 )
             )
     return tuple(out)
+
+
+def engine_builds(builds: Iterable[BuildInfo], engine: str) -> tuple[str, ...]:
+    """The ids of ``engine``'s builds among a sweep's ``builds``, sorted (one, unless a
+    sweep ran an engine from several builds)."""
+    return tuple(sorted({b.build_id for b in builds if b.engine == engine}))
 
 
 def series_from_figures(
@@ -442,6 +454,7 @@ def series_from_figures(
                 value=f.mean_acceptance_length,
                 low=f.low,
                 high=f.high,
+                builds=f.builds,
             )
         )
     return {k: tuple(sorted(v, key=lambda p: (p.timestamp, p.sweep_id))) for k, v in series.items()}

@@ -32,9 +32,11 @@ if TYPE_CHECKING:
     from farm.analysis.history import HistoryPoint
 
 from farm.store.tables import (
+    BuildRow,
     CellRow,
     RequestNumbersRow,
     RequestTextRow,
+    SweepBuildRow,
     SweepRow,
     VariantRunRow,
     VariantSummaryRow,
@@ -437,6 +439,7 @@ def history_series(
         .where(s.c.id.in_(list(sweep_ids)))
     )
     cells: dict[int, ServerCell] = {}
+    builds = _sweep_engine_builds(session, sweep_ids)
     figures = []
     for row in session.connection().execute(query):
         (sweep_id, started, cell_row_id, status, *cell_columns) = row[:9]
@@ -456,6 +459,24 @@ def history_series(
                 ).mean_acceptance_length,
                 low=low,
                 high=high,
+                builds=builds.get((sweep_id, cell.engine), ()),
             )
         )
     return history.series_from_figures(figures)
+
+
+def _sweep_engine_builds(
+    session: Session, sweep_ids: Sequence[int]
+) -> dict[tuple[int, str], tuple[str, ...]]:
+    """(sweep id, engine) -> the ids of that engine's builds the sweep ran, sorted (as
+    :func:`farm.analysis.history.engine_builds` reads them off a loaded sweep)."""
+    link, build = _table(SweepBuildRow), _table(BuildRow)
+    query = (
+        sa.select(link.c.sweep_id, build.c.engine, build.c.build_id)
+        .join(build, build.c.build_id == link.c.build_id)
+        .where(link.c.sweep_id.in_(list(sweep_ids)))
+    )
+    found: dict[tuple[int, str], set[str]] = {}
+    for sweep_id, engine, build_id in session.connection().execute(query):
+        found.setdefault((sweep_id, engine), set()).add(build_id)
+    return {k: tuple(sorted(v)) for k, v in found.items()}

@@ -27,8 +27,15 @@ from farm.analysis.summary import patched_bases, summarize_sweep
 from farm.cli.reports import render_report
 from farm.cli.store import db_app
 from farm.plan import Plan
-from farm.records import RequestRecord, SweepRecord
-from farm.store import create_sweep, finish_sweep, load_sweep, open_store, save_cell_result
+from farm.records import BuildInfo, RequestRecord, SweepRecord
+from farm.store import (
+    create_sweep,
+    finish_sweep,
+    load_sweep,
+    open_store,
+    record_build,
+    save_cell_result,
+)
 from farm.store.export import read_sweep_export
 from farm.store.prune import parse_age, prune_text
 from farm.store.repository import history_series, history_sweeps, list_sweeps, sweep_cost
@@ -88,6 +95,36 @@ def _figures(record: SweepRecord) -> list[tuple[object, ...]]:
     ] + [
         (s.label, s.mean_acceptance_length, s.accuracy, s.requests) for s in summarize_sweep(record)
     ]
+
+
+def _build(build_id: str, engine: str) -> BuildInfo:
+    return BuildInfo(
+        build_id=build_id,
+        engine=engine,
+        family="vllm",
+        package="vllm",
+        version="0.1",
+        python="/env/bin/python",
+        env_dir="/env",
+    )
+
+
+def test_history_points_carry_the_builds_each_sweep_ran(session: Session) -> None:
+    """The builds of the key's engine, read with the summaries as from the whole sweeps
+    (what the sustained-drop finding names between a step's first night and the one
+    before); another engine's build is not the key's."""
+    sweep = _synthetic(3)  # engine "base"
+    ids = []
+    for build_id in ("b-old", "b-new"):
+        ids.append(_store(session, sweep))
+        record_build(session, ids[-1], _build(build_id, "base"))
+        record_build(session, ids[-1], _build(f"{build_id}-other", "other"))
+    latest = load_sweep(session, ids[-1])
+    series = history_series(session, latest, 2)
+    assert series == series_from_sweeps(history_sweeps(session, latest, 2))
+    assert {tuple(p.builds for p in points) for points in series.values()} == {
+        (("b-old",), ("b-new",))
+    }
 
 
 def test_history_from_summaries_equals_history_from_whole_sweeps(session: Session) -> None:
