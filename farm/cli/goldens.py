@@ -106,7 +106,7 @@ def check(
     """
     from farm.analysis.judgement import GOLDEN_CHECK, judge
     from farm.analysis.rules import golden_rules
-    from farm.store.repository import load_sweep
+    from farm.store.cells import load_sweep
 
     try:
         found = _read(goldens)

@@ -58,7 +58,7 @@ def gc(
     """
     from farm.logs import find_old_logs, remove_logs
     from farm.paths import farm_home
-    from farm.store.repository import list_sweeps
+    from farm.store.summaries import list_sweeps
 
     try:
         with open_session(db) as session:

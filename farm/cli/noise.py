@@ -33,7 +33,8 @@ def noise(
     counts each key's A/A nights and those with a false alarm on it.
     """
     from farm.analysis.noise import noise_table
-    from farm.store.repository import job_sweeps, load_sweep
+    from farm.store.cells import load_sweep
+    from farm.store.summaries import job_sweeps
     from farm.store.verdicts import list_verdicts
 
     try:

@@ -84,7 +84,9 @@ def render_report(
     from farm.analysis.summary import summarize_sweep
     from farm.report.html import render_html
     from farm.report.markdown import render_markdown
-    from farm.store.repository import history_series, load_sweep, sweep_cost
+    from farm.store.cells import load_sweep
+    from farm.store.history import history_series
+    from farm.store.summaries import sweep_cost
     from farm.store.verdicts import list_verdicts
 
     with open_session(db) as session:
@@ -159,7 +161,7 @@ def report(
             raise fail(exc) from None
         say(f"wrote {path}")
         return
-    from farm.store.repository import load_sweep
+    from farm.store.cells import load_sweep
 
     try:
         with open_session(db) as session:

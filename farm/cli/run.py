@@ -69,7 +69,7 @@ def print_outcome_lines(outcome: SweepOutcome) -> None:
 
 def print_outcome(outcome: SweepOutcome, url: str) -> None:
     """What happened to the results, then the stored sweep as a matrix."""
-    from farm.store.repository import load_sweep
+    from farm.store.cells import load_sweep
 
     print_outcome_lines(outcome)
     try:
@@ -143,7 +143,7 @@ def selftest(
     from farm.report.findings import render_findings
     from farm.report.table import render_matrix
     from farm.selftest import analyze_selftest
-    from farm.store.repository import load_sweep
+    from farm.store.cells import load_sweep
 
     try:
         job = check_job(job_file, _only(only), on_this_machine=True)[0].spec

@@ -37,7 +37,7 @@ def sweeps(
 ) -> None:
     """List recent sweeps: cells by outcome, server time (engine start-up plus
     generation, summed over the cells: what the sweep cost), and verdicts."""
-    from farm.store.repository import list_sweeps
+    from farm.store.summaries import list_sweeps
     from farm.store.verdicts import list_verdicts
 
     try:
@@ -75,8 +75,8 @@ def export(
 ) -> None:
     """Write a stored sweep (cells, builds, every request's counters) as JSON, the
     input of `bench/detection.py --recorded` and of analyses away from the store."""
+    from farm.store.cells import load_sweep
     from farm.store.export import dump_sweep_export
-    from farm.store.repository import load_sweep
 
     try:
         if out is not None:

@@ -4,7 +4,7 @@ Each query reads the store as ``farm.store`` writes it:
 
 - ``metric`` is long format: one row per counter of a variant run, ``position`` NULL
   for the scalar counters (``drafts``, ``draft_tokens``, ``accepted``) and 0..k-1 for
-  ``accepted_per_pos`` (``farm.store.repository._counter_rows``).
+  ``accepted_per_pos`` (``farm.store.cells._counter_rows``).
 - A *cell key* is what makes results comparable across sweeps: the variant's
   ``farm.comparable.ComparableKey``, stored by ``farm.store`` as
   ``variant_run.comparable_key`` (indexed; also in each planned variant of
@@ -14,7 +14,7 @@ Each query reads the store as ``farm.store`` writes it:
   drafts; accuracy is the share of correct among scored (``correct`` not NULL)
   requests that did not fail (``farm.analysis.stats.accuracy``).
 - "Latest" and "previous" sweeps are by sweep id within one job, as ``farm alerts
-  check`` walks history (``farm.store.repository.history_sweeps``).
+  check`` walks history (``farm.store.history.history_sweeps``).
 
 Dashboard queries use Grafana's ``$__timeFilter(column)`` macro and ``${var:sqlstring}``
 variables (each value single-quoted, quotes doubled: safe inside ``IN (...)``).

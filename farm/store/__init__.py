@@ -11,6 +11,7 @@ and returns an engine; the repository functions take a ``Session`` on it::
 
 from sqlmodel import Session
 
+from farm.records import SweepStatus
 from farm.store.alerts import (
     acknowledge,
     get_alert,
@@ -20,6 +21,8 @@ from farm.store.alerts import (
     raise_alerts,
     resolve,
 )
+from farm.store.builds import BuildLocation, build_locations, record_build, record_build_location
+from farm.store.cells import completed_cell_ids, load_sweep, save_cell_result
 from farm.store.db import (
     answer_within,
     call_timeout_s,
@@ -30,27 +33,17 @@ from farm.store.db import (
     open_store,
     upgrade,
 )
-from farm.store.repository import (
-    BuildLocation,
+from farm.store.history import median_cell_durations
+from farm.store.summaries import SweepSummary, job_sweeps, list_sweeps
+from farm.store.sweeps import (
     SweepInUseError,
     SweepLease,
-    SweepStatus,
-    SweepSummary,
-    build_locations,
     claim_sweep,
-    completed_cell_ids,
     create_sweep,
     finish_sweep,
     heartbeat,
-    job_sweeps,
     latest_sweep_id,
-    list_sweeps,
-    load_sweep,
-    median_cell_durations,
-    record_build,
-    record_build_location,
     reopen_sweep,
-    save_cell_result,
 )
 
 __all__ = [

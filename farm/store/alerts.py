@@ -40,8 +40,8 @@ from farm.results.alerts import (
     AlertState,
     news_of,
 )
+from farm.store.base import _require_sweep, _unit_of_work
 from farm.store.columns import read_column
-from farm.store.repository import _require_sweep, _unit_of_work
 from farm.store.tables import UTCDateTime, _Table
 
 __all__ = [

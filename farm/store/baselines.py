@@ -11,7 +11,7 @@ from datetime import datetime
 from sqlmodel import Session, col, select
 
 from farm.results.baseline import StoredBaselineCell
-from farm.store.repository import load_sweep
+from farm.store.cells import load_sweep
 from farm.store.tables import CellRow, SweepBuildRow
 
 __all__ = ["cells_of_build"]

@@ -28,8 +28,8 @@ from farm.results.bisection import (
     StepVerdict,
     VariantJudgement,
 )
+from farm.store.base import _unit_of_work
 from farm.store.columns import damaged, read_column, read_position
-from farm.store.repository import _unit_of_work
 from farm.store.tables import BisectionRow, BisectStepRow
 
 __all__ = [

@@ -3,21 +3,22 @@
 Typed in and out (:class:`farm.records.ConfirmationRun`); ``ConfirmationRunRow`` never
 leaves the store. A run is written as it lands, so a night stopped half-way keeps the
 runs it made and a resumed night runs only the rest. Read back with the sweep
-(:func:`farm.store.repository.load_sweep`, through
-:func:`farm.store.repository.confirmation_runs`): one query by sweep id.
+(:func:`farm.store.cells.load_sweep`, through :func:`confirmation_runs`): one query
+by sweep id.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
 from farm.records import ConfirmationRun
-from farm.store.repository import _require_sweep, _unit_of_work, dialect_insert
+from farm.store.base import _require_sweep, _unit_of_work, dialect_insert
+from farm.store.columns import read_column
 from farm.store.tables import ConfirmationRunRow
 
-__all__ = ["record_confirmation_run"]
+__all__ = ["confirmation_runs", "record_confirmation_run"]
 
 
 def record_confirmation_run(session: Session, sweep_id: int, run: ConfirmationRun) -> None:
@@ -45,3 +46,28 @@ def record_confirmation_run(session: Session, sweep_id: int, run: ConfirmationRu
                 set_={k: upsert.excluded[k] for k in values if k not in unique},
             )
         )
+
+
+def confirmation_runs(session: Session, sweep_id: int) -> tuple[ConfirmationRun, ...]:
+    """Sweep ``sweep_id``'s reruns in the order they were stored."""
+    rows = session.exec(
+        select(ConfirmationRunRow)
+        .where(ConfirmationRunRow.sweep_id == sweep_id)
+        .order_by(col(ConfirmationRunRow.id))
+    ).all()
+    return tuple(
+        read_column(
+            ConfirmationRun,
+            {
+                "cell_id": r.cell_id,
+                "side": r.side,
+                "run": r.run,
+                "build_id": r.build_id,
+                "result": r.result,
+            },
+            table="confirmation_run",
+            row=r.id,
+            column="result",
+        )
+        for r in rows
+    )

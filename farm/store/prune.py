@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session
 
 from farm.bounds import parse_age as bounded_age
-from farm.store.repository import _unit_of_work
+from farm.store.base import _unit_of_work
 from farm.store.requests import _batches, _table
 from farm.store.tables import (
     CellRow,

@@ -34,8 +34,8 @@ from farm.bounds import StoredId
 from farm.errors import StoreError
 from farm.fileformat import UnreadableFileError, dump_versioned, read_versioned
 from farm.records import CellResult
+from farm.store.cells import CellAlreadyStoredError, save_cell_result
 from farm.store.db import answer_within, mask_url, normalize_url
-from farm.store.repository import CellAlreadyStoredError, save_cell_result
 from farm.yamlfile import ParseError, parse_json
 
 __all__ = [

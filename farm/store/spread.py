@@ -17,8 +17,8 @@ from sqlmodel import Session, col, select
 
 from farm.analysis.noise import KeyNoiseRow
 from farm.comparable import ComparableKey
+from farm.store.base import _require_sweep, _unit_of_work, dialect_insert
 from farm.store.columns import read_column
-from farm.store.repository import _require_sweep, _unit_of_work, dialect_insert
 from farm.store.tables import KeySpreadRow
 
 __all__ = ["record_spread", "stored_spread"]

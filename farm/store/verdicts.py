@@ -26,8 +26,8 @@ from farm.results.verdict import (
     VerdictKind,
     VerdictOutcome,
 )
+from farm.store.base import _require_sweep, _unit_of_work
 from farm.store.columns import read_column
-from farm.store.repository import _require_sweep, _unit_of_work
 from farm.store.tables import SweepRow, VerdictRow
 
 __all__ = [

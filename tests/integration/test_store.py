@@ -46,9 +46,8 @@ from farm.store import (
     save_cell_result,
     upgrade,
 )
-from farm.store.confirmations import record_confirmation_run
+from farm.store.confirmations import confirmation_runs, record_confirmation_run
 from farm.store.db import MIGRATIONS_DIR
-from farm.store.repository import confirmation_runs
 from farm.store.tables import metadata
 
 T0 = datetime(2026, 3, 1, 2, 30, 15, 123456, tzinfo=timezone(timedelta(hours=8)))

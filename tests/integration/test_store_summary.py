@@ -37,9 +37,10 @@ from farm.store import (
     save_cell_result,
 )
 from farm.store.export import read_sweep_export
+from farm.store.history import history_series, history_sweeps
 from farm.store.prune import parse_age, prune_text
-from farm.store.repository import history_series, history_sweeps, list_sweeps, sweep_cost
 from farm.store.requests import history_series as summaries_series
+from farm.store.summaries import list_sweeps, sweep_cost
 from tests.fakes.simulate import simulate_sweep
 from tests.integration.test_store_migration import assert_reports_as_then
 

@@ -23,7 +23,7 @@ HEAVY = (
     "httpx",
     "farm.engines",
     "farm.store",
-    "farm.store.repository",
+    "farm.store.summaries",
 )
 # `farm sweeps` reads the store, and nothing else heavy: no Ray, no numbers, no HTTP
 # client, no engine, no report.
@@ -115,7 +115,7 @@ def test_sweeps_on_an_empty_store_reads_the_store_and_nothing_more(tmp_path: Pat
     env = {**os.environ, "FARM_HOME": str(tmp_path)}
     result = _run_cli(["sweeps", "--db", url], env=env)
     assert result["codes"] == [0], result["outputs"]
-    assert "farm.store.repository" in result["modules"]  # it did read the store
+    assert "farm.store.summaries" in result["modules"]  # it did read the store
     found = _loaded(result["modules"], NOT_FOR_SWEEPS)
     farm_modules = [m for m in result["modules"] if m.startswith("farm.")]
     assert found == [], f"`farm sweeps` imported {found}; farm modules loaded: {farm_modules}"

@@ -28,7 +28,7 @@ from farm.records import CellResult, StoredCell, SweepRecord
 from farm.report.table import render_matrix
 from farm.runner import CellTask, ReferenceRun, SequentialLooks, reference_runs, sequential_looks
 from farm.spec import SequentialSpec, WorkloadSpec
-from farm.store.repository import sweep_cost
+from farm.store.summaries import sweep_cost
 from farm.workload.prompts import LoadedWorkload, Prompt
 from tests.unit.test_engine_faults import _FakeEngineAdapter, _run, _task
 
