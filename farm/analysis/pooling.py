@@ -468,7 +468,7 @@ def _finding(
     index = {r.key: i for i, r in enumerate(units.rows)}
     alone = [units.rows[index[k]].label for k in c.alone]
     beside = f" beside {len(alone)} that regressed alone" if alone else ""
-    raised = f"this pooled finding for the {len(c.keys) - len(alone)} pooled"
+    raised = f"this pooled finding for its {len(c.keys) - len(alone)} pooled variant(s)"
     if alone:
         raised += f"; their own {cell_check} findings for " + ", ".join(alone)
     summary = (

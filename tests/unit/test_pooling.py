@@ -191,7 +191,7 @@ def test_a_two_percent_drop_shared_by_eight_cells_is_one_pooled_finding() -> Non
     assert f.key is None and len(f.keys) == len(f.figures) == len(f.cells) == 8
     assert f.relative == pytest.approx(-0.02)
     assert f.summary.startswith("engine=patched: -2.0% over 8 cells [")
-    assert "alerts: this pooled finding for the 8 pooled" in f.summary
+    assert "alerts: this pooled finding for its 8 pooled variant(s)" in f.summary
     assert all(c.startswith("patched.") for c in f.cells)
 
 
