@@ -197,15 +197,21 @@ def simulate_sweep(
     effect: CellEffect | None = None,
     divergence: CellEffect | None = None,
     sweep_id: int = 1,
+    acceptance: FloatArray | None = None,
 ) -> SweepRecord:
     """A complete synthetic sweep over the grid, one workload ``"synthetic"``.
 
     ``effect`` scales acceptance probabilities per (cell, variant) (e.g. 0.9 for a
     regressed cell); ``divergence`` gives the share of prompts whose greedy output
     differs from the spec-off output. Prompts and their difficulty are shared by all
-    cells, as in a real sweep.
+    cells, as in a real sweep; ``acceptance`` gives them (another night of the same
+    prompts) instead of drawing them.
     """
-    p = prompt_acceptance(prompts, mean=mean, concentration=concentration, rng=rng)
+    p = (
+        prompt_acceptance(prompts, mean=mean, concentration=concentration, rng=rng)
+        if acceptance is None
+        else acceptance
+    )
     correct = rng.random(prompts) < accuracy
     cells = []
     for engine in engines:
