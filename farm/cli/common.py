@@ -165,7 +165,7 @@ def db_url(db: str | None) -> str:
     """``--db`` when given, else the configured store (FARM_DB_URL, else SQLite)."""
     if db:
         return db
-    from farm.store.db import default_db_url
+    from farm.store.urls import default_db_url
 
     return default_db_url()
 
@@ -200,7 +200,7 @@ def check_output(out: Path, db: str | None = None) -> Path:
         raise OutputError(f"--out {out} is a folder; name a file in it")
     if not out.parent.is_dir():
         raise OutputError(f"--out {out}: the folder {out.parent} does not exist")
-    from farm.store.db import normalize_url, sqlite_file
+    from farm.store.urls import normalize_url, sqlite_file
 
     try:
         store_file = sqlite_file(normalize_url(db_url(db)))

@@ -23,16 +23,8 @@ from farm.store.alerts import (
 )
 from farm.store.builds import BuildLocation, build_locations, record_build, record_build_location
 from farm.store.cells import completed_cell_ids, load_sweep, save_cell_result
-from farm.store.db import (
-    answer_within,
-    call_timeout_s,
-    connect,
-    default_db_url,
-    mask_url,
-    normalize_url,
-    open_store,
-    upgrade,
-)
+from farm.store.connection import answer_within, call_timeout_s, connect
+from farm.store.db import open_store, upgrade
 from farm.store.history import median_cell_durations
 from farm.store.summaries import SweepSummary, job_sweeps, list_sweeps
 from farm.store.sweeps import (
@@ -45,6 +37,7 @@ from farm.store.sweeps import (
     latest_sweep_id,
     reopen_sweep,
 )
+from farm.store.urls import default_db_url, mask_url, normalize_url
 
 __all__ = [
     "BuildLocation",

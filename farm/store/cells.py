@@ -331,7 +331,7 @@ def _cell_result(row: CellRow, variants: tuple[VariantResult, ...]) -> CellResul
         return None
     at: dict[str, Any] = {"table": "cell", "row": row.id}
     # argv and effective are the JSON columns, read through their shapes; the plain
-    # columns' errors are named by the store's row scan (farm.store.db.damaged_rows).
+    # columns' errors are named by the store's row scan (farm.store.damage.damaged_rows).
     return CellResult.model_validate(
         {
             "cell_id": row.cell_id,

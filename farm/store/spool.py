@@ -35,7 +35,8 @@ from farm.errors import StoreError
 from farm.fileformat import UnreadableFileError, dump_versioned, read_versioned
 from farm.records import CellResult
 from farm.store.cells import CellAlreadyStoredError, save_cell_result
-from farm.store.db import answer_within, mask_url, normalize_url
+from farm.store.connection import answer_within
+from farm.store.urls import mask_url, normalize_url
 from farm.yamlfile import ParseError, parse_json
 
 __all__ = [

@@ -10,7 +10,7 @@ character for one, and what a reader of either store gets back. JSON columns
 ``\\u0000``, which both stores take (the columns are ``json``, not ``jsonb``) and
 give back as a NUL.
 
-:func:`install` hooks it into an engine (``farm.store.db.connect`` calls it), so no
+:func:`install` hooks it into an engine (``farm.store.connection.connect`` calls it), so no
 write path can forget it.
 """
 

@@ -41,8 +41,9 @@ from farm.store import (
     save_cell_result,
 )
 from farm.store.alerts import list_alerts
-from farm.store.db import _alembic_config, normalize_url
+from farm.store.db import _alembic_config
 from farm.store.spread import stored_spread
+from farm.store.urls import normalize_url
 from farm.store.verdicts import get_verdict, record_verdict
 from farm.workflows.nightly.run import NightlyDeps, NightlyOutcome, NightlyRequest, run_nightly
 from tests.integration.test_bad_input_store import fill_store

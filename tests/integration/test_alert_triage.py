@@ -179,7 +179,8 @@ def test_triage_states_migrate_down_and_up_with_the_alerts_they_hold(
     from alembic import command
 
     from farm.store.alerts import raise_alerts, triage
-    from farm.store.db import _alembic_config, normalize_url
+    from farm.store.db import _alembic_config
+    from farm.store.urls import normalize_url
     from tests.integration.test_alerts import _candidates, _store, _synthetic
 
     engine = open_store(db_url)

@@ -47,7 +47,7 @@ from farm.store import (
     upgrade,
 )
 from farm.store.confirmations import confirmation_runs, record_confirmation_run
-from farm.store.db import MIGRATIONS_DIR
+from farm.store.schema import MIGRATIONS_DIR
 from farm.store.tables import metadata
 
 T0 = datetime(2026, 3, 1, 2, 30, 15, 123456, tzinfo=timezone(timedelta(hours=8)))
@@ -526,11 +526,11 @@ def test_a_locked_sqlite_store_is_said_to_be_locked(
 ) -> None:
     import sqlite3
 
-    from farm.store import db
+    from farm.store import connection
 
     url = f"sqlite:///{tmp_path / 'farm.db'}"
     open_store(url).dispose()
-    monkeypatch.setattr(db, "_SQLITE_BUSY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(connection, "_SQLITE_BUSY_TIMEOUT_S", 0.2)
     holder = sqlite3.connect(tmp_path / "farm.db")
     holder.execute("BEGIN EXCLUSIVE")  # another writer, as a sqlite3 shell would hold it
     try:
@@ -545,7 +545,7 @@ def test_a_locked_sqlite_store_is_said_to_be_locked(
 
 
 def test_a_statement_timeout_is_said_so_not_called_a_server_down(pg_url: str) -> None:
-    from farm.store.db import _store_error
+    from farm.store.urls import _store_error
 
     url = pg_url + ("&" if "?" in pg_url else "?") + "options=-c%20statement_timeout%3D50"
     engine = sa.create_engine(url)

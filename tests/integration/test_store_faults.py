@@ -30,8 +30,9 @@ from farm.plan import Plan, ServerCell
 from farm.records import CellResult, SweepRecord
 from farm.spec import parse_job
 from farm.store import SweepInUseError
-from farm.store.db import _alembic_config, normalize_url
+from farm.store.db import _alembic_config
 from farm.store.spool import spool_dir, spool_result, spooled
+from farm.store.urls import normalize_url
 from tests.fakes.simulate import simulate_sweep
 
 # --- store and spool both failing ------------------------------------------------------

@@ -295,7 +295,8 @@ def test_migration_packs_requests_moves_text_and_fills_summaries(tmp_path: Path)
 def test_migration_0008_moves_data_down_and_up_again(db_url: str) -> None:
     from alembic import command
 
-    from farm.store.db import _alembic_config, normalize_url
+    from farm.store.db import _alembic_config
+    from farm.store.urls import normalize_url
 
     summary_sql = sa.text("SELECT * FROM variant_summary ORDER BY variant_run_id")
     engine = open_store(db_url)

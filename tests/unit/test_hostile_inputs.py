@@ -42,8 +42,10 @@ from farm.records import BuildInfo, CellResult, RequestRecord, SpecCounters, Var
 from farm.settings import load_settings
 from farm.spec import HarnessSpec, read_job
 from farm.spec.paths import check_job_paths
-from farm.store.db import connect, normalize_url, open_store
+from farm.store.connection import connect
+from farm.store.db import open_store
 from farm.store.spool import flush_spool, scan_spool, spool_result
+from farm.store.urls import normalize_url
 from farm.workload.harness import parse_outcome
 from farm.workload.harness_types import HarnessCommand
 from farm.workload.prompts import read_prompt_file
@@ -589,7 +591,7 @@ def test_spool_flush_keeps_a_bad_file_and_stores_the_rest(tmp_path: Path) -> Non
 def test_masking_a_malformed_url_never_raises(url: str) -> None:
     from farm.masking import mask_endpoint, mask_secrets
     from farm.notify.http import redact
-    from farm.store.db import mask_url
+    from farm.store.urls import mask_url
 
     for mask in (mask_endpoint, mask_secrets, mask_url, lambda u: redact(f"at {u}", [u])):
         assert isinstance(mask(url), str)

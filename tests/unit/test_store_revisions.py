@@ -9,7 +9,7 @@ import sys
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
-from farm.store.db import MIGRATIONS_DIR, revisions
+from farm.store.schema import MIGRATIONS_DIR, revisions
 
 
 def test_revision_files_name_alembics_revisions_in_order() -> None:

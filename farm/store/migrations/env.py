@@ -1,7 +1,7 @@
 """Alembic environment of the farm store; run through ``farm.store.upgrade``.
 
 ``upgrade`` passes its own connection in ``config.attributes["connection"]`` so the
-engine settings of ``farm.store.db.connect`` apply; without one (the ``alembic`` CLI
+engine settings of ``farm.store.connection.connect`` apply; without one (the ``alembic`` CLI
 pointed at this folder), an engine is built from ``sqlalchemy.url``.
 """
 
