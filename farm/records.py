@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from farm.axes import AxisValue, OnOff, fold_axis_values
 from farm.bounds import Seconds, StoredInt
+from farm.comparable import ComparableKey
 from farm.inert import UntrustedText
 from farm.plan import ExcludedCell, ServerCell
 
@@ -366,3 +367,11 @@ class SweepRecord(_Frozen):
     excluded: tuple[ExcludedCell, ...] = ()
     builds: tuple[BuildInfo, ...] = ()
     confirmations: tuple[ConfirmationRun, ...] = ()
+
+    def cells_measuring(self, key: ComparableKey) -> tuple[str, ...]:
+        """The cells that measured ``key`` (a history series names a key, not a cell)."""
+        return tuple(
+            stored.cell.cell_id
+            for stored in self.cells
+            if any(stored.cell.variant_key(v.axes) == key for v in stored.cell.variants)
+        )

@@ -26,34 +26,43 @@ recomputes a statistic.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
-
-from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.attribution import Attribution, attribute, labels_from_report
-from farm.analysis.check_rules import CheckConfig, CheckReport, Verdict
+from farm.analysis.check_rules import CheckReport
 from farm.analysis.checks import check_sweep
-from farm.analysis.compare import ComparedVariant, SweepComparison, compare_sweeps
+from farm.analysis.compare import SweepComparison, compare_sweeps
 from farm.analysis.gate import nothing_compared
 from farm.analysis.golden_check import GOLDEN_CHECK, check_goldens
-from farm.analysis.history import HistoryAnalysis, HistoryConfig, HistoryPoint, analyze_histories
+from farm.analysis.history import HistoryAnalysis, HistoryPoint, analyze_histories
+from farm.analysis.judge_rules import (
+    BASELINE_CHECK,
+    CHANGE_POINT_RECENT,
+    NOTHING_COMPARED,
+    PR_CHECK,
+    JudgeRules,
+)
+from farm.analysis.judged_findings import (
+    baseline_finding,
+    baseline_notes,
+    failed_cell_findings,
+    history_findings,
+    position_text,
+    within_finding,
+)
 from farm.analysis.labels import as_labelled, label_findings
-from farm.analysis.noise import NoiseRule, key_noise
-from farm.analysis.over_run import COLLAPSE_CHECK, CollapseRule, check_over_run
-from farm.analysis.pooling import POOLED_CHECK, PoolRule, check_pooled
-from farm.analysis.prefix_cache import PREFIX_CHECK, PrefixRule, check_prefix_cache
-from farm.analysis.stats import Interval
+from farm.analysis.noise import key_noise
+from farm.analysis.over_run import COLLAPSE_CHECK, check_over_run
+from farm.analysis.pooling import POOLED_CHECK, check_pooled
+from farm.analysis.prefix_cache import PREFIX_CHECK, check_prefix_cache
 from farm.analysis.summary import patched_bases
+from farm.analysis.sustained import sustained_drops, sustained_findings, sustained_notes
 from farm.comparable import ComparableKey
 from farm.errors import FarmError
-from farm.goldens import GoldenCheck
-from farm.records import StoredCell, SweepRecord
-from farm.results.alerts import AlertFigure, FigureInterval
+from farm.records import SweepRecord
 from farm.results.verdict import (
     Finding,
-    PositionChange,
     SweepVerdict,
     VerdictKind,
     VerdictOutcome,
@@ -75,70 +84,6 @@ __all__ = [
     "judge_within",
     "position_text",
 ]
-
-# The finding check (and alert kind) of a drop against the job's last good night.
-BASELINE_CHECK: Final = "nightly_vs_last_good"
-# The finding check of a PR's candidate cell that fell below its base.
-PR_CHECK: Final = "pr_vs_base"
-# The finding check of a comparison in which nothing was compared (a gate, not a pass).
-NOTHING_COMPARED: Final = "nothing_compared"
-# A change point is a finding while its first point is among the last this many points
-# (HistoryConfig.confirm's default), so an old shift is not raised night after night.
-CHANGE_POINT_RECENT: Final = 2
-
-
-class JudgeRules(BaseModel):
-    """How a use judges: the statistics, which checks run, and how findings read.
-
-    ``within``: run the within-sweep checks (``graph_modes``: graph modes against
-    eager too; ``base_of``: patched engine -> base
-    engine; ``depth_invariance``: that check too); ``baseline_check``: the check name
-    of a drop against the baseline;
-    ``baseline_sweep``: name the baseline's sweep in findings and notes (a nightly's
-    last good night) rather than call it ``the base`` (a PR); ``engine_map``: candidate
-    engine -> baseline engine (a PR build named apart from its base);
-    ``candidate_side`` / ``baseline_side``: the words before a failed cell's summary,
-    and whether the baseline's own failed cells are findings (None: they are not);
-    ``noise``: calibrate the baseline comparison's AL threshold per key from the
-    key's nights in ``history`` when one is given (:mod:`farm.analysis.noise`; None:
-    the fixed rule);
-    ``quarantine``: keys whose findings are kept, marked and shown but neither make
-    the verdict a regression nor raise alerts (flaky keys, with their flip rate);
-    ``require_comparison``: a baseline with which nothing was compared is a finding
-    (``nothing_compared``, source ``cells``: the run could not judge; a PR's status
-    is then error), not a pass (:func:`farm.analysis.gate.nothing_compared`);
-    ``goldens``: the goldens the sweep's variants are held to (:mod:`farm.goldens`:
-    each bound to the job models it is for), a miss at a position a ``golden`` finding;
-    ``over_run``: look inside each spec-on variant's run for acceptance that collapsed
-    (:mod:`farm.analysis.over_run`, a ``collapse_over_run`` finding; None: not looked);
-    ``prefix_cache``: judge prefix-cache hit rates, MTP on against its MTP-off twin and
-    against the baseline (:mod:`farm.analysis.prefix_cache`, a ``prefix_cache_hits``
-    finding; None: not judged);
-    ``pooling``: pool the keys compared with the baseline over every conjunction of one
-    or two axis values and test each (:mod:`farm.analysis.pooling`, a ``pooled_drop``
-    finding; None: not pooled).
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    check: CheckConfig = CheckConfig()
-    history: HistoryConfig | None = None
-    within: bool = True
-    graph_modes: bool = True
-    base_of: dict[str, str] = {}
-    depth_invariance: bool = False
-    baseline_check: str = BASELINE_CHECK
-    baseline_sweep: bool = True
-    engine_map: dict[str, str] = {}
-    candidate_side: str = ""
-    baseline_side: str | None = None
-    require_comparison: bool = False
-    noise: NoiseRule | None = None
-    quarantine: dict[str, float] = {}  # key label -> its verdict flip rate
-    goldens: tuple[GoldenCheck, ...] = ()
-    over_run: CollapseRule | None = None
-    prefix_cache: PrefixRule | None = None
-    pooling: PoolRule | None = None
 
 
 @dataclass(frozen=True)
@@ -220,7 +165,7 @@ def judge(
     within = _within(sweep, r)
     comparisons = 0
     if within is not None:
-        findings += [_within_finding(v) for v in within.regressions]
+        findings += [within_finding(v) for v in within.regressions]
         notes += [n.message for n in within.notes]
         comparisons += len(within.verdicts)
     comparison = None
@@ -228,15 +173,17 @@ def judge(
     if baseline is not None:
         comparison = _compare(sweep, baseline, series if history is not None else None, r)
         findings += [
-            _baseline_finding(row, baseline.sweep_id, r)
+            baseline_finding(row, baseline.sweep_id, r)
             for row in comparison.rows
             if row.outcome == "regress"
         ]
-        notes += _baseline_notes(comparison, baseline.sweep_id, r)
+        notes += baseline_notes(comparison, baseline.sweep_id, r)
         comparisons += len(comparison.rows)
     history_sweeps = len({p.sweep_id for points in series.values() for p in points})
     analyses = analyze_histories(series, config=r.history) if history_sweeps > 1 else ()
-    findings += _history_findings(analyses, sweep)
+    sustained = _sustained(series, sweep, r)
+    findings += [*history_findings(analyses, sweep), *sustained.findings]
+    notes += sustained.notes
     goldens = check_goldens(sweep, r.goldens, r.check) if r.goldens else None
     if goldens is not None:
         findings += goldens.findings
@@ -245,9 +192,9 @@ def judge(
     extra = _parts(sweep, baseline, comparison, r)
     findings += extra.findings
     notes += extra.notes
-    findings += _failed_cell_findings(sweep.cells, r.candidate_side)
+    findings += failed_cell_findings(sweep.cells, r.candidate_side)
     if baseline is not None and r.baseline_side is not None:
-        findings += _failed_cell_findings(baseline.cells, r.baseline_side)
+        findings += failed_cell_findings(baseline.cells, r.baseline_side)
     if r.quarantine:
         findings, held = _quarantine(findings, r.quarantine)
         notes += held
@@ -318,6 +265,17 @@ def _parts(
         tuple(n for p in parts for n in p.notes),
         frozenset().union(*(p.checked for p in parts)),
     )
+
+
+def _sustained(
+    series: Mapping[ComparableKey, Sequence[HistoryPoint]], sweep: SweepRecord, r: JudgeRules
+) -> _Part:
+    """Sustained drops over each key's nights (:mod:`farm.analysis.sustained`). No key is
+    marked checked: a step that leaves the window has not recovered."""
+    if r.sustained is None:
+        return _Part()
+    results = sustained_drops(series, r.sustained)
+    return _Part(tuple(sustained_findings(results, sweep)), tuple(sustained_notes(results)))
 
 
 def _pooled(comparison: SweepComparison | None, r: JudgeRules) -> _Part:
@@ -456,214 +414,3 @@ def _checked(
         if stored.result is not None and stored.result.status == "ok":
             pairs.add(("cell_failed", stored.cell.key.label))
     return frozenset(pairs)
-
-
-def _relative(v: Verdict) -> float | None:
-    ref = v.reference_value.estimate
-    return v.difference.estimate / ref if ref else None
-
-
-def _interval(i: Interval) -> FigureInterval:
-    return FigureInterval.of(i.estimate, i.low, i.high, i.level)
-
-
-def _within_finding(v: Verdict) -> Finding:
-    relative = _relative(v)
-    figure = AlertFigure(
-        metric=v.metric,
-        position=v.position,
-        candidate=v.candidate.label,
-        reference=v.reference.label,
-        candidate_value=_interval(v.candidate_value),
-        reference_value=_interval(v.reference_value),
-        difference=_interval(v.difference),
-        relative=relative,
-        paired=v.paired,
-        pairs=v.pairs,
-        min_effect=v.min_effect,
-        baseline=v.baseline,
-    )
-    return Finding(
-        source="within_sweep",
-        check=v.check,
-        key=v.candidate.key,
-        cells=tuple(dict.fromkeys((v.candidate.cell_id, v.reference.cell_id))),
-        metric=v.metric,
-        summary=v.describe(),
-        relative=relative,
-        figures=(figure,),
-    )
-
-
-def position_text(positions: Iterable[PositionChange]) -> str:
-    """The positions that fell, as a clause of a finding's summary."""
-    fell = [p for p in positions if p.fell]
-    if not fell:
-        return "no single draft position fell by the minimum effect"
-    return "; ".join(
-        f"acceptance at position {p.position} fell {p.baseline:.3f} -> {p.candidate:.3f} "
-        f"({p.difference:+.3f})"
-        for p in fell
-    )
-
-
-def _baseline_finding(row: ComparedVariant, baseline_id: int, r: JudgeRules) -> Finding:
-    assert row.baseline_al is not None and row.candidate_al is not None
-    assert row.difference is not None and row.cell_id is not None
-    rel = row.relative
-    rel_text = f" ({rel:+.1%})" if rel is not None else ""
-    where = f"in sweep {baseline_id} (last good night)" if r.baseline_sweep else "at the base"
-    summary = (
-        f"{row.label}: AL {row.candidate_al} vs {row.baseline_al} {where}; "
-        f"difference {row.difference}{rel_text}; " + position_text(row.positions)
-    )
-    if row.threshold is not None:
-        summary += f"; {row.threshold.describe()}"
-    if row.decided is not None:
-        summary += f"; {row.decided}"
-    if row.confirmation is not None:
-        summary += f"; {row.confirmation.describe()}"
-    reference = f"{row.baseline_label} in sweep {baseline_id}"
-    figures = [
-        AlertFigure(
-            metric="mean_acceptance_length",
-            candidate=row.label,
-            reference=reference,
-            candidate_value=_interval(row.candidate_al),
-            reference_value=_interval(row.baseline_al),
-            difference=_interval(row.difference),
-            relative=rel,
-            paired=row.paired,
-            pairs=row.pairs,
-            min_effect=row.min_effect,
-        )
-    ]
-    figures += [
-        AlertFigure(
-            metric="acceptance_at_position",
-            position=p.position,
-            candidate=row.label,
-            reference=reference,
-            candidate_value=FigureInterval.of(p.candidate),
-            reference_value=FigureInterval.of(p.baseline),
-            difference=FigureInterval.of(p.difference, p.low, p.high, r.check.level),
-            relative=p.difference / p.baseline if p.baseline else None,
-            min_effect=r.check.min_position_diff,
-        )
-        for p in row.positions
-        if p.fell
-    ]
-    return Finding(
-        source="baseline",
-        check=r.baseline_check,
-        key=row.key,
-        cells=(row.cell_id,),
-        metric="mean_acceptance_length",
-        summary=summary,
-        relative=rel,
-        baseline_sweep_id=baseline_id if r.baseline_sweep else None,
-        positions=row.positions,
-        figures=tuple(figures),
-    )
-
-
-def _baseline_notes(comparison: SweepComparison, baseline_id: int, r: JudgeRules) -> list[str]:
-    against = f" vs sweep {baseline_id}" if r.baseline_sweep else ""
-    notes = [
-        f"{row.label}{against}: {row.outcome} ({row.note})"
-        for row in comparison.rows
-        if row.outcome in ("failed", "unmatched", "no_data")
-    ]
-    rules = [row.threshold for row in comparison.rows if row.threshold is not None]
-    if rules:
-        short = [t for t in rules if not t.calibrated]
-        notes.append(
-            f"AL thresholds from each key's own nights: {len(rules) - len(short)} key(s) "
-            f"calibrated, {len(short)} with insufficient history (fewer than "
-            f"{rules[0].min_nights} nights: the floor rule)"
-        )
-    notes += [
-        f"{row.label}{against}: {row.confirmation.describe()}"
-        for row in comparison.rows
-        if row.confirmation is not None and row.outcome != "regress"
-    ]
-    early = [row for row in comparison.rows if row.decided is not None]
-    if early:
-        passed = sum(row.outcome == "pass" for row in early)
-        pairs = sum(row.pairs for row in early)
-        notes.append(
-            f"sequential looks: {len(early)} variant(s) decided early on {pairs} paired "
-            f"prompts ({passed} pass, {len(early) - passed} regress)"
-        )
-    return notes
-
-
-def _history_findings(analyses: Sequence[HistoryAnalysis], sweep: SweepRecord) -> list[Finding]:
-    out: list[Finding] = []
-    for analysis in analyses:
-        if analysis.key is None:
-            continue
-        key = analysis.key
-        for cp in analysis.alerts:
-            if cp.index < analysis.points - CHANGE_POINT_RECENT:
-                continue
-            figure = AlertFigure(
-                metric="mean_acceptance_length",
-                candidate=f"{cp.after_n} sweeps from sweep {cp.sweep_id}",
-                reference=f"{cp.before_n} sweeps before",
-                candidate_value=FigureInterval.of(cp.after_mean),
-                reference_value=FigureInterval.of(cp.before_mean),
-                difference=FigureInterval.of(cp.after_mean - cp.before_mean),
-                relative=cp.relative_change,
-                pvalue=cp.pvalue,
-            )
-            out.append(
-                Finding(
-                    source="history",
-                    check="history_change",
-                    key=key,
-                    cells=_cells_of(sweep, key),
-                    metric="mean_acceptance_length",
-                    summary=(
-                        f"{key}: AL fell {cp.before_mean:.3f} -> {cp.after_mean:.3f} "
-                        f"({cp.relative_change:+.1%}) from sweep {cp.sweep_id}, "
-                        f"held for {cp.after_n} sweep(s)"
-                    ),
-                    relative=cp.relative_change,
-                    figures=(figure,),
-                )
-            )
-    return out
-
-
-def _cells_of(sweep: SweepRecord, key: ComparableKey) -> tuple[str, ...]:
-    """The cells of ``sweep`` that measured ``key`` (a history series names a key)."""
-    return tuple(
-        stored.cell.cell_id
-        for stored in sweep.cells
-        if any(stored.cell.variant_key(v.axes) == key for v in stored.cell.variants)
-    )
-
-
-def _failed_cell_findings(cells: Iterable[StoredCell], side: str) -> list[Finding]:
-    """One ``cell_failed`` finding per cell that did not end ok (``side`` prefixes the
-    summary: "candidate", "baseline")."""
-    out = []
-    for stored in cells:
-        result = stored.result
-        if result is None or result.status == "ok":
-            continue
-        error = (result.error or "no error recorded").strip()
-        first = error.splitlines() or [""]
-        prefix = f"{side} " if side else ""
-        out.append(
-            Finding(
-                source="cells",
-                check="cell_failed",
-                key=stored.cell.key,
-                cells=(stored.cell.cell_id,),
-                summary=f"{prefix}{stored.cell.cell_id} {result.status}: {first[0][:200]}",
-                error=error[:4000],
-            )
-        )
-    return out

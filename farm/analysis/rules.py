@@ -21,6 +21,7 @@ from farm.analysis.noise import NoiseRule
 from farm.analysis.over_run import CollapseRule
 from farm.analysis.pooling import PoolRule
 from farm.analysis.prefix_cache import PrefixRule
+from farm.analysis.sustained import SustainedRule
 from farm.goldens import GoldenCheck
 
 __all__ = [
@@ -36,6 +37,7 @@ _DEFAULT_CHECK = CheckConfig()
 _DEFAULT_NOISE = NoiseRule()
 _DEFAULT_COLLAPSE = CollapseRule()
 _DEFAULT_POOLING = PoolRule()
+_DEFAULT_SUSTAINED = SustainedRule()
 
 
 def night_rules(
@@ -47,6 +49,7 @@ def night_rules(
     noise: NoiseRule | None = _DEFAULT_NOISE,
     check: CheckConfig = _DEFAULT_CHECK,
     hybrid_models: Collection[str] = (),
+    sustained: SustainedRule | None = _DEFAULT_SUSTAINED,
 ) -> JudgeRules:
     """A nightly's rules, for its early per-cell checks and its verdict alike: within the
     sweep (each patched engine against ``base_of``), against the last good night with
@@ -57,7 +60,8 @@ def night_rules(
     rates, MTP on against MTP off and against the last good night, ``hybrid_models``
     (the job's hybrid model names) by the hybrid rule. The keys compared with the last
     good night are also pooled over conjunctions of axis values (a drop several cells
-    share, each inside its own threshold)."""
+    share, each inside its own threshold), and each key's recent nights are searched
+    for a small drop that persists (``sustained``; None: not looked for)."""
     return JudgeRules(
         check=check,
         history=history,
@@ -68,6 +72,7 @@ def night_rules(
         over_run=_DEFAULT_COLLAPSE,
         prefix_cache=PrefixRule(hybrid_models=frozenset(hybrid_models)),
         pooling=_DEFAULT_POOLING,
+        sustained=sustained,
     )
 
 

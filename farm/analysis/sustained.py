@@ -361,7 +361,7 @@ def sustained_findings(results: Sequence[SustainedAnalysis], sweep: SweepRecord)
                 source="history",
                 check=SUSTAINED_CHECK,
                 key=a.key,
-                cells=_cells_measuring(sweep, a.key),
+                cells=sweep.cells_measuring(a.key),
                 metric="mean_acceptance_length",
                 summary=f"{a.key}: {a.describe()}",
                 relative=d.relative,
@@ -383,12 +383,3 @@ def sustained_notes(results: Sequence[SustainedAnalysis]) -> list[str]:
         f"key(s) tested, {count['no_spread']} without night-to-night spread, {short} with "
         f"insufficient history (fewer than {results[0].min_nights} nights)"
     ]
-
-
-def _cells_measuring(sweep: SweepRecord, key: ComparableKey) -> tuple[str, ...]:
-    """The cells of ``sweep`` that measured ``key`` (a series names a key, not a cell)."""
-    return tuple(
-        stored.cell.cell_id
-        for stored in sweep.cells
-        if any(stored.cell.variant_key(v.axes) == key for v in stored.cell.variants)
-    )

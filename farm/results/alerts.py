@@ -62,8 +62,9 @@ Severity = Literal["critical", "warning"]
 # a confirmed change point over nightlies, a drop against the job's last good night
 # (farm.workflows.nightly), a variant below a golden the team keeps (farm.goldens),
 # acceptance collapsing inside one run (farm.analysis.over_run), a prefix cache that
-# MTP, or a new night, made hit less (farm.analysis.prefix_cache) and a cell of a
-# conjunction of axis values whose cells, pooled, fell (farm.analysis.pooling).
+# MTP, or a new night, made hit less (farm.analysis.prefix_cache), a cell of a
+# conjunction of axis values whose cells, pooled, fell (farm.analysis.pooling) and a
+# small drop that persisted over a key's recent nights (farm.analysis.sustained).
 AlertKind = Literal[
     "label_mismatch",
     "graph_vs_eager",
@@ -76,6 +77,7 @@ AlertKind = Literal[
     "collapse_over_run",
     "prefix_cache_hits",
     "pooled_drop",
+    "sustained_drop",
 ]
 ALERT_STATES: tuple[AlertState, ...] = (
     "untriaged",
