@@ -22,7 +22,6 @@ from farm.comparable import ComparableKey
 from farm.inert import cut, github_cell, github_code, github_markdown
 from farm.records import SweepRecord
 from farm.report.categories import CATEGORY_HEADINGS, category_rows
-from farm.report.charts import al_grid
 from farm.report.figures import (
     FIGURE_HEADINGS,
     matrix_axes,
@@ -30,6 +29,7 @@ from farm.report.figures import (
     row_axes,
     row_figures,
 )
+from farm.report.grid import al_grid
 
 if TYPE_CHECKING:
     from farm.results.bisection import Bisection

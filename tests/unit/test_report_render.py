@@ -23,9 +23,11 @@ from farm.analysis.summary import summarize_sweep
 from farm.comparable import ComparableKey
 from farm.plan import ServerCell, Variant
 from farm.records import CellResult, StoredCell, SweepRecord
-from farm.report.charts import al_grid, color_for, nice_limit
+from farm.report.grid import al_grid
+from farm.report.heatmap import color_for
 from farm.report.html import render_html
 from farm.report.markdown import render_comparison, render_markdown
+from farm.report.svg import nice_limit
 from tests.fakes.simulate import simulate_sweep
 
 FAST = CheckConfig(resamples=300)

@@ -374,6 +374,9 @@ RENDERERS = {
     "farm/report/table.py": OUTSIDE_ATTRS,
     "farm/report/golden_table.py": OUTSIDE_ATTRS | GOLDEN_ATTRS,
     "farm/report/charts.py": OUTSIDE_ATTRS,
+    "farm/report/grid.py": OUTSIDE_ATTRS,
+    "farm/report/heatmap.py": OUTSIDE_ATTRS,
+    "farm/report/svg.py": OUTSIDE_ATTRS,
     "farm/notify/slack.py": OUTSIDE_ATTRS,
     "farm/notify/feishu.py": OUTSIDE_ATTRS,
     "farm/notify/wecom.py": OUTSIDE_ATTRS,
@@ -383,8 +386,8 @@ RENDERERS = {
 # grid cell's tooltip (html_text where the SVG is drawn).
 NEUTRAL = {
     ("farm/report/markdown.py", "bisection_rows"),
-    ("farm/report/charts.py", "_grid_cell"),
-    ("farm/report/charts.py", "_error"),
+    ("farm/report/grid.py", "_grid_cell"),
+    ("farm/report/grid.py", "_error"),
 }
 CHANNEL_FUNCTIONS = frozenset(n for names in CHANNELS.values() for n in names)
 
