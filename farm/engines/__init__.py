@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-from farm.engines.base import (
-    BuildRecipe,
-    Completion,
-    EngineAdapter,
-    EngineProcess,
-    PdSide,
-    ServerLaunch,
-)
+from farm.engines.base import BuildRecipe, Completion, EngineAdapter
+from farm.engines.process import EngineProcess, PdSide, ServerLaunch
 from farm.engines.sglang import SglangAdapter
 from farm.engines.vllm import VllmAdapter
 from farm.errors import PlanError

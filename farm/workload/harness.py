@@ -28,8 +28,8 @@ from typing import Any
 
 import yaml
 
-from farm.engines.base import keeper_command
 from farm.engines.environment import child_environment
+from farm.engines.process import keeper_command
 from farm.records import RequestRecord
 from farm.spec import HarnessSpec, WorkloadSpec
 from farm.workload.aisbench_tool import aisbench_command, aisbench_outcome
@@ -180,7 +180,7 @@ async def run_harness(command: HarnessCommand, timeout_s: float, log_path: Path)
     """Run the harness to completion, its output in ``log_path``.
 
     The harness runs in its own process group, killed with the worker that started
-    it (``farm.engines.base.keeper_command``), with an explicit environment (never
+    it (``farm.engines.process.keeper_command``), with an explicit environment (never
     the farm's secrets: ``farm.engines.environment``). Raises HarnessError on a
     non-zero exit (with the log tail) or after ``timeout_s`` (the harness's process
     group is killed).

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from farm.engines.base import ServerLaunch
+from farm.engines.process import ServerLaunch
 from farm.engines.vllm import VllmAdapter
 
 SERVER = Path(__file__).with_name("engine_server.py")

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from farm.engines.base import ServerLaunch
+from farm.engines.process import ServerLaunch
 from farm.engines.vllm import VllmAdapter
 from farm.runner.pd import PdPair
 

@@ -44,7 +44,7 @@ def test_sigkilled_ray_worker_leaves_no_process_of_its_fake_engine_group(
     @ray.remote(num_cpus=1, max_restarts=0)
     class FakeEngineHolder:
         def start(self, server: str, port: int, log: str) -> tuple[int, int]:
-            from farm.engines.base import ServerLaunch
+            from farm.engines.process import ServerLaunch
             from farm.engines.vllm import VllmAdapter
 
             launch = ServerLaunch(

@@ -48,7 +48,7 @@ def test_sigkilled_ray_worker_leaves_neither_server_of_its_pair(
         def start(self, server: str, ports: list[int], log_dir: str) -> tuple[int, list[int]]:
             import httpx
 
-            from farm.engines.base import ServerLaunch
+            from farm.engines.process import ServerLaunch
             from farm.engines.vllm import VllmAdapter
             from farm.runner.pd import PdPair
 

@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from farm.engines import adapter_for
-from farm.engines.base import ServerLaunch, chat_messages
+from farm.engines.base import chat_messages
+from farm.engines.process import ServerLaunch
 from farm.plan import Variant
 from farm.runner.variants import _Chat, _Silence
 from farm.spec import WorkloadSpec

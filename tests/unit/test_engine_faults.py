@@ -25,9 +25,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from farm.engines.base import EngineProcess, ServerLaunch
 from farm.engines.devices import ProcessGroupGone
 from farm.engines.environment import child_environment, looks_secret
+from farm.engines.process import EngineProcess, ServerLaunch
 from farm.engines.vllm import VllmAdapter
 from farm.plan import ServerCell, Variant
 from farm.records import BuildInfo, CellResult, SpecCounters
@@ -460,7 +460,7 @@ def test_real_vllm_start_passes_an_explicit_environment(
             self.stdin = _Pipe()
             started.append({**kwargs, "argv": argv, "pipe": self.stdin})
 
-    monkeypatch.setattr("farm.engines.base.subprocess.Popen", _CaughtPopen)
+    monkeypatch.setattr("farm.engines.process.subprocess.Popen", _CaughtPopen)
     engine.start()
     (popen,) = started
     env = popen["env"]

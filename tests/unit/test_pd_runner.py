@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
-from farm.engines.base import PdSide, ServerLaunch
 from farm.engines.devices import ProcessGroupGone
+from farm.engines.process import PdSide, ServerLaunch
 from farm.engines.vllm import VllmAdapter
 from farm.plan import ServerCell, Variant
 from farm.records import BuildInfo, CellResult

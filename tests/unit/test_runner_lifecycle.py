@@ -1,6 +1,6 @@
 """Cell lifecycle: fatal start-up lines, fast failure, device release after stop.
 
-The engine process (``farm.engines.base.EngineProcess`` and each adapter's subclass)
+The engine process (``farm.engines.process.EngineProcess`` and each adapter's subclass)
 and the runner's rules around it (``farm.runner.lifecycle``).
 
 Log snippets: the vLLM CPU one is recorded (tests/data/engine-logs); the vllm-ascend
@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from farm.engines.base import EngineProcess, ServerLaunch, last_exception_line
 from farm.engines.devices import (
     DeviceReleaseCheck,
     NpuSmiIdle,
@@ -28,6 +27,7 @@ from farm.engines.devices import (
     release_checks,
     wait_released,
 )
+from farm.engines.process import EngineProcess, ServerLaunch, last_exception_line
 from farm.engines.sglang import SglangProcess
 from farm.engines.vllm import VllmAdapter, VllmProcess
 from farm.errors import EngineError

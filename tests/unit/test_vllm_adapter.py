@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from farm.engines import adapter_for, job_capabilities
-from farm.engines.base import ServerLaunch
+from farm.engines.process import ServerLaunch
 from farm.engines.vllm import VllmProcess
 from farm.errors import EngineError
 from farm.plan import ServerCell, Variant, expand_matrix
