@@ -81,117 +81,133 @@ def acceptance_overview() -> Dashboard:
         tags=("mtp-farm", "acceptance"),
         variables=acceptance_variables(),
         rows=(
-            (
-                Panel(
-                    title="Latest sweep",
-                    kind="table",
-                    sql=q.LATEST_SWEEP,
-                    description=(
-                        "The job's newest sweep in the time range and how its cells ended."
-                    ),
-                    width=24,
-                    height=4,
-                ),
-            ),
-            (
-                Panel(
-                    title="Mean acceptance length (AL) per cell key",
-                    kind="timeseries",
-                    format="time_series",
-                    sql=q.SERIES_ACCEPTANCE_LENGTH,
-                    description=(
-                        "AL = 1 + accepted / drafts, counters summed over the key's "
-                        "variant runs in each sweep (ok cells, speculation on). Compare "
-                        "AL across MTP depths, rates only within one depth."
-                    ),
-                    width=24,
-                    height=10,
-                    decimals=3,
-                    defaults=_POINTS,
-                    options=_TIME_SERIES_OPTIONS,
-                ),
-            ),
-            (
-                Panel(
-                    title="Acceptance rate per cell key",
-                    kind="timeseries",
-                    format="time_series",
-                    sql=q.SERIES_ACCEPTANCE_RATE,
-                    description="accepted / draft tokens; falls with MTP depth by design.",
-                    width=24,
-                    height=9,
-                    unit="percentunit",
-                    decimals=1,
-                    defaults=_POINTS,
-                    options=_TIME_SERIES_OPTIONS,
-                ),
-            ),
-            (
-                Panel(
-                    title="Latest sweep: cells, AL, accuracy, change vs previous sweep",
-                    kind="table",
-                    sql=q.LATEST_SWEEP_CELLS,
-                    description=(
-                        "One row per planned variant of the newest sweep. Accuracy: share "
-                        "correct among scored requests that did not fail. Previous: the "
-                        "job's last earlier sweep in which the same cell key has an AL, "
-                        f"among the {q.PREVIOUS_WITHIN} sweeps before the latest."
-                    ),
-                    width=24,
-                    height=12,
-                    decimals=3,
-                    options={"showHeader": True, "cellHeight": "sm"},
-                    overrides=_change_colours(),
-                ),
-            ),
-            (
-                Panel(
-                    title="Latest sweep: acceptance per draft position",
-                    kind="barchart",
-                    sql=q.LATEST_SWEEP_PER_POSITION,
-                    description="accepted_per_pos[i] / drafts for each cell key.",
-                    width=24,
-                    height=10,
-                    unit="percentunit",
-                    decimals=1,
-                    options={
-                        "xField": "cell",
-                        "orientation": "horizontal",
-                        "showValue": "never",
-                        "legend": {"displayMode": "list", "placement": "bottom"},
-                    },
-                    # Rows are (cell, position, rate): one bar group per cell.
-                    transformations=(
-                        {
-                            "id": "groupingToMatrix",
-                            "options": {
-                                "rowField": "cell",
-                                "columnField": "position",
-                                "valueField": "rate",
-                            },
-                        },
-                        {
-                            "id": "renameByRegex",
-                            "options": {"regex": "^cell\\\\position$", "renamePattern": "cell"},
-                        },
-                    ),
-                ),
-            ),
-            (
-                Panel(
-                    title="Latest sweep: AL by prompt category",
-                    kind="table",
-                    sql=q.LATEST_SWEEP_BY_CATEGORY,
-                    description=(
-                        "For workloads whose prompt set has categories (MT-Bench, "
-                        "SPEED-Bench): AL over each category's requests, from their own "
-                        "counters. A drop confined to one kind of prompt shows here first."
-                    ),
-                    width=24,
-                    height=9,
-                    decimals=3,
-                    options={"showHeader": True, "cellHeight": "sm"},
-                ),
-            ),
+            (_latest_sweep_panel(),),
+            (_al_series_panel(),),
+            (_rate_series_panel(),),
+            (_latest_cells_panel(),),
+            (_per_position_panel(),),
+            (_by_category_panel(),),
         ),
+    )
+
+
+def _latest_sweep_panel() -> Panel:
+    """The job's newest sweep in the time range and how its cells ended."""
+    return Panel(
+        title="Latest sweep",
+        kind="table",
+        sql=q.LATEST_SWEEP,
+        description="The job's newest sweep in the time range and how its cells ended.",
+        width=24,
+        height=4,
+    )
+
+
+def _al_series_panel() -> Panel:
+    """AL per cell key, one point per sweep."""
+    return Panel(
+        title="Mean acceptance length (AL) per cell key",
+        kind="timeseries",
+        format="time_series",
+        sql=q.SERIES_ACCEPTANCE_LENGTH,
+        description=(
+            "AL = 1 + accepted / drafts, counters summed over the key's "
+            "variant runs in each sweep (ok cells, speculation on). Compare "
+            "AL across MTP depths, rates only within one depth."
+        ),
+        width=24,
+        height=10,
+        decimals=3,
+        defaults=_POINTS,
+        options=_TIME_SERIES_OPTIONS,
+    )
+
+
+def _rate_series_panel() -> Panel:
+    """Acceptance rate per cell key, one point per sweep."""
+    return Panel(
+        title="Acceptance rate per cell key",
+        kind="timeseries",
+        format="time_series",
+        sql=q.SERIES_ACCEPTANCE_RATE,
+        description="accepted / draft tokens; falls with MTP depth by design.",
+        width=24,
+        height=9,
+        unit="percentunit",
+        decimals=1,
+        defaults=_POINTS,
+        options=_TIME_SERIES_OPTIONS,
+    )
+
+
+def _latest_cells_panel() -> Panel:
+    """The newest sweep's variants: AL, accuracy and change vs the previous sweep."""
+    return Panel(
+        title="Latest sweep: cells, AL, accuracy, change vs previous sweep",
+        kind="table",
+        sql=q.LATEST_SWEEP_CELLS,
+        description=(
+            "One row per planned variant of the newest sweep. Accuracy: share "
+            "correct among scored requests that did not fail. Previous: the "
+            "job's last earlier sweep in which the same cell key has an AL, "
+            f"among the {q.PREVIOUS_WITHIN} sweeps before the latest."
+        ),
+        width=24,
+        height=12,
+        decimals=3,
+        options={"showHeader": True, "cellHeight": "sm"},
+        overrides=_change_colours(),
+    )
+
+
+def _per_position_panel() -> Panel:
+    """The newest sweep's acceptance per draft position, one bar group per cell key."""
+    return Panel(
+        title="Latest sweep: acceptance per draft position",
+        kind="barchart",
+        sql=q.LATEST_SWEEP_PER_POSITION,
+        description="accepted_per_pos[i] / drafts for each cell key.",
+        width=24,
+        height=10,
+        unit="percentunit",
+        decimals=1,
+        options={
+            "xField": "cell",
+            "orientation": "horizontal",
+            "showValue": "never",
+            "legend": {"displayMode": "list", "placement": "bottom"},
+        },
+        # Rows are (cell, position, rate): one bar group per cell.
+        transformations=(
+            {
+                "id": "groupingToMatrix",
+                "options": {
+                    "rowField": "cell",
+                    "columnField": "position",
+                    "valueField": "rate",
+                },
+            },
+            {
+                "id": "renameByRegex",
+                "options": {"regex": "^cell\\\\position$", "renamePattern": "cell"},
+            },
+        ),
+    )
+
+
+def _by_category_panel() -> Panel:
+    """The newest sweep's AL per prompt category, for workloads that have categories."""
+    return Panel(
+        title="Latest sweep: AL by prompt category",
+        kind="table",
+        sql=q.LATEST_SWEEP_BY_CATEGORY,
+        description=(
+            "For workloads whose prompt set has categories (MT-Bench, "
+            "SPEED-Bench): AL over each category's requests, from their own "
+            "counters. A drop confined to one kind of prompt shows here first."
+        ),
+        width=24,
+        height=9,
+        decimals=3,
+        options={"showHeader": True, "cellHeight": "sm"},
     )

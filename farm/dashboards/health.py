@@ -176,169 +176,202 @@ def farm_health() -> Dashboard:
         tags=("mtp-farm", "health"),
         variables=(QueryVariable(name="job", label="job", sql=q.VARIABLE_JOBS),),
         rows=(
-            (
-                _trouble_count(
-                    "Untriaged alerts",
-                    q.OPEN_ALERT_COUNT,
-                    "Alerts nobody has triaged yet (`farm alerts triage`), of the selected jobs.",
-                ),
-                _trouble_count(
-                    "Failed cells in the latest sweep",
-                    q.LATEST_FAILED_CELLS,
-                    "failed + build_failed cells of each selected job's newest sweep.",
-                ),
-                Panel(
-                    title="Sweeps per day by status",
-                    kind="timeseries",
-                    format="time_series",
-                    sql=q.SWEEPS_BY_STATUS,
-                    width=12,
-                    height=8,
-                    decimals=0,
-                    defaults=_BARS,
-                ),
-            ),
+            _trouble_row(),
             (nightly_verdicts_panel(), pr_verdicts_panel()),
-            (
-                Panel(
-                    title="Sweeps",
-                    kind="table",
-                    sql=q.RECENT_SWEEPS,
-                    description="Sweeps in the time range with their cells by outcome.",
-                    width=24,
-                    height=8,
-                    overrides=(
-                        {
-                            "matcher": {"id": "byName", "options": "duration"},
-                            "properties": [{"id": "unit", "value": "s"}],
-                        },
-                    ),
-                ),
-            ),
-            (
-                Panel(
-                    title="Failed cells",
-                    kind="table",
-                    sql=q.FAILED_CELLS,
-                    description="Cells that failed or whose build failed, with the error.",
-                    width=24,
-                    height=9,
-                    options={"showHeader": True, "cellHeight": "sm"},
-                ),
-            ),
-            (
-                Panel(
-                    title="Cell durations by node",
-                    kind="barchart",
-                    sql=q.CELL_DURATIONS_BY_NODE,
-                    description="Engine start-up and generation seconds of cells that ran.",
-                    width=12,
-                    height=9,
-                    unit="s",
-                    options={"xField": "node", "showValue": "auto"},
-                    overrides=(
-                        {
-                            "matcher": {"id": "byName", "options": "cells"},
-                            "properties": [
-                                {
-                                    "id": "custom.hideFrom",
-                                    "value": {"viz": True, "legend": True, "tooltip": False},
-                                }
-                            ],
-                        },
-                    ),
-                ),
-                Panel(
-                    title="Engine start-up time by node",
-                    kind="timeseries",
-                    format="time_series",
-                    sql=q.STARTUP_BY_NODE,
-                    width=12,
-                    height=9,
-                    unit="s",
-                    defaults={"custom": {"drawStyle": "points", "pointSize": 6}},
-                ),
-            ),
-            (
-                Panel(
-                    title="Open alerts by state",
-                    kind="barchart",
-                    sql=q.OPEN_ALERTS_BY_STATE,
-                    description=(
-                        "Untriaged, acknowledged (someone is on it) and downstream (caused "
-                        "elsewhere) alerts of the selected jobs."
-                    ),
-                    width=8,
-                    height=8,
-                ),
-                Panel(
-                    title="Alert triage",
-                    kind="stat",
-                    sql=q.ALERT_TRIAGE,
-                    description=(
-                        "Of the alerts opened in the time range and triaged: the share "
-                        "called invalid (false alarms) and the median time from opening "
-                        "to triage."
-                    ),
-                    width=16,
-                    height=8,
-                    options=_STAT_OPTIONS,
-                ),
-            ),
-            (
-                Panel(
-                    title="Device hours per sweep",
-                    kind="timeseries",
-                    format="time_series",
-                    sql=q.DEVICE_HOURS_BY_SWEEP,
-                    description=(
-                        "What each sweep cost: every server's start-up and generation time "
-                        "on each NPU it held (a CPU host counts as one device)."
-                    ),
-                    width=12,
-                    height=8,
-                    unit="h",
-                    defaults={"custom": {"drawStyle": "bars", "fillOpacity": 60}},
-                ),
-                Panel(
-                    title="Device hours per verdict",
-                    kind="table",
-                    sql=q.DEVICE_HOURS_BY_VERDICT,
-                    description=(
-                        "Nightly and PR verdicts in the time range: their device hours in "
-                        "all, per verdict, and per regression they found."
-                    ),
-                    width=12,
-                    height=8,
-                ),
-            ),
-            (
-                Panel(
-                    title="Run-to-run AL spread by key",
-                    kind="table",
-                    sql=q.AL_SPREAD,
-                    description=(
-                        "Each key's AL over the sweeps in the time range and its standard "
-                        "deviation relative to AL (regressions included; `farm noise JOB` "
-                        "gives the robust night-to-night figure the thresholds use)."
-                    ),
-                    width=24,
-                    height=8,
-                ),
-            ),
+            (_sweeps_panel(),),
+            (_failed_cells_panel(),),
+            _durations_row(),
+            _alert_state_row(),
+            _device_hours_row(),
+            (_al_spread_panel(),),
             (stored_spread_panel(), latest_spread_panel()),
-            (
-                Panel(
-                    title="Open alerts",
-                    kind="table",
-                    sql=q.OPEN_ALERTS,
-                    description=(
-                        "From the store's alert table (`farm alerts check`, `farm nightly`); "
-                        "triage with `farm alerts triage ID STATE --reason ... --link ...`."
-                    ),
-                    width=24,
-                    height=9,
-                ),
+            (_open_alerts_panel(),),
+        ),
+    )
+
+
+def _trouble_row() -> tuple[Panel, ...]:
+    """What should be zero (untriaged alerts, failed cells of the latest sweep), and the
+    sweeps per day by status."""
+    return (
+        _trouble_count(
+            "Untriaged alerts",
+            q.OPEN_ALERT_COUNT,
+            "Alerts nobody has triaged yet (`farm alerts triage`), of the selected jobs.",
+        ),
+        _trouble_count(
+            "Failed cells in the latest sweep",
+            q.LATEST_FAILED_CELLS,
+            "failed + build_failed cells of each selected job's newest sweep.",
+        ),
+        Panel(
+            title="Sweeps per day by status",
+            kind="timeseries",
+            format="time_series",
+            sql=q.SWEEPS_BY_STATUS,
+            width=12,
+            height=8,
+            decimals=0,
+            defaults=_BARS,
+        ),
+    )
+
+
+def _sweeps_panel() -> Panel:
+    """The sweeps in the time range with their cells by outcome."""
+    return Panel(
+        title="Sweeps",
+        kind="table",
+        sql=q.RECENT_SWEEPS,
+        description="Sweeps in the time range with their cells by outcome.",
+        width=24,
+        height=8,
+        overrides=(
+            {
+                "matcher": {"id": "byName", "options": "duration"},
+                "properties": [{"id": "unit", "value": "s"}],
+            },
+        ),
+    )
+
+
+def _failed_cells_panel() -> Panel:
+    """Cells that failed or whose build failed, with the error."""
+    return Panel(
+        title="Failed cells",
+        kind="table",
+        sql=q.FAILED_CELLS,
+        description="Cells that failed or whose build failed, with the error.",
+        width=24,
+        height=9,
+        options={"showHeader": True, "cellHeight": "sm"},
+    )
+
+
+def _durations_row() -> tuple[Panel, ...]:
+    """Start-up and generation seconds by node, and start-up time over time by node."""
+    return (
+        Panel(
+            title="Cell durations by node",
+            kind="barchart",
+            sql=q.CELL_DURATIONS_BY_NODE,
+            description="Engine start-up and generation seconds of cells that ran.",
+            width=12,
+            height=9,
+            unit="s",
+            options={"xField": "node", "showValue": "auto"},
+            overrides=(
+                {
+                    "matcher": {"id": "byName", "options": "cells"},
+                    "properties": [
+                        {
+                            "id": "custom.hideFrom",
+                            "value": {"viz": True, "legend": True, "tooltip": False},
+                        }
+                    ],
+                },
             ),
         ),
+        Panel(
+            title="Engine start-up time by node",
+            kind="timeseries",
+            format="time_series",
+            sql=q.STARTUP_BY_NODE,
+            width=12,
+            height=9,
+            unit="s",
+            defaults={"custom": {"drawStyle": "points", "pointSize": 6}},
+        ),
+    )
+
+
+def _alert_state_row() -> tuple[Panel, ...]:
+    """Open alerts by triage state, and how triage went (false alarms, time to triage)."""
+    return (
+        Panel(
+            title="Open alerts by state",
+            kind="barchart",
+            sql=q.OPEN_ALERTS_BY_STATE,
+            description=(
+                "Untriaged, acknowledged (someone is on it) and downstream (caused "
+                "elsewhere) alerts of the selected jobs."
+            ),
+            width=8,
+            height=8,
+        ),
+        Panel(
+            title="Alert triage",
+            kind="stat",
+            sql=q.ALERT_TRIAGE,
+            description=(
+                "Of the alerts opened in the time range and triaged: the share "
+                "called invalid (false alarms) and the median time from opening "
+                "to triage."
+            ),
+            width=16,
+            height=8,
+            options=_STAT_OPTIONS,
+        ),
+    )
+
+
+def _device_hours_row() -> tuple[Panel, ...]:
+    """What the sweeps cost in device hours, and what each verdict cost."""
+    return (
+        Panel(
+            title="Device hours per sweep",
+            kind="timeseries",
+            format="time_series",
+            sql=q.DEVICE_HOURS_BY_SWEEP,
+            description=(
+                "What each sweep cost: every server's start-up and generation time "
+                "on each NPU it held (a CPU host counts as one device)."
+            ),
+            width=12,
+            height=8,
+            unit="h",
+            defaults={"custom": {"drawStyle": "bars", "fillOpacity": 60}},
+        ),
+        Panel(
+            title="Device hours per verdict",
+            kind="table",
+            sql=q.DEVICE_HOURS_BY_VERDICT,
+            description=(
+                "Nightly and PR verdicts in the time range: their device hours in "
+                "all, per verdict, and per regression they found."
+            ),
+            width=12,
+            height=8,
+        ),
+    )
+
+
+def _al_spread_panel() -> Panel:
+    """Each key's AL and its run-to-run spread over the sweeps in the time range."""
+    return Panel(
+        title="Run-to-run AL spread by key",
+        kind="table",
+        sql=q.AL_SPREAD,
+        description=(
+            "Each key's AL over the sweeps in the time range and its standard "
+            "deviation relative to AL (regressions included; `farm noise JOB` "
+            "gives the robust night-to-night figure the thresholds use)."
+        ),
+        width=24,
+        height=8,
+    )
+
+
+def _open_alerts_panel() -> Panel:
+    """The store's open alerts, with how to triage them."""
+    return Panel(
+        title="Open alerts",
+        kind="table",
+        sql=q.OPEN_ALERTS,
+        description=(
+            "From the store's alert table (`farm alerts check`, `farm nightly`); "
+            "triage with `farm alerts triage ID STATE --reason ... --link ...`."
+        ),
+        width=24,
+        height=9,
     )
