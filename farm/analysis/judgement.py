@@ -181,8 +181,11 @@ def judge(
         comparisons += len(comparison.rows)
     history_sweeps = len({p.sweep_id for points in series.values() for p in points})
     analyses = analyze_histories(series, config=r.history) if history_sweeps > 1 else ()
-    sustained = _sustained(series, sweep, r)
-    findings += [*history_findings(analyses, sweep), *sustained.findings]
+    sustained, noisy = _sustained(series, sweep, r)
+    # A key the sustained-drop check tested has run-to-run spread: its change points
+    # are judged by that check, which knows the spread; e-divisive does not.
+    changes = [a for a in analyses if a.key not in noisy]
+    findings += [*history_findings(changes, sweep), *sustained.findings]
     notes += sustained.notes
     goldens = check_goldens(sweep, r.goldens, r.check) if r.goldens else None
     if goldens is not None:
@@ -269,13 +272,16 @@ def _parts(
 
 def _sustained(
     series: Mapping[ComparableKey, Sequence[HistoryPoint]], sweep: SweepRecord, r: JudgeRules
-) -> _Part:
-    """Sustained drops over each key's nights (:mod:`farm.analysis.sustained`). No key is
+) -> tuple[_Part, frozenset[ComparableKey | None]]:
+    """Sustained drops over each key's nights (:mod:`farm.analysis.sustained`), and the
+    keys it tested (those with night-to-night spread and history enough). No key is
     marked checked: a step that leaves the window has not recovered."""
     if r.sustained is None:
-        return _Part()
+        return _Part(), frozenset()
     results = sustained_drops(series, r.sustained)
-    return _Part(tuple(sustained_findings(results, sweep)), tuple(sustained_notes(results)))
+    tested = frozenset(a.key for a in results if a.status == "checked")
+    part = _Part(tuple(sustained_findings(results, sweep)), tuple(sustained_notes(results)))
+    return part, tested
 
 
 def _pooled(comparison: SweepComparison | None, r: JudgeRules) -> _Part:

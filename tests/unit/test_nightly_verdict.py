@@ -10,7 +10,7 @@ import pytest
 
 from farm.analysis.check_rules import CheckConfig
 from farm.analysis.checks import check_sweep
-from farm.analysis.history import series_from_sweeps
+from farm.analysis.history import HistoryPoint, series_from_sweeps
 from farm.analysis.rules import night_rules
 from farm.analysis.summary import summarize_sweep
 from farm.errors import SpecError
@@ -221,12 +221,39 @@ def test_history_checks_see_a_drift_the_nights_confirm() -> None:
         rules=night_rules(check=FAST),
     )
     found = [f for f in judgement.verdict.findings if f.source == "history"]
-    assert {f.check for f in found} <= {"history_change", "sustained_drop"}
-    assert any(f.check == "history_change" for f in found)
-    # The same step, named by the sustained-drop check too, since night 9.
-    assert any(f.check == "sustained_drop" for f in found)
+    # The nights differ (their prompts are drawn anew), so each key has run-to-run
+    # spread: the sustained-drop check, which knows it, names the step; e-divisive's
+    # change points of those keys are not findings.
+    assert found and {f.check for f in found} == {"sustained_drop"}
+    assert all("since sweep 9" in f.summary for f in found)
     assert all(f.cells and f.relative is not None and f.relative < -0.1 for f in found)
     assert judgement.verdict.outcome == "regression" and judgement.verdict.history == 10
+
+
+def test_a_deterministic_engines_step_is_a_change_point_as_before() -> None:
+    """No run-to-run spread (the same AL every clean night): the sustained-drop check
+    tests nothing and e-divisive's change point is the finding, as before that check."""
+    night = _night(10, factor=0.8, seed=110)
+    keys = {
+        c.cell.variant_key(v.axes)
+        for c in night.cells
+        if c.cell.speculative
+        for v in c.cell.variants
+    }
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    series = {
+        key: [
+            HistoryPoint(
+                sweep_id=i, timestamp=start + timedelta(days=i), value=3.0 if i < 9 else 2.4
+            )
+            for i in range(1, 11)
+        ]
+        for key in keys
+    }
+    judgement = judge_night(night, last_good=None, history=series, rules=night_rules(check=FAST))
+    found = [f for f in judgement.verdict.findings if f.source == "history"]
+    assert found and {f.check for f in found} == {"history_change"}
+    assert not any("sustained drops" in n for n in judgement.verdict.notes)
 
 
 def test_outcome_rule() -> None:
