@@ -29,7 +29,9 @@ are other recorded clean nights of the same build (drawn at random without the j
 night and its reference, ``--draws`` times), and the night judged again with them, so
 the false alarms are those of real run-to-run noise. A canary night's candidate reruns
 are its own run plus the spread of a clean night about the clean median (the canary
-was recorded once).
+was recorded once). Nights recorded with their reruns (bench/data/recorded-confirm, by
+bench/noisy_nights.py) are also judged with their own reruns: the "own reruns" column,
+and the verdict of every check with them.
 """
 
 from __future__ import annotations
@@ -129,14 +131,21 @@ def replay_recorded(directory: Path, draws: int, runs: int, seed: int) -> None:
         f"{len(nights)} recorded nights ({len(clean)} clean), R = {runs}, "
         f"{draws} draws of reruns per suspicious night"
     )
-    print(f"{'night':>5} {'one run':>12} {'suspicious':>11} {'confirmed':>10} {'reruns':>7}")
-    last_good, alarms, confirmed_alarms, judged = nights[0], 0, 0.0, 0
+    print(
+        f"{'night':>5} {'one run':>8} {'suspicious':>10} {'confirmed':>9} {'reruns':>6} "
+        f"{'own reruns':>10} {'verdict':>10}"
+    )
+    last_good, alarms, confirmed_alarms, judged, verdicts = nights[0], 0, 0.0, 0, 0
     for i in range(NoiseRule().min_nights, len(nights)):
         night = nights[i]
         history = series_from_sweeps(nights[: i + 1], resamples=200)
         rules = night_rules(base_of={}, noise=rule)
-        first = judge_night(night, last_good=last_good, history=history, rules=rules)
+        # The night as its first runs alone would have been judged; its own recorded
+        # reruns (a night recorded with them) decide it again below.
+        alone = night.model_copy(update={"confirmations": ()})
+        first = judge_night(alone, last_good=last_good, history=history, rules=rules)
         flagged = _flagged(first.verdict)
+        own = judge_night(night, last_good=last_good, history=history, rules=rules).verdict
         comparison = first.judgement.comparison
         plans, _ = plan_confirmations(night, last_good, comparison, rule.confirm)
         called, reruns = 0, 0
@@ -154,19 +163,27 @@ def replay_recorded(directory: Path, draws: int, runs: int, seed: int) -> None:
         share = called / draws if plans else float(bool(flagged))
         canary = _is_canary(night)
         name = f"{i + 1}{'c' if canary else ''}"
+        own_text = (
+            ("regress" if _flagged(own) else "clean") + f" {len(night.confirmations)}"
+            if night.confirmations
+            else "-"
+        )
         print(
-            f"{name:>5} {('regress' if flagged else 'clean'):>12} {len(plans):>11} "
-            f"{share:>10.0%} {reruns / max(draws, 1) if plans else 0:>7.1f}"
+            f"{name:>5} {('regress' if flagged else 'clean'):>8} {len(plans):>10} "
+            f"{share:>9.0%} {reruns / max(draws, 1) if plans else 0:>6.1f} {own_text:>10} "
+            f"{own.outcome:>10}"
         )
         if not canary:
             judged += 1
             alarms += bool(flagged)
             confirmed_alarms += share
+            verdicts += own.outcome == "regression"
             if not flagged:
                 last_good = night
     print(
         f"clean nights judged: {judged}; false alarms with one run: {alarms}; "
-        f"with confirmation (expected over the draws): {confirmed_alarms:.2f}"
+        f"with confirmation (expected over the draws): {confirmed_alarms:.2f}; "
+        f"verdicts 'regression' with the night's own reruns (every check): {verdicts}"
     )
 
 
