@@ -176,7 +176,7 @@ def resume_problems(
 def check_resume(job: JobFile, plan: Plan, only: Mapping[str, str], db: str, sweep_id: int) -> None:
     """FarmError unless ``plan`` is the plan sweep ``sweep_id`` was started with (same
     job, same cells, same slice); the store must exist. Reads only."""
-    from farm.store.repository import load_sweep
+    from farm.store.cells import load_sweep
 
     with store_session(db) as session:
         stored = load_sweep(session, sweep_id)
@@ -195,7 +195,7 @@ def resolve_sweep(session: Session, sweep: str | int) -> int:
     Raises FarmError for anything else and when the store holds no sweep.
     """
     if sweep == "latest":
-        from farm.store.repository import latest_sweep_id
+        from farm.store.sweeps import latest_sweep_id
 
         found = latest_sweep_id(session)
         if found is None:

@@ -130,7 +130,7 @@ def judged_as_nightly(
     from farm.goldens import job_goldens
     from farm.spec import read_job
     from farm.spec.files import parse_job
-    from farm.store.repository import sweep_job
+    from farm.store.sweeps import sweep_job
 
     job, stored_yaml = sweep_job(session, sweep_id)
     goldens: tuple[GoldenCheck, ...] = ()

@@ -20,7 +20,7 @@ from farm.records import BuildInfo
 from farm.spec import JobSpec
 from farm.store.alerts import get_alert
 from farm.store.bisections import get_bisection
-from farm.store.repository import load_sweep
+from farm.store.cells import load_sweep
 from farm.workflows.bisect.decide import baseline_sweep_of
 from farm.workflows.bisect.setup import bisected_part
 from farm.workflows.pr.decide import job_engine

@@ -49,7 +49,7 @@ from farm.store.bisections import (
     get_bisection,
     record_step,
 )
-from farm.store.repository import SweepCost, sweep_cost
+from farm.store.summaries import SweepCost, sweep_cost
 from farm.workflows.bisect.decide import (
     Bisection,
     BisectStep,

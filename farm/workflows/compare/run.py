@@ -18,7 +18,7 @@ from farm.analysis.compare import SweepComparison
 from farm.errors import FarmError
 from farm.notify.github import PullRequestRef
 from farm.report.markdown import render_comparison
-from farm.store.repository import load_sweep
+from farm.store.cells import load_sweep
 from farm.workflows.common import post_pr_comment
 from farm.workflows.compare.decide import judge_comparison, nothing_compared
 

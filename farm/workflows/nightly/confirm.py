@@ -23,8 +23,8 @@ from farm.errors import FarmError
 from farm.goldens import GoldenCheck
 from farm.masking import mask_secrets
 from farm.records import ConfirmationRun, SweepRecord
+from farm.store.cells import load_sweep
 from farm.store.confirmations import record_confirmation_run
-from farm.store.repository import load_sweep
 from farm.workflows.nightly.steps import Baseline, judge_stored, last_good_id
 
 __all__ = ["ConfirmNight", "Reruns", "confirm_night"]

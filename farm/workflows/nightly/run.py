@@ -27,11 +27,9 @@ from farm.masking import mask_secrets
 from farm.notify.delivery import EXIT_UNDELIVERED
 from farm.notify.registry import Notifier
 from farm.records import SweepRecord
-from farm.store.repository import (
-    job_sweeps,
-    load_sweep,
-    sweep_builds,
-)
+from farm.store.builds import sweep_builds
+from farm.store.cells import load_sweep
+from farm.store.summaries import job_sweeps
 from farm.store.verdicts import get_verdict
 from farm.workflows.common import CellStored
 from farm.workflows.nightly.confirm import ConfirmNight, confirm_night

@@ -14,8 +14,10 @@ from farm.analysis.noise import KeyNoiseRow, noise_table
 from farm.errors import FarmError
 from farm.masking import mask_secrets
 from farm.records import SweepRecord
-from farm.store.repository import history_sweeps, load_sweep, sweep_job
+from farm.store.cells import load_sweep
+from farm.store.history import history_sweeps
 from farm.store.spread import record_spread, stored_spread
+from farm.store.sweeps import sweep_job
 from farm.store.verdicts import list_verdicts
 
 __all__ = ["night_spread", "store_night_spread"]

@@ -50,15 +50,10 @@ from farm.store.alerts import (
     settle_early_alerts,
     told_during,
 )
-from farm.store.repository import (
-    SweepCost,
-    history_series,
-    job_history_series,
-    job_sweeps,
-    load_sweep,
-    sweep_cost,
-    sweep_job,
-)
+from farm.store.cells import load_sweep
+from farm.store.history import history_series, job_history_series
+from farm.store.summaries import SweepCost, job_sweeps, sweep_cost
+from farm.store.sweeps import sweep_job
 from farm.store.verdicts import get_verdict, job_verdicts, record_verdict, verdict_outcomes
 from farm.workflows.common import CellStored, Progress, run_stored, store_session, write_page
 from farm.workflows.nightly.decide import (

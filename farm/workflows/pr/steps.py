@@ -44,7 +44,8 @@ from farm.spec import (
     WheelSource,
 )
 from farm.store.baselines import cells_of_build
-from farm.store.repository import SweepCost, load_sweep, sweep_cost
+from farm.store.cells import load_sweep
+from farm.store.summaries import SweepCost, sweep_cost
 from farm.store.verdicts import record_verdict
 from farm.workflows.nightly.steps import flaky_keys
 from farm.workflows.pr.decide import (
