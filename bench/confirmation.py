@@ -147,7 +147,7 @@ def replay_recorded(directory: Path, draws: int, runs: int, seed: int) -> None:
         flagged = _flagged(first.verdict)
         own = judge_night(night, last_good=last_good, history=history, rules=rules).verdict
         comparison = first.judgement.comparison
-        plans, _ = plan_confirmations(night, last_good, comparison, rule.confirm)
+        plans, _ = plan_confirmations(alone, last_good, comparison, rule.confirm)
         called, reruns = 0, 0
         pool = [n for n in clean if n.sweep_id not in (night.sweep_id, last_good.sweep_id)]
         for _ in range(draws if plans else 0):
