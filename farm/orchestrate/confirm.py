@@ -20,13 +20,13 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from farm.analysis.confirm_plan import ConfirmPlan
 from farm.orchestrate.dispatch import CellRunner, _run_remote
+from farm.orchestrate.driver import cell_task
 from farm.orchestrate.placement import Placement, _alive_nodes, node_label
 from farm.orchestrate.ray_pool import RayPool
-from farm.plan import ServerCell
 from farm.records import BuildInfo, CellResult, ConfirmationRun, ConfirmSide
 from farm.runner import CellTask, run_cell
 from farm.spec import JobSpec
-from farm.workload.prompts import LoadedWorkload, load_workload
+from farm.workload.prompts import load_workload
 
 __all__ = ["Landed", "run_confirmations"]
 
@@ -61,7 +61,7 @@ def run_confirmations(
                 if confirmed
                 else {}
             )
-            task = _task(job, cell, workloads, log_dir)
+            task = cell_task(job, cell, workloads, log_dir)
             placement = Placement(
                 job.resources,
                 next(e for e in job.engines if e.name == cell.engine).pools,
@@ -91,21 +91,6 @@ def run_confirmations(
                     settled = landed(_rerun(plan.cell_id, side, run, build, result))
                 if settled:
                     break
-
-
-def _task(
-    job: JobSpec, cell: ServerCell, workloads: tuple[LoadedWorkload, ...], log_dir: Path
-) -> CellTask:
-    model = next(m for m in job.models if m.name == cell.model)
-    return CellTask(
-        cell=cell,
-        engine=next(e for e in job.engines if e.name == cell.engine),
-        model=model,
-        model_path=str(job.resolve(model.path)),
-        workloads=workloads,
-        timeouts=job.timeouts,
-        log_dir=str(log_dir),
-    )
 
 
 def _present_build(task: CellTask, npu_ids: tuple[int, ...], node: str) -> CellResult:

@@ -54,7 +54,15 @@ from farm.spec import EngineSpec, JobSpec
 from farm.store.spool import flush_spool, spool_dir, spool_result, spooled
 from farm.workload.prompts import LoadedWorkload, load_workload
 
-__all__ = ["SweepEvents", "SweepOptions", "SweepOutcome", "farm_home", "plan_job", "run_sweep"]
+__all__ = [
+    "SweepEvents",
+    "SweepOptions",
+    "SweepOutcome",
+    "cell_task",
+    "farm_home",
+    "plan_job",
+    "run_sweep",
+]
 
 _log = logging.getLogger(__name__)
 # A lease is stale (its driver gone) after this many missed heartbeats.
@@ -373,7 +381,7 @@ class _Sweep:
             references = options.references(self.sweep_id) if options.references else {}
             tasks = [
                 (
-                    _task(job, cell, workloads, log_dir, references),
+                    cell_task(job, cell, workloads, log_dir, references),
                     placements[cell.engine, cell.model],
                 )
                 for cell in placeable
@@ -461,13 +469,15 @@ class _Sweep:
         )
 
 
-def _task(
+def cell_task(
     job: JobSpec,
     cell: ServerCell,
     workloads: tuple[LoadedWorkload, ...],
     log_dir: Path,
-    references: Mapping[ComparableKey, ReferenceRun],
+    references: Mapping[ComparableKey, ReferenceRun] | None = None,
 ) -> CellTask:
+    """What a worker needs to run ``cell`` of ``job`` (its sequential looks against
+    ``references``, when its workload asks for them)."""
     model = next(m for m in job.models if m.name == cell.model)
     return CellTask(
         cell=cell,
@@ -477,7 +487,7 @@ def _task(
         workloads=workloads,
         timeouts=job.timeouts,
         log_dir=str(log_dir),
-        sequential=sequential_looks(cell, workloads, references),
+        sequential=sequential_looks(cell, workloads, references or {}),
     )
 
 
