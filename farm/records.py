@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, cast, get_args
 
@@ -352,6 +352,13 @@ class ConfirmationRun(_Frozen):
     run: StoredInt
     build_id: str
     result: CellResult
+
+    def al(self, axes: Mapping[str, AxisValue]) -> float | None:
+        """The AL of variant ``axes`` in this rerun (None: it did not run ok there)."""
+        if self.result.status != "ok":
+            return None
+        found = next((v for v in self.result.variants if v.axes == axes), None)
+        return found.counters.mean_acceptance_length if found is not None else None
 
 
 class SweepRecord(_Frozen):

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.check_rules import CheckConfig, classify_difference
-from farm.analysis.confirm import Confirmation, decide, suspicious
+from farm.analysis.confirm import Confirmation, decide, rerun_sides, suspicious
 from farm.analysis.noise import KeyNoise, NoiseRule, Threshold, calibrated
 from farm.analysis.stats import AcceptanceDifference, AcceptanceSample, Interval, compare_acceptance
 from farm.comparable import ComparableKey
@@ -275,30 +275,18 @@ def _confirmed(
         return row
     if not row.suspicious:
         return row  # its reruns were made for another variant of the cell
-    sides: dict[str, list[float]] = {"candidate": [], "reference": []}
-    for run in sorted(reruns, key=lambda r: r.run):
-        al = _variant_al(run, c.variant.axes)
-        if al is not None:
-            sides[run.side].append(al)
-    if not sides["candidate"] or not sides["reference"]:
+    candidate, reference = rerun_sides(reruns, c.variant.axes)
+    if not candidate or not reference:
         return row
     confirmation = decide(
-        sides["candidate"],
-        sides["reference"],
+        candidate,
+        reference,
         history_sd=noise.al_sd,
         history_nights=noise.nights,
         floor=threshold.floor,
         level=rule.confirm.level,
     )
     return row.model_copy(update={"outcome": confirmation.outcome, "confirmation": confirmation})
-
-
-def _variant_al(run: ConfirmationRun, axes: Mapping[str, object]) -> float | None:
-    """The AL of the variant ``axes`` in a rerun that ran ok (None otherwise)."""
-    if run.result.status != "ok":
-        return None
-    found = next((v for v in run.result.variants if v.axes == axes), None)
-    return found.counters.mean_acceptance_length if found is not None else None
 
 
 def _early_decision(

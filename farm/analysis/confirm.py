@@ -33,7 +33,7 @@ the one look that can call it is made at ``level`` with no correction.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from statistics import NormalDist
 from typing import Literal
 
@@ -41,11 +41,14 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.stats import Interval
+from farm.axes import AxisValue
+from farm.records import ConfirmationRun
 
 __all__ = [
     "ConfirmRule",
     "Confirmation",
     "decide",
+    "rerun_sides",
     "settled",
     "suspicious",
     "t_quantile",
@@ -94,6 +97,19 @@ class Confirmation(_Frozen):
             f"{r.estimate:+.1%} [{r.low:+.1%}, {r.high:+.1%}]"
             + (" (stopped early)" if self.early else "")
         )
+
+
+def rerun_sides(
+    runs: Sequence[ConfirmationRun], axes: Mapping[str, AxisValue]
+) -> tuple[list[float], list[float]]:
+    """The AL of variant ``axes`` in each side's reruns that ran ok (candidate,
+    reference), in run order."""
+    sides: dict[str, list[float]] = {"candidate": [], "reference": []}
+    for run in sorted(runs, key=lambda r: r.run):
+        al = run.al(axes)
+        if al is not None:
+            sides[run.side].append(al)
+    return sides["candidate"], sides["reference"]
 
 
 def suspicious(

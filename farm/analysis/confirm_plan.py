@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.compare import ComparedVariant, SweepComparison
-from farm.analysis.confirm import ConfirmRule, settled
+from farm.analysis.confirm import ConfirmRule, rerun_sides, settled
 from farm.axes import AxisValue
 from farm.plan import ServerCell
 from farm.records import BuildInfo, ConfirmationRun, StoredCell, SweepRecord
@@ -130,15 +130,10 @@ def confirmation_settled(
     """Whether every suspicious variant of a cell is decided early by its reruns so
     far (:func:`farm.analysis.confirm.settled`): no further pair is run."""
     for t in targets:
-        sides: dict[str, list[float]] = {"candidate": [], "reference": []}
-        for run in sorted(runs, key=lambda r: r.run):
-            variant = next((v for v in run.result.variants if v.axes == t.axes), None)
-            al = variant.counters.mean_acceptance_length if variant is not None else None
-            if run.result.status == "ok" and al is not None:
-                sides[run.side].append(al)
+        candidate, reference = rerun_sides(runs, t.axes)
         early = settled(
-            sides["candidate"],
-            sides["reference"],
+            candidate,
+            reference,
             history_sd=t.history_sd,
             history_nights=t.history_nights,
             floor=t.floor,

@@ -53,10 +53,12 @@ def confirm_night(
     goldens: Sequence[GoldenCheck] = (),
     baseline: Baseline = "last-good",
     rule: ConfirmRule | None = None,
-) -> None:
+) -> SweepRecord | None:
     """Plan and run the confirmations of night ``sweep_id`` under ``rule`` (the job's
     ``nightly.confirm_runs`` and ``confirm_budget_s``; nothing when no cell is
-    suspicious). A rerun the store refuses is said and left out; the night goes on."""
+    suspicious). A rerun the store refuses is said and left out; the night goes on.
+    Returns the night as read when nothing was rerun (its judgement reads it again
+    only when reruns were stored), else None."""
     confirm = rule or NoiseRule().confirm
     with deps.open_session(url) as session:
         record = load_sweep(session, sweep_id)
@@ -68,7 +70,7 @@ def confirm_night(
     for note in notes:
         deps.said(note)
     if not plans:
-        return
+        return record
     for plan in plans:
         labels = ", ".join(t.label for t in plan.targets)
         deps.said(
@@ -99,6 +101,7 @@ def confirm_night(
         )
 
     deps.reruns(sweep_id, plans, landed)
+    return None
 
 
 def _baseline(session: Session, record: SweepRecord, baseline: Baseline) -> SweepRecord | None:

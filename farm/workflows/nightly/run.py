@@ -173,8 +173,9 @@ def run_nightly(request: NightlyRequest, deps: NightlyDeps) -> NightlyOutcome:
         sweep_id, ran, judged = _run_or_resume(request, deps, kind, landed)
     baseline: Baseline = last_good.get(sweep_id, "last-good")
     # An A/A night's findings are false alarms as they stand: nothing to confirm.
+    record = None
     if not judged and not request.aa and deps.confirm is not None:
-        confirm_night(
+        record = confirm_night(
             request.url,
             sweep_id,
             deps.confirm,
@@ -183,7 +184,7 @@ def run_nightly(request: NightlyRequest, deps: NightlyDeps) -> NightlyOutcome:
             baseline=baseline,
             rule=deps.confirm_rule,
         )
-    return _judge_and_publish(request, deps, sweep_id, ran, judged, notifiers, baseline)
+    return _judge_and_publish(request, deps, sweep_id, ran, judged, notifiers, baseline, record)
 
 
 def _judge_and_publish(
@@ -194,15 +195,18 @@ def _judge_and_publish(
     judged: bool,
     notifiers: Sequence[Notifier] | None,
     baseline: Baseline,
+    record: SweepRecord | None = None,
 ) -> NightlyOutcome:
     """Judge the night once (``judged``: its verdict was stored before), tell
-    ``deps.judged``, write its pages. The sweep is read once here and handed to every
-    step that reads it (shown when this run ``ran`` it, judged, its key spread, its
-    page); a night judged before is read only if its spread or page is missing."""
+    ``deps.judged``, write its pages. The sweep is read once here (or is ``record``, as
+    the confirmations read it when they stored nothing) and handed to every step that
+    reads it (shown when this run ``ran`` it, judged, its key spread, its page); a
+    night judged before is read only if its spread or page is missing."""
     pages: list[Path] = []
     page_error: str | None = None
     with deps.open_session(request.url) as session:
-        record = None if judged else load_sweep(session, sweep_id)
+        if record is None and not judged:
+            record = load_sweep(session, sweep_id)
         if ran and record is not None:
             deps.swept(record)
         if request.aa:
