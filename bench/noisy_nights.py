@@ -102,7 +102,7 @@ def main() -> None:
         )
         for line in out.splitlines():
             if "cleared over" in line or "confirmed over" in line:
-                print("      ", line.strip()[:200])
+                print("      ", line.strip())
         if args.export_dir:
             args.export_dir.mkdir(parents=True, exist_ok=True)
             target = args.export_dir / f"night-{i:02d}.json"
