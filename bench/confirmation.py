@@ -1,4 +1,4 @@
-"""First-night power and device time of confirmation in the same night (#39 item 1).
+"""First-night power and device time of confirmation in the same night.
 
     python bench/confirmation.py [--nights N] [--rs 0,2,4] [--run-sd 0.0172] [--al 2.9]
 

@@ -1,5 +1,5 @@
 """Clean noisy nights through `farm nightly`, as a user runs them: false alarms,
-confirmations and device time (#39 item 5).
+confirmations and device time.
 
     python bench/noisy_nights.py [--nights 20] [--model tiny-step] [--canary PATCH
         --canary-nights 2] [--confirm-runs 6] [--export-dir DIR]
