@@ -4,8 +4,8 @@ Users of the package have neither the internal design note kept outside the
 repository nor the farm's issue tracker, so a citation of either tells them nothing.
 Every text file under the folders below is scanned for the design note (by name or by
 its relative path), for the farm's own issue numbers ("issue 15", "issue #11", a
-"(#12)" or "(#12 item 3)" tag, "task 3", "finding 7") and for sections of the README that are no longer
-there (the README is a front page; the rest lives in docs/). Public upstream
+"(#12)" or "(#12 item 3)" tag, "task 3", "finding 7") and for sections of the README
+that are no longer there (the README is a front page; the rest lives in docs/). Public upstream
 references stay: "vllm-ascend #13523", "vLLM #47602", "sglang PR #27202", "PR #8210".
 A pointer into the docs that names a heading (docs/engines.md, "The CPU build: the
 embedded default") must name a page and a heading that exist.
