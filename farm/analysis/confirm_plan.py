@@ -3,10 +3,11 @@
 After the night's sweep ran, it is judged once without writing anything; each
 comparison against the last good night that is *suspicious*
 (:func:`farm.analysis.confirm.suspicious`) asks for its cell to be rerun beside the
-last good night's build of the same engine, on the node the cell ran on. The reruns
-are planned here (:func:`plan_confirmations`), run by the orchestrator, stored as they
-land, and the night's one judgement then decides those cells from the runs
-(:func:`farm.analysis.compare.compare_sweeps`).
+last good night's build of the same engine, on the node the cell ran on (a PR's: the
+head's build beside the base's, ``engine_map`` naming the candidate's base engine).
+The reruns are planned here (:func:`plan_confirmations`), run by the orchestrator,
+stored as they land, and the night's one judgement then decides those cells from the
+runs (:func:`farm.analysis.compare.compare_sweeps`).
 
 Budget: all confirmations of a night together may take ``budget_s`` device-seconds (a
 rerun is taken to cost what the cell's first run did); the most suspicious cells (the
@@ -19,7 +20,7 @@ budget, and a cell whose reruns are complete (or settled early) is not planned a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
@@ -50,7 +51,7 @@ class ConfirmTarget(_Frozen):
 class ConfirmPlan(_Frozen):
     """Rerun ``cell`` (as the night stored it) on ``node`` (None: where Ray places it):
     pairs ``first_run`` to ``runs`` of the night's build (``candidate``) then the last
-    good night's (``reference``), interleaved."""
+    good night's (``reference``; a PR's head and base), interleaved."""
 
     cell: ServerCell
     node: str | None
@@ -71,9 +72,15 @@ def plan_confirmations(
     baseline: SweepRecord | None,
     comparison: SweepComparison | None,
     rule: ConfirmRule,
+    *,
+    engine_map: Mapping[str, str] | None = None,
+    reference: str = "last good night",
 ) -> tuple[tuple[ConfirmPlan, ...], tuple[str, ...]]:
     """The night's confirmations still to run, most suspicious first, within the
-    budget; and a note for each suspicious cell that is not confirmed, saying why."""
+    budget; and a note for each suspicious cell that is not confirmed, saying why.
+    The reference build is ``baseline``'s build of the cell's engine, renamed by
+    ``engine_map`` (candidate engine -> reference engine; a PR's head -> its base);
+    ``reference`` names ``baseline`` in a note."""
     if baseline is None or comparison is None or rule.runs < 1:
         return (), ()
     cells = {c.cell.cell_id: c for c in night.cells}
@@ -96,7 +103,9 @@ def plan_confirmations(
         done = min(sum(r.side == side for r in runs) for side in ("candidate", "reference"))
         if done >= rule.runs or (done and confirmation_settled(found, runs, rule)):
             continue
-        builds = _builds(night, baseline, stored.cell.engine, result.node)
+        engine = stored.cell.engine
+        theirs = (engine_map or {}).get(engine, engine)
+        builds = _builds(night, baseline, (engine, theirs), result.node, reference)
         if isinstance(builds, str):
             notes.append(f"{cell_id}: not confirmed: {builds}")
             continue
@@ -163,16 +172,20 @@ def _target(row: ComparedVariant, stored: StoredCell) -> ConfirmTarget | None:
 
 
 def _builds(
-    night: SweepRecord, baseline: SweepRecord, engine: str, node: str | None
+    night: SweepRecord,
+    baseline: SweepRecord,
+    engines: tuple[str, str],
+    node: str | None,
+    reference: str,
 ) -> tuple[BuildInfo, BuildInfo] | str:
-    """The night's build of ``engine`` on ``node`` and the last good night's, or why a
-    rerun cannot have both."""
-    mine = _build_of(night, engine, node)
-    theirs = _build_of(baseline, engine, node)
+    """The night's build of the candidate engine on ``node`` and the baseline's build
+    of the reference engine (``engines``), or why a rerun cannot have both."""
+    mine = _build_of(night, engines[0], node)
+    theirs = _build_of(baseline, engines[1], node)
     if mine is None:
-        return f"the night's build of {engine} is not stored"
+        return f"the night's build of {engines[0]} is not stored"
     if theirs is None:
-        return f"sweep {baseline.sweep_id} (last good night) has no build of {engine}"
+        return f"sweep {baseline.sweep_id} ({reference}) has no build of {engines[1]}"
     return mine, theirs
 
 

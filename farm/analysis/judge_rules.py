@@ -10,11 +10,12 @@ from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.check_rules import CheckConfig
 from farm.analysis.history import HistoryConfig
-from farm.analysis.noise import NoiseRule
+from farm.analysis.noise import KeyNoise, NoiseRule
 from farm.analysis.over_run import CollapseRule
 from farm.analysis.pooling import PoolRule
 from farm.analysis.prefix_cache import PrefixRule
 from farm.analysis.sustained import SustainedRule
+from farm.comparable import ComparableKey
 from farm.goldens import GoldenCheck
 
 __all__ = [
@@ -50,7 +51,11 @@ class JudgeRules(BaseModel):
     and whether the baseline's own failed cells are findings (None: they are not);
     ``noise``: calibrate the baseline comparison's AL threshold per key from the
     key's nights in ``history`` when one is given (:mod:`farm.analysis.noise`; None:
-    the fixed rule);
+    the fixed rule), else from ``calibration``; a suspicious first run is decided by
+    its reruns (``noise.confirm``: :mod:`farm.analysis.confirm`);
+    ``calibration``: each key's run-to-run noise read from its nights before the
+    sweep ran, for a use judged without a history (a PR: its base is one run, judged
+    as it stands, never re-centred on the nights);
     ``quarantine``: keys whose findings are kept, marked and shown but neither make
     the verdict a regression nor raise alerts (flaky keys, with their flip rate);
     ``require_comparison``: a baseline with which nothing was compared is a finding
@@ -86,6 +91,7 @@ class JudgeRules(BaseModel):
     baseline_side: str | None = None
     require_comparison: bool = False
     noise: NoiseRule | None = None
+    calibration: dict[ComparableKey, KeyNoise] = {}
     quarantine: dict[str, float] = {}  # key label -> its verdict flip rate
     goldens: tuple[GoldenCheck, ...] = ()
     over_run: CollapseRule | None = None

@@ -363,18 +363,24 @@ def _compare(
     series: Mapping[ComparableKey, Sequence[HistoryPoint]] | None,
     r: JudgeRules,
 ) -> SweepComparison:
-    """``sweep`` against ``baseline``, each key's AL rule calibrated from ``series``.
-    Calibration reads the history: without one (a PR, `farm compare`, `alerts check`
-    without --history) the fixed rule holds, as it did before calibration existed."""
-    noise_rule = r.noise if series is not None else None
+    """``sweep`` against ``baseline``, each key's AL rule calibrated from ``series``,
+    else from the rules' ``calibration`` (a PR's, read from the job's nights before
+    it ran). Without either (`farm compare`, `alerts check` without --history) the
+    fixed rule holds, as it did before calibration existed."""
+    noise_rule = r.noise if series is not None or r.calibration else None
+    noise = None
+    if noise_rule is not None:
+        noise = (
+            key_noise(series, sweep.sweep_id, baseline.sweep_id, noise_rule)
+            if series is not None
+            else r.calibration
+        )
     return compare_sweeps(
         baseline,
         sweep,
         config=r.check,
         engine_map=r.engine_map,
-        noise=key_noise(series, sweep.sweep_id, baseline.sweep_id, noise_rule)
-        if series is not None and noise_rule
-        else None,
+        noise=noise,
         noise_rule=noise_rule,
     )
 

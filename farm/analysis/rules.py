@@ -17,11 +17,12 @@ from collections.abc import Collection, Mapping, Sequence
 from farm.analysis.check_rules import CheckConfig
 from farm.analysis.history import HistoryConfig
 from farm.analysis.judgement import PR_CHECK, JudgeRules
-from farm.analysis.noise import NoiseRule
+from farm.analysis.noise import KeyNoise, NoiseRule
 from farm.analysis.over_run import CollapseRule
 from farm.analysis.pooling import PoolRule
 from farm.analysis.prefix_cache import PrefixRule
 from farm.analysis.sustained import SustainedRule
+from farm.comparable import ComparableKey
 from farm.goldens import GoldenCheck
 
 __all__ = [
@@ -84,6 +85,8 @@ def pr_rules(
     quarantine: Mapping[str, float] | None = None,
     check: CheckConfig = _DEFAULT_CHECK,
     hybrid_models: Collection[str] = (),
+    calibration: Mapping[ComparableKey, KeyNoise] | None = None,
+    noise: NoiseRule = _DEFAULT_NOISE,
 ) -> JudgeRules:
     """A PR's rules, for its fail-fast and its verdict alike: each ``candidate`` cell
     against the same cell of ``base`` (no within-sweep or history checks), failed cells
@@ -92,8 +95,17 @@ def pr_rules(
     variants are looked at over their runs (a collapse fails the PR), and their
     prefix-cache hit rates held to the base's (not MTP on against off: that is the
     nightly's, and a PR is judged by what it changed). The keys compared with the base
-    are pooled over conjunctions of axis values, as the nightly's are."""
+    are pooled over conjunctions of axis values, as the nightly's are.
+
+    ``calibration``: each key's run-to-run noise over the job's nights (by its base
+    key). When some key has a run-level spread over enough nights, its AL threshold is
+    calibrated by ``noise`` as the nightly's, and a suspicious first run is confirmed
+    by reruns of head and base (``noise.confirm``); a deterministic engine (no spread)
+    keeps the fixed rule and is never confirmed."""
+    noisy = any(n.al_sd > 0 and n.nights >= noise.min_nights for n in (calibration or {}).values())
     return JudgeRules(
+        noise=noise if noisy else None,
+        calibration=dict(calibration or {}) if noisy else {},
         check=check,
         within=False,
         baseline_check=PR_CHECK,

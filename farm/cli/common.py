@@ -33,6 +33,11 @@ from farm.workflows.common import resolve_sweep, store_session
 if TYPE_CHECKING:
     from sqlmodel import Session
 
+    from farm.analysis.confirm_plan import ConfirmPlan
+    from farm.orchestrate.confirm import Landed
+    from farm.spec import JobSpec
+    from farm.workflows.nightly.confirm import Reruns
+
 __all__ = [
     "PIPED_WIDTH",
     "DbOption",
@@ -40,6 +45,7 @@ __all__ = [
     "SweepArg",
     "check_output",
     "check_sweep_statuses",
+    "confirm_reruns",
     "console",
     "db_url",
     "err_console",
@@ -168,6 +174,24 @@ def db_url(db: str | None) -> str:
     from farm.store.urls import default_db_url
 
     return default_db_url()
+
+
+def confirm_reruns(job: JobSpec, ray: str | None) -> Reruns:
+    """What reruns a sweep's suspicious cells of ``job`` on Ray (a night's, or a PR's:
+    :func:`farm.orchestrate.confirm.run_confirmations`), logging beside the farm's."""
+    from farm.orchestrate.confirm import run_confirmations
+
+    def reruns(sweep_id: int, plans: Sequence[ConfirmPlan], landed: Landed) -> None:
+        run_confirmations(
+            job,
+            plans,
+            home=home(),
+            log_dir=home() / "logs" / f"sweep-{sweep_id}-confirm",
+            landed=landed,
+            ray_address=ray,
+        )
+
+    return reruns
 
 
 @contextmanager

@@ -19,6 +19,7 @@ from farm.cli.common import (
     DbOption,
     OnlyOption,
     RayOption,
+    confirm_reruns,
     db_url,
     fail,
     home,
@@ -29,13 +30,8 @@ from farm.cli.inputs import LIMIT
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from farm.analysis.confirm_plan import ConfirmPlan
-    from farm.orchestrate.confirm import Landed
     from farm.plan import Plan
     from farm.spec import JobFile
-    from farm.workflows.nightly.confirm import Reruns
     from farm.workflows.nightly.run import NightlyDeps, NightlyRequest
     from farm.workflows.nightly.steps import CellAlerts, NightlyCheck
 
@@ -214,30 +210,13 @@ def _deps(
         ),
         confirm=ConfirmNight(
             open_session=store_session,
-            reruns=_reruns(job, ray),
+            reruns=confirm_reruns(job.spec, ray),
             said=lambda line: say(("confirmation:", "cyan"), f" {line}"),
         ),
         confirm_rule=ConfirmRule(
             runs=job.spec.nightly.confirm_runs, budget_s=job.spec.nightly.confirm_budget_s
         ),
     )
-
-
-def _reruns(job: JobFile, ray: str | None) -> Reruns:
-    """The night's confirmation reruns on Ray (farm.orchestrate.confirm)."""
-    from farm.orchestrate.confirm import run_confirmations
-
-    def reruns(sweep_id: int, plans: Sequence[ConfirmPlan], landed: Landed) -> None:
-        run_confirmations(
-            job.spec,
-            plans,
-            home=home(),
-            log_dir=home() / "logs" / f"sweep-{sweep_id}-confirm",
-            landed=landed,
-            ray_address=ray,
-        )
-
-    return reruns
 
 
 @nightly_app.command()

@@ -18,6 +18,7 @@ from farm.cli.common import (
     DbOption,
     OnlyOption,
     RayOption,
+    confirm_reruns,
     db_url,
     fail,
     home,
@@ -152,10 +153,20 @@ def _deps(
     repo: str | None,
     number: int,
     post: bool,
+    ray: str | None,
 ) -> PrDeps:
     """What the PR workflow is handed: the console, the sweep runner with its progress
-    display, the store session, the GitHub client (None when nothing is posted)."""
+    display, the store session, the GitHub client (None when nothing is posted), the
+    confirmation reruns on Ray."""
+    from farm.workflows.nightly.confirm import ConfirmNight
     from farm.workflows.pr.run import PrDeps
+
+    def confirm(job: JobSpec) -> ConfirmNight:
+        return ConfirmNight(
+            open_session=open_session,
+            reruns=confirm_reruns(job, ray),
+            said=lambda line: say(("confirmation:", "cyan"), f" {line}"),
+        )
 
     return PrDeps(
         say=say,
@@ -163,6 +174,7 @@ def _deps(
         open_session=open_session,
         github=lambda setup: _github(repo, setup, number, post),
         judged=_print_check,
+        confirm=confirm,
     )
 
 
@@ -280,7 +292,7 @@ def pr(
             fail_fast=fail_fast,
         )
         run = _runner(job_file, url, pairs, ray_address)
-        outcome = run_pr(request, _deps(run, repo, pr_number, post))
+        outcome = run_pr(request, _deps(run, repo, pr_number, post, ray_address))
     except FarmError as exc:
         raise fail(exc) from None
     _print_outcome(outcome)

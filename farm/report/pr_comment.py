@@ -31,8 +31,9 @@ def render_pr_comment(
     quarantined: Mapping[str, float] | None = None,
 ) -> str:
     """The PR comment: the hidden marker, the verdict, what was built and reused,
-    the keys quarantined (label -> verdict flip rate in the job's nightlies), the
-    findings, then the comparison table of ``farm compare``. Everything that came
+    the keys quarantined (label -> verdict flip rate in the job's nightlies), what
+    the confirmation reruns decided, the findings, then the comparison table of
+    ``farm compare``. Everything that came
     from an engine, a repository or a user is inert Markdown (:mod:`farm.inert`)."""
     v = verdict
     icon = {"clean": ":white_check_mark:", "regression": ":x:", "failed_cells": ":warning:"}
@@ -68,11 +69,29 @@ def render_pr_comment(
             "measured and shown, failing no PR): "
             + "; ".join(f"{md(k)} (flip rate {r:.0%})" for k, r in sorted(quarantined.items()))
         )
+    lines += _confirmations(comparison)
     if v.findings:
         lines += ["", "### Findings", ""]
         lines += [f"- **{md(f.shown_check)}** {md(f.summary)}" for f in v.findings]
     lines += ["", render_comparison(comparison)]
     return "\n".join(lines)
+
+
+def _confirmations(comparison: SweepComparison) -> list[str]:
+    """Each suspicious cell that was rerun, head and base interleaved on one node, and
+    what its runs decided (the verdict is theirs, not the first run's)."""
+    rows = [r for r in comparison.rows if r.confirmation is not None]
+    if not rows:
+        return []
+    return [
+        "",
+        "### Confirmation reruns",
+        "",
+        "Suspicious under the key's run-to-run noise, rerun with the head's and the base's "
+        "builds interleaved on one node:",
+        "",
+        *(f"- {md(r.label)}: {md(r.confirmation.describe())}" for r in rows if r.confirmation),
+    ]
 
 
 def render_pr_progress(

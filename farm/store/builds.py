@@ -21,6 +21,7 @@ __all__ = [
     "build_locations",
     "record_build",
     "record_build_location",
+    "sweep_build_infos",
     "sweep_builds",
 ]
 
@@ -58,6 +59,12 @@ def _sweep_build_rows(session: Session, sweep_id: int) -> Sequence[BuildRow]:
 def sweep_builds(session: Session, sweep_id: int) -> dict[str, str]:
     """Engine -> build id of the builds sweep ``sweep_id`` ran (its cells not read)."""
     return {row.engine: row.build_id for row in _sweep_build_rows(session, sweep_id)}
+
+
+def sweep_build_infos(session: Session, sweep_id: int) -> tuple[BuildInfo, ...]:
+    """The builds sweep ``sweep_id`` ran, whole (where each interpreter is), its cells
+    not read: what a rerun of an earlier sweep's build is served by."""
+    return tuple(_build(row) for row in _sweep_build_rows(session, sweep_id))
 
 
 def _build(row: BuildRow) -> BuildInfo:

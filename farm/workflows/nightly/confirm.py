@@ -27,7 +27,7 @@ from farm.store.cells import load_sweep
 from farm.store.confirmations import record_confirmation_run
 from farm.workflows.nightly.steps import Baseline, judge_stored, last_good_id
 
-__all__ = ["ConfirmNight", "Reruns", "confirm_night"]
+__all__ = ["ConfirmNight", "Reruns", "confirm_night", "rerun_planned"]
 
 # Runs the reruns of ``plans`` for sweep N, telling each as it lands; the callback
 # returns True when the cell's runs settle it early (no further pair).
@@ -36,8 +36,9 @@ Reruns = Callable[[int, Sequence[ConfirmPlan], Callable[[ConfirmationRun], bool]
 
 @dataclass(frozen=True)
 class ConfirmNight:
-    """What a night's confirmations need: the store, the runner of reruns, the lines
-    they print (a plan, a cell not confirmed and why, each rerun as it lands)."""
+    """What a night's (or a PR's) confirmations need: the store, the runner of reruns,
+    the lines they print (a plan, a cell not confirmed and why, each rerun as it
+    lands)."""
 
     open_session: Callable[[str], AbstractContextManager[Session]]
     reruns: Reruns
@@ -67,10 +68,26 @@ def confirm_night(
             session, sweep_id, baseline=good, history=history, goldens=goldens, record=record
         )
     plans, notes = plan_confirmations(record, good, night.judgement.comparison, confirm)
+    return None if rerun_planned(url, record, plans, notes, deps, confirm) else record
+
+
+def rerun_planned(
+    url: str,
+    record: SweepRecord,
+    plans: Sequence[ConfirmPlan],
+    notes: Sequence[str],
+    deps: ConfirmNight,
+    rule: ConfirmRule,
+) -> bool:
+    """Say ``notes`` and each plan, run the reruns of ``plans`` for sweep ``record``
+    and store each as it lands (a night's, and a PR's: :mod:`farm.workflows.pr.confirm`);
+    a rerun the store refuses is said and left out. True when reruns were asked for
+    (the sweep must be read again for its judgement)."""
+    sweep_id = record.sweep_id
     for note in notes:
         deps.said(note)
     if not plans:
-        return record
+        return False
     for plan in plans:
         labels = ", ".join(t.label for t in plan.targets)
         deps.said(
@@ -97,11 +114,11 @@ def confirm_night(
         )
         deps.said(f"  {run.cell_id} {run.side} run {run.run}: {run.result.status}, AL {al or '-'}")
         return run.side == "reference" and confirmation_settled(
-            targets[run.cell_id], runs[run.cell_id], confirm
+            targets[run.cell_id], runs[run.cell_id], rule
         )
 
     deps.reruns(sweep_id, plans, landed)
-    return None
+    return True
 
 
 def _baseline(session: Session, record: SweepRecord, baseline: Baseline) -> SweepRecord | None:

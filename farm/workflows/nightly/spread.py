@@ -10,17 +10,19 @@ from __future__ import annotations
 
 from sqlmodel import Session
 
-from farm.analysis.noise import KeyNoiseRow, noise_table
+from farm.analysis.noise import KeyNoise, KeyNoiseRow, key_noise, noise_table
+from farm.comparable import ComparableKey
 from farm.errors import FarmError
 from farm.masking import mask_secrets
 from farm.records import SweepRecord
 from farm.store.cells import load_sweep
-from farm.store.history import history_sweeps
+from farm.store.history import history_sweeps, job_history_series
 from farm.store.spread import record_spread, stored_spread
+from farm.store.summaries import job_sweeps
 from farm.store.sweeps import sweep_job
 from farm.store.verdicts import list_verdicts
 
-__all__ = ["night_spread", "store_night_spread"]
+__all__ = ["job_key_noise", "night_spread", "store_night_spread"]
 
 
 def night_spread(session: Session, record: SweepRecord, history: int) -> list[KeyNoiseRow]:
@@ -57,3 +59,16 @@ def store_night_spread(
     except FarmError as exc:
         return mask_secrets(f"the key spread of sweep {sweep_id} was not stored: {exc}")
     return None
+
+
+def job_key_noise(session: Session, job: str, history: int) -> dict[ComparableKey, KeyNoise]:
+    """Each key's run-to-run noise over nightly ``job``'s last ``history`` sweeps (the
+    calibration's estimator, :func:`farm.analysis.noise.key_noise`, with every one of
+    them before the use it calibrates; no reference level): what a PR's thresholds
+    are calibrated with before its sweep runs. Empty without two nights to read."""
+    sweeps = job_sweeps(session, job)
+    if history < 2 or not sweeps:
+        return {}
+    newest = sweeps[0].id
+    series = job_history_series(session, job, newest, history)
+    return key_noise(series, newest + 1)

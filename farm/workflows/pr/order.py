@@ -17,12 +17,13 @@ from datetime import UTC, datetime
 
 from sqlmodel import Session
 
-from farm.analysis.judgement import JudgeRules, judge
+from farm.analysis.judgement import Judgement, JudgeRules, judge
 from farm.analysis.risk import regression_risk, risk_order, touched_risk
 from farm.analysis.rules import pr_rules
 from farm.comparable import ComparableKey
 from farm.plan import ServerCell
 from farm.records import CellResult, StoredCell, SweepRecord
+from farm.results.verdict import Finding
 from farm.runner import ReferenceRun
 from farm.spec import JobSpec
 from farm.store.verdicts import job_verdicts
@@ -82,8 +83,9 @@ def _same_axes(cell: ServerCell) -> tuple[tuple[str, str], ...]:
 class FailFast:
     """Told of each landed cell; the first candidate cell paired with a base (stored
     and reused, or landed in this sweep) in which the PR's verdict would find a
-    regression stops the sweep. ``rules``: the PR's (its verdict's; default
-    :func:`farm.analysis.rules.pr_rules` of the two engines)."""
+    regression stops the sweep (not one its confirmation reruns will decide first).
+    ``rules``: the PR's (its verdict's; default :func:`farm.analysis.rules.pr_rules`
+    of the two engines)."""
 
     base: str
     candidate: str
@@ -110,12 +112,23 @@ class FailFast:
             )
 
         judgement = judge(one(pair[self.candidate], 1), one(pair[self.base], 0), None, self.rules)
-        bad = judgement.regressions
+        bad = _unconfirmable(judgement, self.rules)
         if not bad:
             return None
         first = bad[0]
         cell_id = first.cells[0] if first.cells else pair[self.candidate].cell.cell_id
         return f"{cell_id} regressed: {first.summary.split('; ')[0]}"
+
+
+def _unconfirmable(judgement: Judgement, rules: JudgeRules | None) -> tuple[Finding, ...]:
+    """The regressions of ``judgement`` that no confirmation reruns will decide: with
+    confirmations on, a suspicious first run under the key's run-to-run noise is only
+    suspicious until its reruns are made (:mod:`farm.workflows.pr.confirm`)."""
+    noise = rules.noise if rules is not None else None
+    if noise is None or noise.confirm.runs < 1 or judgement.comparison is None:
+        return judgement.regressions
+    rerun = {row.key for row in judgement.comparison.rows if row.suspicious}
+    return tuple(f for f in judgement.regressions if f.key not in rerun)
 
 
 @dataclass

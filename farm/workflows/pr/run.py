@@ -17,6 +17,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from farm.analysis.confirm import ConfirmRule
 from farm.analysis.judgement import JudgeRules
 from farm.analysis.risk import touched_parts
 from farm.goldens import GoldenCheck
@@ -29,6 +30,8 @@ from farm.report.pr_comment import render_pr_progress
 from farm.runner import reference_runs
 from farm.spec import JobSpec
 from farm.store import normalize_url
+from farm.workflows.nightly.confirm import ConfirmNight
+from farm.workflows.pr.confirm import confirm_pr
 from farm.workflows.pr.decide import comment_marker, pr_job
 from farm.workflows.pr.order import (
     FailFast,
@@ -82,13 +85,16 @@ class PrDeps:
     """The I/O a PR run is handed: ``run_sweep`` runs a PR's sweep (its order, looks
     and fail-fast stop as planned) and returns its id; ``github`` the
     client and PR to post to (None: nothing is posted); ``judged`` is told the check
-    as soon as the verdict exists (before GitHub is told)."""
+    as soon as the verdict exists (before GitHub is told); ``confirm`` what reruns the
+    PR sweep's suspicious cells, given the sweep's job (:mod:`farm.workflows.pr.confirm`;
+    None: nothing is confirmed)."""
 
     say: Say
     run_sweep: Callable[[PrSweepPlan], int]
     open_session: Callable[[str], AbstractContextManager[Session]]
     github: Callable[[PrSetup], GitHubTarget | None]
     judged: Callable[[PrCheck, PrSetup], None]
+    confirm: Callable[[JobSpec], ConfirmNight] | None = None
 
 
 @dataclass(frozen=True)
@@ -108,8 +114,9 @@ class PrOutcome:
 
 
 def run_pr(request: PrRequest, deps: PrDeps) -> PrOutcome:
-    """Validate a pull request: build the candidate, reuse or run the base cells, judge
-    the pairs, write the report, post the verdict. FarmError for bad input (nothing
+    """Validate a pull request: build the candidate, reuse or run the base cells,
+    confirm the suspicious candidate cells (:func:`confirm_pr`), judge the pairs,
+    write the report, post the verdict. FarmError for bad input (nothing
     written), a sweep whose results are not stored, or GitHub refusing."""
     setup = prepare_pr(
         request.spec,
@@ -126,6 +133,8 @@ def run_pr(request: PrRequest, deps: PrDeps) -> PrOutcome:
     rules = _rules(request, setup, deps)
     post = _progress_poster(github, setup, deps.say)
     sweep_id = deps.run_sweep(_sweep_plan(request, setup, deps, baseline, job, rules, post))
+    if deps.confirm is not None:
+        confirm_pr(request.url, sweep_id, setup, baseline, deps.confirm(job), rules=rules)
     report_url = (
         # The comment and the status are public: a credential in the URL is masked.
         mask_secrets(f"{request.publish_url.rstrip('/')}/{report_name(request.number, sweep_id)}")
@@ -218,12 +227,17 @@ def _progress_poster(
 
 
 def _rules(request: PrRequest, setup: PrSetup, deps: PrDeps) -> JudgeRules:
-    """The PR's rules, made once before its sweep: its fail-fast and its verdict judge
-    by the same ones."""
+    """The PR's rules, made once before its sweep: its fail-fast, its confirmations and
+    its verdict judge by the same ones (the keys calibrated over ``nightly.history``
+    nights, confirmed by ``nightly.confirm_runs`` reruns)."""
     if _no_store_yet(request.url):
         return pr_judge_rules(None, setup, request.goldens)
+    nightly = request.spec.nightly
+    confirm = ConfirmRule(runs=nightly.confirm_runs, budget_s=nightly.confirm_budget_s)
     with deps.open_session(request.url) as session:
-        return pr_judge_rules(session, setup, request.goldens)
+        return pr_judge_rules(
+            session, setup, request.goldens, history=nightly.history, confirm=confirm
+        )
 
 
 def _sweep_plan(

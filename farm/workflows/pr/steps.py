@@ -22,7 +22,9 @@ from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlmodel import Session
 
+from farm.analysis.confirm import ConfirmRule
 from farm.analysis.judgement import JudgeRules
+from farm.analysis.noise import NoiseRule
 from farm.analysis.rules import pr_rules
 from farm.builds.git_history import changed_paths, merge_base
 from farm.builds.patches import PatchError, check_patch
@@ -47,6 +49,7 @@ from farm.store.baselines import cells_of_build
 from farm.store.cells import load_sweep
 from farm.store.summaries import SweepCost, sweep_cost
 from farm.store.verdicts import record_verdict
+from farm.workflows.nightly.spread import job_key_noise
 from farm.workflows.nightly.steps import flaky_keys
 from farm.workflows.pr.decide import (
     BaselineSelection,
@@ -359,16 +362,31 @@ def plan_baseline(
 
 
 def pr_judge_rules(
-    session: Session | None, setup: PrSetup, goldens: Sequence[GoldenCheck] = ()
+    session: Session | None,
+    setup: PrSetup,
+    goldens: Sequence[GoldenCheck] = (),
+    *,
+    history: int = 0,
+    confirm: ConfirmRule | None = None,
 ) -> JudgeRules:
     """The rules a PR is judged by, its fail-fast as its verdict, made before its sweep
-    runs: the job's ``goldens``, and the keys the job's nightlies found flaky
-    (quarantined as there: shown, failing no PR; none without a store, ``session``
-    None)."""
-    # The base's keys are the nightly's (same engine name): its history says which flip.
+    runs: the job's ``goldens``, the keys the job's nightlies found flaky
+    (quarantined as there: shown, failing no PR), and each key's run-to-run noise over
+    the job's last ``history`` nights (``nightly.history``), which calibrates its
+    threshold and has a suspicious cell confirmed by ``confirm`` reruns
+    (``nightly.confirm_runs`` and ``confirm_budget_s``). None of them without a store
+    (``session`` None)."""
+    # The base's keys are the nightly's (same engine name): its history says which flip
+    # and how far a run strays.
     flaky = flaky_keys(session, setup.job) if session is not None else {}
+    noise = job_key_noise(session, setup.job, history) if session is not None else {}
     return pr_rules(
-        candidate=setup.candidate.name, base=setup.base.name, goldens=goldens, quarantine=flaky
+        candidate=setup.candidate.name,
+        base=setup.base.name,
+        goldens=goldens,
+        quarantine=flaky,
+        calibration=noise,
+        noise=NoiseRule(confirm=confirm or ConfirmRule()),
     )
 
 
