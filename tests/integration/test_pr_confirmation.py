@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from farm.analysis.confirm import ConfirmRule
 from farm.analysis.confirm_plan import ConfirmPlan
 from farm.notify.github import GitHubClient, PullRequestRef
 from farm.notify.http import RetryPolicy
@@ -32,10 +33,13 @@ from farm.plan import ServerCell, Variant
 from farm.records import BuildInfo, ConfirmationRun, StoredCell, SweepRecord
 from farm.spec import JobSpec, parse_job
 from farm.store import Session, load_sweep, open_store, record_build
+from farm.store.baselines import cells_of_build
 from farm.workflows.nightly.confirm import ConfirmNight
+from farm.workflows.pr.confirm import confirm_pr
+from farm.workflows.pr.decide import BaselineSelection
 from farm.workflows.pr.order import PrSweepPlan
 from farm.workflows.pr.run import PrDeps, PrOutcome, PrRequest, run_pr
-from farm.workflows.pr.steps import PrSetup
+from farm.workflows.pr.steps import PrBaseline, PrSetup, pr_judge_rules, prepare_pr
 from tests.fakes.github_server import FakeGitHub, FakePull, fake_github
 from tests.fakes.plugin_repo import PluginRepo
 from tests.fakes.simulate import simulate_sweep
@@ -377,3 +381,34 @@ def test_an_engine_without_run_to_run_noise_is_judged_as_before(
 
 def _rerun_cells(url: str, sweep_id: int) -> list[tuple[str, str]]:
     return [(r.side, r.cell_id) for r in _stored(url, sweep_id).confirmations]
+
+
+def test_a_pr_whose_base_cells_were_reused_reruns_the_base_build_they_ran(
+    plugin: Plugin, tmp_path: Path
+) -> None:
+    """The base cells come from an earlier sweep of the base's build: the reruns of the
+    base side use that build (as that sweep stored it), the PR sweep holding none."""
+    url = _url(tmp_path)
+    _nights(url, noisy=True)
+    setup = prepare_pr(
+        _job(plugin), "base", 7, source=None, cache_dir=tmp_path / "cache", say=print
+    )
+    levels = {("base", 1): 1.0, ("base", 3): 1.0}
+    base = _on_node(_sweep(300, levels, ("base",)))
+    base_id = store_sweep(url, base.model_copy(update={"job": "pr-confirm"}))
+    head = _on_node(_sweep(300, {(CAND, 1): 1.0, (CAND, 3): 0.9}, (CAND,)))
+    sweep_id = store_sweep(url, head.model_copy(update={"job": "pr-confirm-pr7"}))
+    with _session(url) as session:
+        record_build(session, base_id, _build(setup.base_build_id, "base"))
+        record_build(session, sweep_id, _build(setup.candidate_build_id, CAND))
+        reused = cells_of_build(session, str(setup.base_build_id), "base", base.started_at)
+        rules = pr_judge_rules(session, setup, history=14, confirm=ConfirmRule(runs=2))
+    assert {r.sweep_id for r in reused} == {base_id} and len(reused) == 2
+    baseline = PrBaseline(selection=BaselineSelection(), reused=tuple(reused))
+    fakes = _Fakes(url, {}, {"candidate": 0.9, "reference": 1.0})
+    assert confirm_pr(url, sweep_id, setup, baseline, fakes.confirm(_job(plugin)), rules=rules)
+    (plan,) = fakes.plans
+    assert plan.cell_id == NOISY and plan.runs == 2
+    assert plan.reference.build_id == setup.base_build_id
+    assert plan.reference.python == f"/envs/{setup.base_build_id}/bin/python"
+    assert [b for _, _, b in fakes.order][1::2] == [setup.base_build_id] * 2
