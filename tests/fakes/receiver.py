@@ -5,8 +5,8 @@ It records every POST (path, headers, raw body) and answers from a script of (st
 body, headers), 200 ``ok`` when the script is empty; a POST may first hang until the
 receiver closes, as a hung server would (its request has landed; its answer never comes
 in time, however loaded the machine). Use :func:`receiving` as a context manager, or
-the ``receiver`` fixture: import :func:`receiver_fixture` into a test module
-(``# noqa: F401``).
+the ``receiver`` fixture (:func:`receiver_fixture`), which ``tests/conftest.py`` registers
+for every test.
 """
 
 from __future__ import annotations

@@ -46,8 +46,8 @@ from farm.store.spread import stored_spread
 from farm.store.urls import normalize_url
 from farm.store.verdicts import get_verdict, record_verdict
 from farm.workflows.nightly.run import NightlyDeps, NightlyOutcome, NightlyRequest, run_nightly
-from tests.integration.test_bad_input_store import fill_store
-from tests.integration.test_one_judgement import synthetic_night
+from tests.support.nights import synthetic_night
+from tests.support.stores import fill_store
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -269,14 +269,6 @@ def test_the_cli_refuses_other_builds_and_judges_a_repeat_as_aa(tmp_path: Path) 
     # Judged as an A/A night, it is not judged again as a real one.
     real = runner.invoke(app, [*night[:-1], "--resume", str(repeat), "--no-notify"], env=env)
     assert real.exit_code == 2 and "is an A/A night" in real.output, real.output
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'farm.db'}"
-    url: str = request.getfixturevalue("pg_url")
-    return url
 
 
 def test_migration_0015_takes_aa_verdicts_and_downgrades(db_url: str) -> None:

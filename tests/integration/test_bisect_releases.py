@@ -36,8 +36,8 @@ from farm.orchestrate.driver import plan_job
 from farm.records import BuildInfo, CellResult
 from farm.spec import JobSpec, parse_job
 from farm.store.bisections import list_bisections
+from tests.fakes.bisect_sweeps import PROMPTS, fake_result
 from tests.fakes.simulate import prompt_acceptance
-from tests.integration.test_bisect_pipeline import PROMPTS, _fake_result
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE = "farm-fake-vllm"
@@ -190,7 +190,7 @@ class FakeReleaseEngine:
                 else:
                     bad = Version(version) >= Version(self.guilty)
                     seed = sum(map(ord, version)) + i
-                    result = _fake_result(cell.cell_id, cell.variants, p, bad, seed=seed)
+                    result = fake_result(cell.cell_id, cell.variants, p, bad, seed=seed)
                 store.save_cell_result(s, sweep_id, result)
             store.finish_sweep(s, sweep_id, "ok")
         return sweep_id

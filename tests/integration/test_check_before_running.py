@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from farm.cli.main import app
-from tests.integration.test_bad_input_store import fill_store
+from tests.support.stores import fill_store
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = str(REPO / "jobs" / "local.yaml")

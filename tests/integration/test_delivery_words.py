@@ -13,9 +13,10 @@ from typer.testing import CliRunner
 
 from farm.cli.main import app
 from farm.notify.delivery import EXIT_UNDELIVERED, delivery_lines
-from tests.fakes.receiver import Receiver, receiver_fixture  # noqa: F401
-from tests.integration.test_alerts import _cli_env, _store, _synthetic
-from tests.integration.test_one_judgement import nightly_resume, store_sweep, synthetic_night
+from tests.fakes.receiver import Receiver
+from tests.support.alerts import cli_env, synthetic_sweep
+from tests.support.nights import nightly_resume, synthetic_night
+from tests.support.stores import save_sweep, store_sweep
 
 runner = CliRunner()
 
@@ -32,9 +33,9 @@ def test_the_words_follow_what_each_channel_did() -> None:
 
 def test_a_failed_channel_is_not_reported_as_sent(tmp_path: Path, receiver: Receiver) -> None:
     url = f"sqlite:///{tmp_path / 'farm.db'}"
-    sweep = _store(url, _synthetic(7))
+    sweep = save_sweep(url, synthetic_sweep(7))
     receiver.answer((500, "down"))
-    env = _cli_env(url, FARM_NOTIFY_SLACK_URL=receiver.url("/slack"))
+    env = cli_env(url, FARM_NOTIFY_SLACK_URL=receiver.url("/slack"))
     result = runner.invoke(app, ["alerts", "check", str(sweep.sweep_id)], env=env)
     assert result.exit_code == EXIT_UNDELIVERED == 4, result.output
     assert "sent 1 alert(s)" not in result.output
@@ -52,6 +53,6 @@ def test_nightly_and_alerts_check_give_one_exit_status_for_a_failed_channel(
     outcome = nightly_resume(url, bad, notify=True)
     assert outcome.check.verdict.outcome == "regression" and outcome.check.errors
     assert outcome.exit_status == EXIT_UNDELIVERED  # not the regression's 1
-    env = _cli_env(url, FARM_NOTIFY_SLACK_URL=receiver.url("/slack"))
+    env = cli_env(url, FARM_NOTIFY_SLACK_URL=receiver.url("/slack"))
     checked = runner.invoke(app, ["alerts", "check", str(bad)], env=env)
     assert checked.exit_code == EXIT_UNDELIVERED, checked.output

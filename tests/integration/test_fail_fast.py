@@ -22,7 +22,8 @@ from farm.report.pr_comment import render_pr_progress
 from farm.spec import parse_job
 from farm.workflows.pr.order import FailFast, PrProgress, likely_first, past_regressions
 from tests.fakes.simulate import simulate_sweep
-from tests.integration.test_one_judgement import nightly_resume, store_sweep, synthetic_night
+from tests.support.nights import nightly_resume, synthetic_night
+from tests.support.stores import store_sweep
 
 JOB = """\
 name: ff

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from farm.analysis.rules import pr_rules
 from farm.cli.main import app
 from tests.fakes.simulate import simulate_sweep
-from tests.integration.test_alerts import _cli_env, _store, _synthetic
+from tests.support.alerts import cli_env, synthetic_sweep
+from tests.support.stores import save_sweep
 
 runner = CliRunner()
 
@@ -22,13 +23,13 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def two_sweeps(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, int, int]:
     url = f"sqlite:///{tmp_path_factory.mktemp('gate') / 'farm.db'}"
-    base = _store(url, _synthetic(8, regressed=False))
-    cand = _store(url, _synthetic(8, regressed=True))
+    base = save_sweep(url, synthetic_sweep(8, regressed=False))
+    cand = save_sweep(url, synthetic_sweep(8, regressed=True))
     return url, base.sweep_id, cand.sweep_id
 
 
 def _compare(url: str, *args: str) -> tuple[int, str]:
-    result = runner.invoke(app, ["compare", *args], env=_cli_env(url))
+    result = runner.invoke(app, ["compare", *args], env=cli_env(url))
     return result.exit_code, result.output
 
 
@@ -67,7 +68,7 @@ def test_nothing_compared_is_no_pass(two_sweeps: tuple[str, int, int], tmp_path:
         thinking=("off",),
         prompts=40,
     )
-    renamed = _store(url, other)
+    renamed = save_sweep(url, other)
     code, output = _compare(url, str(base), str(renamed.sweep_id), "--fail-on-regression")
     assert code == 2, output
     assert "nothing was compared" in output and "not a pass" in output
@@ -77,16 +78,16 @@ def test_nothing_compared_is_no_pass(two_sweeps: tuple[str, int, int], tmp_path:
 
 def test_a_pr_run_with_nothing_compared_is_an_error_status_not_success() -> None:
     from farm.workflows.pr.decide import commit_status, judge_pr
-    from tests.unit.test_pr_verdict import CAND, FAST, _sweep
+    from tests.support.sweeps import CAND, PR_FAST, pr_sweep
 
     judged = judge_pr(
-        _sweep(5),
+        pr_sweep(5),
         base="nosuch",
         candidate=CAND,
         reused=(),
         job="j",
         number=7,
-        rules=pr_rules(candidate=CAND, base="nosuch", check=FAST),
+        rules=pr_rules(candidate=CAND, base="nosuch", check=PR_FAST),
     )
     verdict = judged.verdict
     assert verdict.outcome != "clean" and verdict.exit_status != 0

@@ -29,7 +29,7 @@ from farm.store import Session, load_sweep, open_store, record_build
 from farm.workflows.nightly.confirm import ConfirmNight
 from farm.workflows.nightly.run import NightlyDeps, NightlyOutcome, NightlyRequest, run_nightly
 from tests.fakes.simulate import simulate_sweep
-from tests.integration.test_one_judgement import store_sweep
+from tests.support.stores import store_sweep
 
 CELL = "base.synthetic.eager.mtp3.swa-on"
 BUILD = BuildInfo(

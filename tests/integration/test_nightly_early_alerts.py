@@ -26,8 +26,9 @@ from farm.store import Session, create_sweep, finish_sweep, open_store, save_cel
 from farm.store.alerts import list_alerts
 from farm.workflows.nightly.run import NightlyDeps, NightlyOutcome, NightlyRequest, run_nightly
 from farm.workflows.nightly.steps import CellAlerts
-from tests.fakes.receiver import Receiver, receiver_fixture  # noqa: F401
-from tests.integration.test_one_judgement import store_sweep, synthetic_night
+from tests.fakes.receiver import Receiver
+from tests.support.nights import synthetic_night
+from tests.support.stores import store_sweep
 
 # Both full-decode-only cells with speculation regress: one cause, two cells.
 FIRST = "base.synthetic.full_decode_only.mtp3.swa-on"

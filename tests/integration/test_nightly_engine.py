@@ -34,7 +34,7 @@ from farm.results.verdict import SweepVerdict
 from farm.store.alerts import list_alerts
 from farm.store.verdicts import get_verdict
 from tests.fakes.receiver import serving
-from tests.integration.tiny_job import tiny_job
+from tests.support.jobs import tiny_job
 
 CANARY = "canary-late-draft-token"
 # Night 5's build: the slot alias bites only where requests share a decode batch, which

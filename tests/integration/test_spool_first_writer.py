@@ -15,21 +15,12 @@ import threading
 from datetime import timedelta
 from pathlib import Path
 
-import pytest
 import sqlalchemy as sa
 
 from farm.records import CellResult
 from farm.store import Session, create_sweep, load_sweep, open_store, save_cell_result
 from farm.store.spool import flush_spool, spool_result
-from tests.integration.test_store import T0, _ok_result, _plan
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'farm.db'}"
-    url: str = request.getfixturevalue("pg_url")
-    return url
+from tests.support.cell_results import T0, ok_result, sample_plan
 
 
 def _failed(cell_id: str) -> CellResult:
@@ -52,14 +43,14 @@ def _runs(engine: sa.Engine, sweep_id: int, cell_id: str) -> tuple[str, int]:
 def test_a_flush_never_replaces_a_cell_another_driver_stored(db_url: str, tmp_path: Path) -> None:
     engine = open_store(db_url)
     try:
-        plan = _plan()
+        plan = sample_plan()
         with Session(engine) as session:
             sweep_id = create_sweep(session, plan, job_yaml="", host="a")
             cell = plan.cells[0]
-            save_cell_result(session, sweep_id, _ok_result(cell))  # host B's resume
+            save_cell_result(session, sweep_id, ok_result(cell))  # host B's resume
         home = tmp_path / "home-a"
         stale = spool_result(home, db_url, sweep_id, _failed(cell.cell_id))  # host A's file
-        fresh = spool_result(home, db_url, sweep_id, _ok_result(plan.cells[1]))
+        fresh = spool_result(home, db_url, sweep_id, ok_result(plan.cells[1]))
         report = flush_spool(engine, home, db_url)
         assert report.stored == (f"sweep {sweep_id}: {plan.cells[1].cell_id}",)
         [kept] = report.kept
@@ -77,13 +68,13 @@ def test_two_drivers_flushing_one_cell_at_once_store_one_result(
     pg_url: str, tmp_path: Path
 ) -> None:
     setup = open_store(pg_url)
-    plan = _plan()
+    plan = sample_plan()
     cell = plan.cells[0]
     with Session(setup) as session:
         sweep_id = create_sweep(session, plan, job_yaml="", host="a")
     setup.dispose()
     homes = [tmp_path / "home-a", tmp_path / "home-b"]
-    spool_result(homes[0], pg_url, sweep_id, _ok_result(cell))
+    spool_result(homes[0], pg_url, sweep_id, ok_result(cell))
     spool_result(homes[1], pg_url, sweep_id, _failed(cell.cell_id))
     start = threading.Barrier(2)
     reports: dict[int, object] = {}
@@ -121,12 +112,12 @@ def test_a_sweep_id_past_the_store_range_is_unreadable_and_hides_nothing(
 ) -> None:
     engine = open_store(db_url)
     try:
-        plan = _plan()
+        plan = sample_plan()
         with Session(engine) as session:
             sweep_id = create_sweep(session, plan, job_yaml="", host="a")
         home = tmp_path / "home"
-        good = spool_result(home, db_url, sweep_id, _ok_result(plan.cells[0]))
-        huge = spool_result(home, db_url, sweep_id, _ok_result(plan.cells[1]))
+        good = spool_result(home, db_url, sweep_id, ok_result(plan.cells[0]))
+        huge = spool_result(home, db_url, sweep_id, ok_result(plan.cells[1]))
         data = json.loads(huge.read_text())
         for bad_id in (2**63, 2**64 + 5, -1, 0):
             data["sweep_id"] = bad_id

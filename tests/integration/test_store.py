@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -21,15 +21,9 @@ from alembic.script import ScriptDirectory
 
 from farm.analysis.summary import patched_bases
 from farm.errors import StoreError
-from farm.plan import ExcludedCell, Plan, ServerCell, Variant
 from farm.records import (
     BuildInfo,
-    CellResult,
     ConfirmationRun,
-    EffectiveConfig,
-    RequestRecord,
-    SpecCounters,
-    VariantResult,
 )
 from farm.store import (
     Session,
@@ -49,19 +43,13 @@ from farm.store import (
 from farm.store.confirmations import confirmation_runs, record_confirmation_run
 from farm.store.schema import MIGRATIONS_DIR
 from farm.store.tables import metadata
-
-T0 = datetime(2026, 3, 1, 2, 30, 15, 123456, tzinfo=timezone(timedelta(hours=8)))
-
+from tests.support.cell_results import (
+    failed_result,
+    ok_result,
+    sample_plan,
+)
 
 # --- fixtures -------------------------------------------------------------------------
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'farm.db'}"
-    url: str = request.getfixturevalue("pg_url")
-    return url
 
 
 @pytest.fixture
@@ -75,112 +63,6 @@ def session(db_url: str) -> Iterator[Session]:
 
 
 # --- test data ------------------------------------------------------------------------
-
-
-def _cell(graph_mode: str, depth: int = 3, fingerprint: str = "fp") -> ServerCell:
-    return ServerCell.model_validate(
-        {
-            "engine": "vllm-cpu",
-            "family": "vllm",
-            "model": "tiny-qwen3",
-            "graph_mode": graph_mode,
-            "planned_graph_mode": graph_mode,
-            "mtp_depth": depth,
-            "sliding_window": "on",
-            "remaps": ("thinking=on dropped: the model's chat template ignores enable_thinking",),
-            "variants": (
-                Variant(thinking="off", workload="arith"),
-                Variant(thinking="on", workload="arith"),
-            ),
-            "fingerprint": f"{fingerprint}-{graph_mode}-{depth}",
-        }
-    )
-
-
-def _plan(job: str = "nightly") -> Plan:
-    return Plan(
-        job=job,
-        cells=(_cell("eager"), _cell("compiled"), _cell("eager", depth=1)),
-        excluded=(
-            ExcludedCell(
-                axes={"engine": "vllm-cpu", "graph_mode": "full", "mtp_depth": 3},
-                reason="vllm-cpu cannot run graph mode full",
-            ),
-        ),
-    )
-
-
-def _requests(n: int, offset: int = 0) -> tuple[RequestRecord, ...]:
-    return tuple(
-        RequestRecord(
-            prompt_id=f"arith-{i:03d}",
-            output_text=f"The answer is {i + offset}. ünïcode ✓",
-            completion_tokens=17 + i,
-            finish_reason="stop" if i % 2 else "length",
-            latency_s=0.1234567 + i,
-            correct=None if i == 0 else bool(i % 2),
-            error="timeout" if i == 3 else None,
-        )
-        for i in range(n)
-    )
-
-
-def _ok_result(cell: ServerCell, accepted: int = 40) -> CellResult:
-    counters = SpecCounters(
-        drafts=30, draft_tokens=90, accepted=accepted, accepted_per_pos=(20, 12, accepted - 32)
-    )
-    return CellResult(
-        cell_id=cell.cell_id,
-        status="ok",
-        started_at=T0,
-        finished_at=T0 + timedelta(seconds=95.5),
-        node="node-a",
-        argv=("python", "-m", "vllm.entrypoints.openai.api_server", "--enforce-eager"),
-        effective=EffectiveConfig(
-            engine_version="0.11.0",
-            graph_mode="eager",
-            speculative_method="draft_model",
-            num_speculative_tokens=3,
-            drafter_eager=True,
-            max_model_len=2048,
-            notes=("cpu build: no graph capture",),
-        ),
-        variants=(
-            VariantResult(
-                thinking="off",
-                workload="arith",
-                counters=counters,
-                requests=_requests(4),
-                elapsed_s=12.5,
-                concurrency=4,
-            ),
-            VariantResult(
-                thinking="on",
-                workload="arith",
-                counters=SpecCounters(),
-                requests=_requests(2, offset=100),
-                elapsed_s=3.25,
-                concurrency=1,
-            ),
-        ),
-        startup_s=44.0,
-        generation_s=15.75,
-        log_path="/tmp/farm/cell.log",
-    )
-
-
-def _failed_result(cell: ServerCell) -> CellResult:
-    return CellResult(
-        cell_id=cell.cell_id,
-        status="failed",
-        started_at=T0,
-        finished_at=T0 + timedelta(seconds=3),
-        node="node-b",
-        argv=("python", "-m", "vllm.entrypoints.openai.api_server"),
-        error="engine server exited with code 1 before becoming ready",
-        log_tail="Traceback (most recent call last):\n  ...\nRuntimeError: boom\n",
-        log_path="/tmp/farm/failed.log",
-    )
 
 
 def _count(session: Session, table: str) -> int:
@@ -256,7 +138,7 @@ def test_open_store_missing_sqlite_folder(tmp_path: Path) -> None:
 
 
 def test_round_trip(session: Session) -> None:
-    plan = _plan()
+    plan = sample_plan()
     sweep_id = create_sweep(session, plan, job_yaml="name: nightly\n", host="ci-1")
     build = BuildInfo(
         build_id="vllm-cpu-0.11.0-abc123",
@@ -271,8 +153,8 @@ def test_round_trip(session: Session) -> None:
         node="node-a",
     )
     record_build(session, sweep_id, build)
-    ok = _ok_result(plan.cells[0])
-    failed = _failed_result(plan.cells[1])
+    ok = ok_result(plan.cells[0])
+    failed = failed_result(plan.cells[1])
     save_cell_result(session, sweep_id, ok)
     save_cell_result(session, sweep_id, failed)
     finish_sweep(session, sweep_id, "failed")
@@ -302,9 +184,9 @@ def test_round_trip(session: Session) -> None:
 
 
 def test_requests_come_back_ordered_by_prompt_id(session: Session) -> None:
-    plan = _plan()
+    plan = sample_plan()
     sweep_id = create_sweep(session, plan, job_yaml="", host="h")
-    result = _ok_result(plan.cells[0])
+    result = ok_result(plan.cells[0])
     shuffled = result.variants[0].model_copy(
         update={"requests": tuple(reversed(result.variants[0].requests))}
     )
@@ -320,10 +202,10 @@ def test_requests_come_back_ordered_by_prompt_id(session: Session) -> None:
 
 
 def test_saving_twice_replaces_variant_runs(session: Session) -> None:
-    plan = _plan()
+    plan = sample_plan()
     sweep_id = create_sweep(session, plan, job_yaml="", host="h")
-    save_cell_result(session, sweep_id, _ok_result(plan.cells[0], accepted=40))
-    second = _ok_result(plan.cells[0], accepted=45)
+    save_cell_result(session, sweep_id, ok_result(plan.cells[0], accepted=40))
+    second = ok_result(plan.cells[0], accepted=45)
     save_cell_result(session, sweep_id, second)
 
     assert _count(session, "variant_run") == 2
@@ -335,7 +217,7 @@ def test_saving_twice_replaces_variant_runs(session: Session) -> None:
     assert loaded == second
 
     # A retried cell that now fails drops the variants of the earlier attempt.
-    save_cell_result(session, sweep_id, _failed_result(plan.cells[0]))
+    save_cell_result(session, sweep_id, failed_result(plan.cells[0]))
     assert _count(session, "variant_run") == 0
     assert _count(session, "metric") == 0
     assert _count(session, "request_numbers") == 0
@@ -344,9 +226,9 @@ def test_saving_twice_replaces_variant_runs(session: Session) -> None:
 def test_engine_steps_and_prefix_counts_round_trip_and_zeros_take_no_rows(
     session: Session,
 ) -> None:
-    plan = _plan()
+    plan = sample_plan()
     sweep_id = create_sweep(session, plan, job_yaml="", host="h")
-    result = _ok_result(plan.cells[0], accepted=40)
+    result = ok_result(plan.cells[0], accepted=40)
     spec, *rest = result.variants
     served = spec.counters.model_copy(update={"engine_steps": 17, "prefix_queries": 300})
     result = result.model_copy(
@@ -360,9 +242,9 @@ def test_engine_steps_and_prefix_counts_round_trip_and_zeros_take_no_rows(
 
 
 def test_request_categories_round_trip_and_none_takes_no_column(session: Session) -> None:
-    plan = _plan()
+    plan = sample_plan()
     sweep_id = create_sweep(session, plan, job_yaml="", host="h")
-    result = _ok_result(plan.cells[0])
+    result = ok_result(plan.cells[0])
     spec, *rest = result.variants
     tagged = tuple(
         r.model_copy(update={"category": "coding" if i % 2 else "writing"})
@@ -388,11 +270,11 @@ def test_request_categories_round_trip_and_none_takes_no_column(session: Session
 
 
 def test_completed_cell_ids(session: Session) -> None:
-    plan = _plan()
+    plan = sample_plan()
     sweep_id = create_sweep(session, plan, job_yaml="", host="h")
     assert completed_cell_ids(session, sweep_id) == set()
-    save_cell_result(session, sweep_id, _ok_result(plan.cells[0]))
-    build_failed = _failed_result(plan.cells[2]).model_copy(update={"status": "build_failed"})
+    save_cell_result(session, sweep_id, ok_result(plan.cells[0]))
+    build_failed = failed_result(plan.cells[2]).model_copy(update={"status": "build_failed"})
     save_cell_result(session, sweep_id, build_failed)
     assert completed_cell_ids(session, sweep_id) == {plan.cells[0].cell_id, plan.cells[2].cell_id}
     other = create_sweep(session, plan, job_yaml="", host="h")
@@ -402,12 +284,12 @@ def test_completed_cell_ids(session: Session) -> None:
 def test_latest_sweep_and_list_sweeps(session: Session) -> None:
     assert latest_sweep_id(session) is None
     assert list_sweeps(session) == []
-    plan = _plan()
+    plan = sample_plan()
     first = create_sweep(session, plan, job_yaml="", host="h")
-    save_cell_result(session, first, _ok_result(plan.cells[0]))
-    save_cell_result(session, first, _failed_result(plan.cells[1]))
+    save_cell_result(session, first, ok_result(plan.cells[0]))
+    save_cell_result(session, first, failed_result(plan.cells[1]))
     finish_sweep(session, first, "interrupted")
-    second = create_sweep(session, _plan("pr-123"), job_yaml="", host="h")
+    second = create_sweep(session, sample_plan("pr-123"), job_yaml="", host="h")
 
     assert latest_sweep_id(session) == second
     newest, oldest = list_sweeps(session)
@@ -435,8 +317,8 @@ def test_builds_are_shared_across_sweeps(session: Session) -> None:
         python="/p",
         env_dir="/e",
     )
-    first = create_sweep(session, _plan(), job_yaml="", host="h")
-    second = create_sweep(session, _plan(), job_yaml="", host="h")
+    first = create_sweep(session, sample_plan(), job_yaml="", host="h")
+    second = create_sweep(session, sample_plan(), job_yaml="", host="h")
     record_build(session, first, build)
     record_build(session, first, build)
     moved = build.model_copy(update={"node": "node-c"})
@@ -460,7 +342,7 @@ def test_a_build_source_is_stored_and_keeps_bases_apart(session: Session) -> Non
             patches=patches,
         )
 
-    sweep = create_sweep(session, _plan(), job_yaml="", host="h")
+    sweep = create_sweep(session, sample_plan(), job_yaml="", host="h")
     builds = (
         build("pypi", None),
         build("pr", "git:abc123"),
@@ -493,12 +375,12 @@ def test_errors_name_what_is_missing(session: Session) -> None:
         load_sweep(session, 999)
     with pytest.raises(StoreError, match="no sweep 999"):
         finish_sweep(session, 999, "ok")
-    plan = _plan()
+    plan = sample_plan()
     sweep_id = create_sweep(session, plan, job_yaml="", host="h")
-    stray = _ok_result(plan.cells[0]).model_copy(update={"cell_id": "not-planned"})
+    stray = ok_result(plan.cells[0]).model_copy(update={"cell_id": "not-planned"})
     with pytest.raises(StoreError, match="no planned cell 'not-planned'"):
         save_cell_result(session, sweep_id, stray)
-    naive = _ok_result(plan.cells[0]).model_copy(
+    naive = ok_result(plan.cells[0]).model_copy(
         update={"started_at": datetime(2026, 1, 1, tzinfo=UTC).replace(tzinfo=None)}
     )
     with pytest.raises(StoreError, match="has no time zone"):
@@ -562,7 +444,7 @@ def test_a_statement_timeout_is_said_so_not_called_a_server_down(pg_url: str) ->
 def test_confirmation_runs_come_back_with_their_sweep_and_a_rerun_replaces_its_run(
     session: Session,
 ) -> None:
-    plan = _plan()
+    plan = sample_plan()
     sweep_id = create_sweep(session, plan, job_yaml="name: nightly\n", host="ci-1")
     cell = plan.cells[0]
     runs = [
@@ -571,7 +453,7 @@ def test_confirmation_runs_come_back_with_their_sweep_and_a_rerun_replaces_its_r
             side=side,
             run=i,
             build_id=f"build-{side}",
-            result=_ok_result(cell, accepted=40 - i),
+            result=ok_result(cell, accepted=40 - i),
         )
         for i in (1, 2)
         for side in ("candidate", "reference")
@@ -580,7 +462,7 @@ def test_confirmation_runs_come_back_with_their_sweep_and_a_rerun_replaces_its_r
         record_confirmation_run(session, sweep_id, run)
     assert load_sweep(session, sweep_id).confirmations == tuple(runs)
     # The same cell, side and index again (a resumed night): replaced, not added.
-    again = runs[0].model_copy(update={"result": _failed_result(cell)})
+    again = runs[0].model_copy(update={"result": failed_result(cell)})
     record_confirmation_run(session, sweep_id, again)
     stored = confirmation_runs(session, sweep_id)
     assert len(stored) == 4 and again in stored and runs[0] not in stored

@@ -2,11 +2,12 @@
 saves of one cell at once, duplicate variant runs stored before migration 0007 made
 them unique; and the sweep lease on both kinds of store.
 
-Real PostgreSQL (a fresh database per test, behind the TCP proxy of test_spool where
-the store must fail) and SQLite; the sweeps run the FAKE runner and FAKE builder (no
-engine) on a real local Ray. The full disk is a tmpfs of 4 KiB mounted over the spool
-folder (the tests run as root here); where mounting is not allowed, the spool folder
-is a file instead, which refuses every write as well (the test says which it used).
+Real PostgreSQL (a fresh database per test, behind the FAKE TCP proxy of
+tests/fakes/tcp_proxy.py where the store must fail) and SQLite; the sweeps run the FAKE
+runner and FAKE builder (no engine) on a real local Ray. The full disk is a tmpfs of 4 KiB
+mounted over the spool folder (the tests run as root here); where mounting is not
+allowed, the spool folder is a file instead, which refuses every write as well (the
+test says which it used).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 from alembic import command
-from test_spool import JOB, TcpProxy, proxied_url  # noqa: F401  (a fixture)
 
 from farm import store
 from farm.orchestrate.driver import SweepEvents, SweepOptions, run_sweep
@@ -34,6 +34,8 @@ from farm.store.db import _alembic_config
 from farm.store.spool import spool_dir, spool_result, spooled
 from farm.store.urls import normalize_url
 from tests.fakes.simulate import simulate_sweep
+from tests.fakes.tcp_proxy import TcpProxy
+from tests.support.jobs import SPOOL_JOB
 
 # --- store and spool both failing ------------------------------------------------------
 
@@ -92,7 +94,7 @@ class _Notices(SweepEvents):
 
 
 def test_store_and_spool_both_failing_keep_the_results_and_the_sweep_resumable(
-    proxied_url: tuple[str, TcpProxy],  # noqa: F811
+    proxied_url: tuple[str, TcpProxy],
     full_spool: tuple[Path, str],
     tmp_path: Path,
     ray_local: None,
@@ -102,20 +104,20 @@ def test_store_and_spool_both_failing_keep_the_results_and_the_sweep_resumable(
     url, proxy = proxied_url
     home, _ = full_spool
     (tmp_path / "p.jsonl").write_text('{"id": "p0", "prompt": "1+1"}\n')
-    job = parse_job(JOB, base_dir=str(tmp_path))
+    job = parse_job(SPOOL_JOB, base_dir=str(tmp_path))
     events = _Notices(proxy)
     options = SweepOptions(db_url=url, home=home, runner=fake_run_cell, builder=fake_build)
-    outcome = run_sweep(job, JOB, options, events)
+    outcome = run_sweep(job, SPOOL_JOB, options, events)
     assert len(outcome.ok) == 6 and not outcome.failed  # every cell ran
     assert len(outcome.unsaved) == 5 and outcome.spooled == ()
     assert not list(home.rglob("*.partial"))
     end = events.notices[-1]
     assert f"5 result(s) of sweep {outcome.sweep_id} could be neither stored nor spooled" in end
-    assert f"`farm run JOB --resume {outcome.sweep_id}` runs those cells again" in end
+    assert f"`farm run SPOOL_JOB --resume {outcome.sweep_id}` runs those cells again" in end
     assert all(cell in end for cell in outcome.unsaved)
 
     proxy.start()  # the store is back; the disk is still full
-    again = run_sweep(job, JOB, options.model_copy(update={"resume": outcome.sweep_id}))
+    again = run_sweep(job, SPOOL_JOB, options.model_copy(update={"resume": outcome.sweep_id}))
     assert sorted(again.ok) == sorted(outcome.unsaved)
     with store.Session(store.open_store(url)) as session:
         record = store.load_sweep(session, outcome.sweep_id)

@@ -20,17 +20,9 @@ from farm.analysis.judgement import JudgeRules, judge
 from farm.analysis.summary import patched_bases
 from farm.store import load_sweep, open_store
 from farm.store.alerts import list_alerts, raise_alerts
+from tests.support.stores import assert_reports_as_then
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "store-before-keys"
-
-
-def assert_reports_as_then(findings: list[str], then: list[str]) -> None:
-    """``findings`` of a migrated store hold, in order, every finding the farm that wrote
-    it reported (``then``); the rest come from rules added since: a patched build's
-    greedy divergence against its base's spec-off output."""
-    assert [f for f in findings if f in then] == then
-    added = [f for f in findings if f not in then]
-    assert all(f.startswith("patch_vs_base: greedy_divergence of ") for f in added), added
 
 
 def test_a_migrated_store_reports_the_same_findings_keys_and_figures(tmp_path: Path) -> None:

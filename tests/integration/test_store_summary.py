@@ -42,20 +42,12 @@ from farm.store.prune import parse_age, prune_text
 from farm.store.requests import history_series as summaries_series
 from farm.store.summaries import list_sweeps, sweep_cost
 from tests.fakes.simulate import simulate_sweep
-from tests.integration.test_store_migration import assert_reports_as_then
+from tests.support.stores import assert_reports_as_then
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDED = REPO / "bench" / "data" / "recorded"
 FIXTURE = REPO / "tests" / "data" / "store-before-keys"
 LATER = timedelta(days=31)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'farm.db'}"
-    url: str = request.getfixturevalue("pg_url")
-    return url
 
 
 @pytest.fixture

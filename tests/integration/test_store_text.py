@@ -12,7 +12,7 @@ from farm.records import CellResult, RequestRecord
 from farm.store import Session, create_sweep, load_sweep, open_store, save_cell_result
 from farm.store.spool import flush_spool, spool_result
 from farm.store.text import NUL_STORED_AS, stored_text
-from tests.integration.test_store import _failed_result, _ok_result, _plan
+from tests.support.cell_results import failed_result, ok_result, sample_plan
 
 NUL = "\x00"
 
@@ -44,11 +44,11 @@ def _with_nul(result: CellResult) -> CellResult:
 def _stored(url: str, tmp_path: Path, via_spool: bool) -> list[object]:
     engine = open_store(url)
     try:
-        plan = _plan()
+        plan = sample_plan()
         with Session(engine) as session:
             sweep_id = create_sweep(session, plan, job_yaml="", host="h")
-        ok = _with_nul(_ok_result(plan.cells[0]))
-        failed = _with_nul(_failed_result(plan.cells[1]))
+        ok = _with_nul(ok_result(plan.cells[0]))
+        failed = _with_nul(failed_result(plan.cells[1]))
         if via_spool:  # what `farm spool flush` does with a file spooled while it was down
             for r in (ok, failed):
                 spool_result(tmp_path / "home", url, sweep_id, r)

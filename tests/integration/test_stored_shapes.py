@@ -18,43 +18,10 @@ from typer.testing import CliRunner
 
 from farm import store
 from farm.cli.main import app
-from farm.results.verdict import Finding, SweepVerdict
-from farm.store.bisections import create_bisection, record_step
-from farm.store.verdicts import record_verdict
-from farm.workflows.bisect.decide import BisectStep
-from tests.integration.test_bad_input_store import fill_store
-from tests.unit.test_notify_notice import _bisection
+from tests.support.stores import fill_with_verdict
 
 runner = CliRunner()
 HUGE = str(2**63)
-
-
-def _fill(url: str) -> None:
-    sweep_id = fill_store(url)
-    engine = store.open_store(url)
-    try:
-        with store.Session(engine) as session:
-            finding = Finding(
-                source="cells", check="cell_failed", key="k", cells=("c",), summary="s"
-            )
-            record_verdict(
-                session,
-                SweepVerdict(
-                    sweep_id=sweep_id,
-                    job="local",
-                    kind="nightly",
-                    outcome="failed_cells",
-                    findings=(finding,),
-                    baseline_sweep_ids=(sweep_id,),
-                ),
-            )
-            b, _ = create_bisection(session, _bisection())
-            assert b.id is not None
-            record_step(
-                session, b.id, BisectStep(position=4, commit=b.commits[4].sha, verdict="good")
-            )
-    finally:
-        engine.dispose()
 
 
 def _set(url: str, table: str, column: str, value: object) -> None:
@@ -76,7 +43,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         url = f"sqlite:///{tmp_path / 'farm.db'}"
     else:
         url = request.getfixturevalue("pg_url")
-    _fill(url)
+    fill_with_verdict(url)
     return url
 
 

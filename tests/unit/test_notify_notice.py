@@ -30,14 +30,11 @@ from farm.notify.feishu import feishu_sign
 from farm.notify.webhook import IDEMPOTENCY_HEADER, NOTICE_TYPE, TIMESTAMP_HEADER
 from farm.report.notice import bisection_notice
 from farm.workflows.bisect.decide import (
-    Bisection,
     BisectStep,
-    Commit,
-    Endpoint,
-    VariantFigures,
 )
-from tests.fakes.receiver import Receiver, receiver_fixture  # noqa: F401  (the receiver fixture)
-from tests.unit.test_notify import FEISHU_SECRET, SLACK_TOKEN, _alert
+from tests.fakes.receiver import Receiver
+from tests.support.alerts import FEISHU_SECRET, SLACK_TOKEN, alert_record
+from tests.support.bisection import bisection
 
 WEBHOOK_SECRET = "wh-hmac-secret-42"
 WECOM_KEY = "wecom-key-0123456789"
@@ -82,7 +79,7 @@ def test_webhook_notice_is_typed_signed_and_keyed_like_alerts(receiver: Receiver
     )
     notifier.send_notice(_notice())
     notifier.send_notice(_notice())  # the same notice again (a rerun)
-    notifier.send([_alert()])
+    notifier.send([alert_record()])
     first, again, alert = receiver.requests
     body = first.json()
     assert body == {"type": NOTICE_TYPE, **_notice().model_dump(mode="json")}
@@ -214,48 +211,13 @@ def test_a_failing_channel_does_not_stop_the_others_and_shows_no_secret(
 # --- a bisection's answer -------------------------------------------------------------
 
 
-def _figures(key: str, al: float) -> VariantFigures:
-    return VariantFigures(
-        key=key,
-        label="tiny-mtp eager mtp3 swa-on",
-        cell_id="cpu.tiny-mtp.eager.mtp3.swa-on",
-        al=al,
-        al_low=al - 0.1,
-        al_high=al + 0.1,
-        per_position=(0.8, 0.6, 0.4),
-        requests=60,
-    )
-
-
-def _bisection(**answer: object) -> Bisection:
-    commits = tuple(Commit.of(f"{i:x}" * 40, f"change {i} (#{100 + i})") for i in range(9))
-    key = "cpu.tiny-mtp.eager.mtp3.swa-on[think-on.arith]"
-    fields: dict[str, object] = {
-        "id": 7,
-        "key": "k",
-        "job": "bisect-fake",
-        "engine": "vllm-cpu",
-        "overlay": "farm-bisect-fake",
-        "repo": "https://github.com/acme/plugin.git",
-        "commits": commits,
-        "planned_cells": ("cpu.tiny-mtp.eager.mtp3.swa-on",),
-        "regressed": {key: "cpu.tiny-mtp.eager.mtp3.swa-on"},
-        "good": Endpoint(commit=commits[0].sha, build_id="g", figures=(_figures(key, 2.9),)),
-        "bad": Endpoint(commit=commits[-1].sha, build_id="b", figures=(_figures(key, 2.1),)),
-        "builds_run": 5,
-        "cells_run": 7,
-        "wall_s": 93.4,
-    }
-    return Bisection.model_validate({**fields, **answer})
-
-
 def test_a_found_bisection_names_the_culprit_as_a_warning() -> None:
     steps = (
         BisectStep(position=4, commit="4" * 40, verdict="good"),
         BisectStep(position=6, commit="6" * 40, verdict="bad"),
         BisectStep(position=5, commit="5" * 40, verdict="skip", reason="build_failed"),
     )
-    b = _bisection(status="found", first_bad=6, last_good=4, steps=steps)
+    b = bisection(status="found", first_bad=6, last_good=4, steps=steps)
     n = bisection_notice(b)
     assert n.level == "warning" and n.topic == "bisection:7"
     assert n.title == (
@@ -282,7 +244,7 @@ def test_a_found_bisection_names_the_culprit_as_a_warning() -> None:
 
 def test_an_inconclusive_bisection_gives_the_reason_as_info() -> None:
     reason = "the first bad commit is one of 2 commits: 1 skipped (could not be built or run)"
-    b = _bisection(
+    b = bisection(
         status="inconclusive",
         first_bad=5,
         last_good=3,

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import numpy as np
 import pytest
 
-from farm.analysis.check_rules import CheckConfig
 from farm.analysis.rules import pr_rules
 from farm.engines import job_capabilities
 from farm.errors import FarmError
-from farm.plan import ServerCell, Variant, expand_matrix
+from farm.plan import expand_matrix
 from farm.records import CellResult, StoredCell, SweepRecord
 from farm.report.pr_comment import render_pr_comment
 from farm.spec import GitSource, PullRequestSource, WheelSource, parse_job
@@ -30,11 +28,9 @@ from farm.workflows.pr.decide import (
     pr_job,
     select_baseline,
 )
-from tests.fakes.simulate import simulate_sweep
+from tests.support.sweeps import BASE, CAND, PR_FAST, pr_sweep
 
-FAST = CheckConfig(resamples=400)
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
-BASE, CAND = "vllm-cpu", "vllm-cpu-pr7"
 
 JOB = """\
 name: pr-unit
@@ -64,27 +60,6 @@ exclude:
   - {engine: vllm-cpu, sliding_window: "off", mtp_depth: 0}
   - {engine: other, mtp_depth: 0}
 """
-
-
-def _sweep(sweep_id: int, cand_factor: float = 1.0, *, seed: int = 3) -> SweepRecord:
-    """Base and candidate at depth 3, SWA on and off, 150 shared prompts;
-    ``cand_factor`` scales the candidate's acceptance."""
-
-    def effect(cell: ServerCell, v: Variant) -> float:
-        return cand_factor if cell.engine == CAND else 1.0
-
-    record = simulate_sweep(
-        rng=np.random.default_rng(seed),
-        engines=(BASE, CAND),
-        graph_modes=("eager",),
-        depths=(3,),
-        sliding_windows=("on", "off"),
-        thinking=("off",),
-        prompts=150,
-        effect=effect,
-        sweep_id=sweep_id,
-    )
-    return record.model_copy(update={"job": "pr-unit-pr7"})
 
 
 def _aged(stored: StoredCell, finished: datetime) -> StoredCell:
@@ -153,7 +128,7 @@ def test_the_pr_job_runs_base_and_candidate_with_the_bases_rules_and_no_reused_c
 
 
 def test_reuse_needs_the_same_build_the_same_keys_and_young_cells() -> None:
-    record = _sweep(1)
+    record = pr_sweep(1)
     planned = [s.cell for s in record.cells if s.cell.engine == BASE]
     fresh = NOW - timedelta(days=1)
     stored = _base_cells(record, 10, "B", fresh)
@@ -173,7 +148,7 @@ def test_reuse_needs_the_same_build_the_same_keys_and_young_cells() -> None:
 
 
 def test_a_stored_cell_that_measured_another_workload_is_not_the_same_key() -> None:
-    record = _sweep(1)
+    record = pr_sweep(1)
     planned = [s.cell for s in record.cells if s.cell.engine == BASE]
     stored = _base_cells(record, 10, "B", NOW - timedelta(hours=1))
     # The job now sends its prompts with another sampling seed: another workload identity.
@@ -192,7 +167,7 @@ def test_a_stored_cell_that_measured_another_workload_is_not_the_same_key() -> N
 
 
 def test_the_newest_sweep_wins_and_failed_cells_are_not_reused() -> None:
-    record = _sweep(1)
+    record = pr_sweep(1)
     planned = [s.cell for s in record.cells if s.cell.engine == BASE]
     older = _base_cells(record, 4, "B", NOW - timedelta(days=2))
     newer = _base_cells(record, 9, "B", NOW - timedelta(days=1))
@@ -214,7 +189,7 @@ def test_the_newest_sweep_wins_and_failed_cells_are_not_reused() -> None:
 
 
 def test_a_candidate_that_lowers_acceptance_is_a_regression_naming_its_cells() -> None:
-    sweep = _sweep(5, cand_factor=0.8)
+    sweep = pr_sweep(5, cand_factor=0.8)
     judged = judge_pr(
         sweep,
         base=BASE,
@@ -223,7 +198,7 @@ def test_a_candidate_that_lowers_acceptance_is_a_regression_naming_its_cells() -
         job="pr-unit",
         number=7,
         head_sha="a" * 40,
-        rules=pr_rules(candidate=CAND, base=BASE, check=FAST),
+        rules=pr_rules(candidate=CAND, base=BASE, check=PR_FAST),
     )
     v = judged.verdict
     assert v.outcome == "regression" and v.exit_status == 1 and v.kind == "pr"
@@ -237,8 +212,8 @@ def test_a_candidate_that_lowers_acceptance_is_a_regression_naming_its_cells() -
 
 
 def test_an_unchanged_candidate_is_clean_against_reused_cells() -> None:
-    stored = _sweep(2)  # the nightly that ran the base build
-    sweep = _sweep(6, seed=3)
+    stored = pr_sweep(2)  # the nightly that ran the base build
+    sweep = pr_sweep(6, seed=3)
     sweep = sweep.model_copy(
         update={"cells": tuple(c for c in sweep.cells if c.cell.engine == CAND)}
     )
@@ -250,7 +225,7 @@ def test_an_unchanged_candidate_is_clean_against_reused_cells() -> None:
         reused=reused,
         job="pr-unit",
         number=7,
-        rules=pr_rules(candidate=CAND, base=BASE, check=FAST),
+        rules=pr_rules(candidate=CAND, base=BASE, check=PR_FAST),
     )
     v = judged.verdict
     assert v.outcome == "clean" and v.findings == () and v.comparisons == 2
@@ -260,7 +235,7 @@ def test_an_unchanged_candidate_is_clean_against_reused_cells() -> None:
 
 
 def test_a_failed_candidate_cell_is_an_error_status_not_a_regression() -> None:
-    sweep = _sweep(7)
+    sweep = pr_sweep(7)
     cells = list(sweep.cells)
     i = next(n for n, c in enumerate(cells) if c.cell.engine == CAND)
     cells[i] = StoredCell(
@@ -277,7 +252,7 @@ def test_a_failed_candidate_cell_is_an_error_status_not_a_regression() -> None:
         reused=(),
         job="pr-unit",
         number=7,
-        rules=pr_rules(candidate=CAND, base=BASE, check=FAST),
+        rules=pr_rules(candidate=CAND, base=BASE, check=PR_FAST),
     ).verdict
     assert v.outcome == "failed_cells" and v.exit_status == 3
     [finding] = v.findings
@@ -292,7 +267,7 @@ def test_the_comment_carries_the_marker_the_verdict_and_the_dropped_patches() ->
         DroppedPatch(patch_id="b", reason="conflict", detail="x.py hunk #1"),
     )
     judged = judge_pr(
-        _sweep(5, cand_factor=0.8),
+        pr_sweep(5, cand_factor=0.8),
         base=BASE,
         candidate=CAND,
         reused=(),
@@ -300,7 +275,7 @@ def test_the_comment_carries_the_marker_the_verdict_and_the_dropped_patches() ->
         number=7,
         head_sha="b" * 40,
         dropped=dropped,
-        rules=pr_rules(candidate=CAND, base=BASE, check=FAST),
+        rules=pr_rules(candidate=CAND, base=BASE, check=PR_FAST),
     )
     marker = comment_marker("pr-unit", BASE)
     assert marker == "<!-- mtp-farm:pr-unit:vllm-cpu -->"

@@ -7,10 +7,8 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 from html.parser import HTMLParser
 
-import numpy as np
-
 from farm.analysis.alert_rules import alert_candidates
-from farm.analysis.check_rules import CheckConfig, CheckReport
+from farm.analysis.check_rules import CheckReport
 from farm.analysis.checks import check_sweep
 from farm.analysis.compare import compare_sweeps
 from farm.analysis.history import (
@@ -21,70 +19,21 @@ from farm.analysis.history import (
 from farm.analysis.judgement import JudgeRules, judge
 from farm.analysis.summary import summarize_sweep
 from farm.comparable import ComparableKey
-from farm.plan import ServerCell, Variant
-from farm.records import CellResult, StoredCell, SweepRecord
+from farm.records import SweepRecord
 from farm.report.grid import al_grid
 from farm.report.heatmap import color_for
 from farm.report.html import render_html
 from farm.report.markdown import render_comparison, render_markdown
 from farm.report.svg import nice_limit
-from tests.fakes.simulate import simulate_sweep
+from tests.support.sweeps import FAST, fail_cell, seeded_sweep
 
-FAST = CheckConfig(resamples=300)
 FDO_MTP3 = "base.synthetic.full_decode_only.mtp3.swa-on"
-
-
-def _swa_fdo_bug(cell: ServerCell, v: Variant) -> float:
-    """The first seed bug: only SWA + full graph + MTP >= 2 loses acceptance."""
-    hit = (
-        cell.planned_graph_mode == "full_decode_only"
-        and cell.mtp_depth >= 2
-        and cell.sliding_window == "on"
-    )
-    return 0.85 if hit else 1.0
-
-
-def _sweep(
-    seed: int,
-    sweep_id: int = 1,
-    regressed: bool = True,
-    engines: tuple[str, ...] = ("base",),
-) -> SweepRecord:
-    sweep = simulate_sweep(
-        rng=np.random.default_rng(seed),
-        engines=engines,
-        graph_modes=("eager", "full_decode_only"),
-        depths=(0, 1, 3),
-        sliding_windows=("on", "off"),
-        thinking=("off", "on"),
-        prompts=60,
-        effect=_swa_fdo_bug if regressed else None,
-        sweep_id=sweep_id,
-    )
-    day = timedelta(days=sweep_id)
-    return sweep.model_copy(
-        update={"started_at": sweep.started_at + day, "finished_at": sweep.started_at + day}
-    )
-
-
-def _fail_cell(sweep: SweepRecord, cell_id: str, error: str) -> SweepRecord:
-    cells = list(sweep.cells)
-    i = next(k for k, c in enumerate(cells) if c.cell.cell_id == cell_id)
-    failed = CellResult(
-        cell_id=cell_id,
-        status="failed",
-        started_at=sweep.started_at,
-        finished_at=sweep.started_at,
-        error=error,
-    )
-    cells[i] = StoredCell(cell=cells[i].cell, result=failed)
-    return sweep.model_copy(update={"cells": tuple(cells)})
 
 
 @cache
 def _case() -> tuple[SweepRecord, CheckReport]:
-    sweep = _fail_cell(
-        _sweep(3),
+    sweep = fail_cell(
+        seeded_sweep(3),
         "base.synthetic.full_decode_only.mtp1.swa-off",
         "engine server exited with code 1 <before> ready",
     )
@@ -160,7 +109,7 @@ def test_markdown_has_the_verdict_table_grid_and_notes() -> None:
 
 
 def test_markdown_without_findings_says_so() -> None:
-    sweep = _sweep(4, regressed=False)
+    sweep = seeded_sweep(4, regressed=False)
     report = check_sweep(sweep, config=FAST)
     text = render_markdown(sweep, summarize_sweep(sweep), report)
     assert report.regressions == ()
@@ -232,7 +181,7 @@ def test_html_per_position_bars_and_failed_charts() -> None:
 
 
 def test_html_trends_with_history() -> None:
-    history_sweeps = [_sweep(10 + i, sweep_id=i + 1, regressed=i == 4) for i in range(5)]
+    history_sweeps = [seeded_sweep(10 + i, sweep_id=i + 1, regressed=i == 4) for i in range(5)]
     sweep = history_sweeps[-1]
     report = check_sweep(sweep, config=FAST)
     series = series_from_sweeps(history_sweeps, resamples=100)
@@ -250,7 +199,7 @@ def test_html_trends_with_history() -> None:
 
 
 def test_several_engines_compare_with_the_base_engine_and_keep_ids_unique() -> None:
-    sweep = _sweep(5, engines=("base", "base+fix"), regressed=False)
+    sweep = seeded_sweep(5, engines=("base", "base+fix"), regressed=False)
     report = check_sweep(sweep, {"base+fix": "base"}, config=FAST)
     summaries = summarize_sweep(sweep)
     grid = al_grid(sweep, summaries, report, mode="engine")
@@ -315,8 +264,8 @@ def test_alert_candidates_group_findings_and_carry_attribution() -> None:
 
 
 def test_compare_flags_the_regressed_cells_only() -> None:
-    baseline = _sweep(20, sweep_id=1, regressed=False)
-    candidate = _sweep(20, sweep_id=2, regressed=True)
+    baseline = seeded_sweep(20, sweep_id=1, regressed=False)
+    candidate = seeded_sweep(20, sweep_id=2, regressed=True)
     comparison = compare_sweeps(baseline, candidate, config=FAST)
     outcomes = {r.label: r.outcome for r in comparison.rows}
     regressed = {label for label, o in outcomes.items() if o == "regress"}
@@ -337,9 +286,9 @@ def test_compare_flags_the_regressed_cells_only() -> None:
 
 
 def test_compare_maps_engine_names_and_reports_unmatched_and_failed() -> None:
-    baseline = _sweep(21, sweep_id=1, regressed=False)
-    candidate = _fail_cell(
-        _sweep(21, sweep_id=2, regressed=False, engines=("pr-1234",)),
+    baseline = seeded_sweep(21, sweep_id=1, regressed=False)
+    candidate = fail_cell(
+        seeded_sweep(21, sweep_id=2, regressed=False, engines=("pr-1234",)),
         "pr-1234.synthetic.eager.mtp1.swa-on",
         "boom",
     )
@@ -375,7 +324,7 @@ def test_history_candidates_only_for_a_recently_confirmed_drop() -> None:
             for i in range(8)
         ]
 
-    night = _sweep(3, sweep_id=8, regressed=False)
+    night = seeded_sweep(3, sweep_id=8, regressed=False)
     rules = JudgeRules(check=FAST, within=False)
     [candidate] = alert_candidates(judge(night, history={key: series(6)}, rules=rules))
     assert candidate.kind == "history_change" and candidate.severity == "critical"

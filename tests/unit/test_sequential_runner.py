@@ -30,7 +30,7 @@ from farm.runner import CellTask, ReferenceRun, SequentialLooks, reference_runs,
 from farm.spec import SequentialSpec, WorkloadSpec
 from farm.store.summaries import sweep_cost
 from farm.workload.prompts import LoadedWorkload, Prompt
-from tests.unit.test_engine_faults import _FakeEngineAdapter, _run, _task
+from tests.fakes.engine_adapter import FakeEngineAdapter, cell_task, run_with_adapter
 
 PROMPTS = 64
 LOOK_EVERY = 8
@@ -60,9 +60,11 @@ def _record(sweep_id: int, task: CellTask, result: CellResult) -> SweepRecord:
 
 def _night(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, sweep_id: int) -> SweepRecord:
     """A night of the clean build with every prompt and no looks."""
-    task = _task(tmp_path, [_workload()])
+    task = cell_task(tmp_path, [_workload()])
     assert sequential_looks(task.cell, task.workloads, {}) == ()
-    result = _run(monkeypatch, _FakeEngineAdapter("spec-counters", f"seed={sweep_id}"), task)
+    result = run_with_adapter(
+        monkeypatch, FakeEngineAdapter("spec-counters", f"seed={sweep_id}"), task
+    )
     assert result.status == "ok", result.error
     (variant,) = result.variants
     assert len(variant.requests) == PROMPTS and variant.sequential is None
@@ -82,13 +84,13 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[SweepRecord, Re
 def _candidate(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, reference: ReferenceRun, *modes: str
 ) -> tuple[CellTask, CellResult]:
-    task = _task(tmp_path, [_workload()])
+    task = cell_task(tmp_path, [_workload()])
     key = task.cell.variant_key(task.cell.variants[0].axes)
     task = task.model_copy(
         update={"sequential": sequential_looks(task.cell, task.workloads, {key: reference})}
     )
     assert [s.design.looks[-1] for s in task.sequential] == [PROMPTS]
-    return task, _run(monkeypatch, _FakeEngineAdapter(*modes, "seed=0"), task)
+    return task, run_with_adapter(monkeypatch, FakeEngineAdapter(*modes, "seed=0"), task)
 
 
 def test_a_regressed_build_stops_at_an_early_look_and_the_comparison_takes_its_verdict(
@@ -189,10 +191,10 @@ def test_looks_are_planned_only_where_the_workload_asks_and_a_reference_exists(
     tmp_path: Path, reference: tuple[SweepRecord, ReferenceRun]
 ) -> None:
     _, run = reference
-    task = _task(tmp_path, [_workload(sequential=False)])
+    task = cell_task(tmp_path, [_workload(sequential=False)])
     key = task.cell.variant_key(task.cell.variants[0].axes)
     assert sequential_looks(task.cell, task.workloads, {key: run}) == ()
-    task = _task(tmp_path, [_workload()])
+    task = cell_task(tmp_path, [_workload()])
     (looks,) = sequential_looks(task.cell, task.workloads, {key: run})
     assert looks == SequentialLooks(
         variant="think-on.arith",

@@ -127,9 +127,9 @@ def test_a_cell_error_is_masked_when_the_result_is_built() -> None:
 
 
 def test_a_bisection_keeps_its_source_repository_without_the_password() -> None:
-    from tests.unit.test_notify_notice import _bisection
+    from tests.support.bisection import bisection
 
-    b = _bisection(repo=USERINFO)
+    b = bisection(repo=USERINFO)
     assert b.repo == "https://user:***@host/repo"
     _no_secret(b.model_dump_json())
 
@@ -223,9 +223,9 @@ def test_plan_prints_an_engines_env_and_extra_args_inert(tmp_path: Path) -> None
 
 
 def _failed_sweep(error: str) -> Any:
-    from tests.unit.test_report_render import _fail_cell, _sweep
+    from tests.support.sweeps import fail_cell, seeded_sweep
 
-    return _fail_cell(_sweep(3), "base.synthetic.full_decode_only.mtp1.swa-off", error)
+    return fail_cell(seeded_sweep(3), "base.synthetic.full_decode_only.mtp1.swa-off", error)
 
 
 def test_report_status_column_shows_a_stored_engine_error_inert() -> None:
@@ -245,7 +245,7 @@ def test_report_markdown_notes_quote_a_failed_cells_error_inert() -> None:
     from farm.analysis.checks import check_sweep
     from farm.analysis.summary import summarize_sweep
     from farm.report.markdown import render_markdown
-    from tests.unit.test_report_render import FAST
+    from tests.support.sweeps import FAST
 
     sweep = _failed_sweep(ALL_HOSTILE)
     text = render_markdown(sweep, summarize_sweep(sweep), check_sweep(sweep, config=FAST))
@@ -263,9 +263,9 @@ def test_report_markdown_notes_quote_a_failed_cells_error_inert() -> None:
 def test_bisection_pages_never_show_the_sources_password() -> None:
     from farm.report.html import render_bisection_html
     from farm.report.markdown import render_bisection
-    from tests.unit.test_notify_notice import _bisection
+    from tests.support.bisection import bisection
 
-    b = _bisection(repo=USERINFO)
+    b = bisection(repo=USERINFO)
     raw = b.model_copy(update={"repo": USERINFO})  # even a record that skipped the mask
     for shown in (b, raw):
         md, page = render_bisection(shown), render_bisection_html(shown)
@@ -275,7 +275,7 @@ def test_bisection_pages_never_show_the_sources_password() -> None:
 
 
 def _alert(error: str) -> AlertRecord:
-    from tests.unit.test_notify import _alert as base
+    from tests.support.alerts import alert_record as base
 
     a = base(summary=f"cell failed: {error}")
     data = a.model_dump(mode="python")

