@@ -71,8 +71,8 @@ class RayRun:
 def run_on_ray(night: Night, order: Order, scale: float, shuffled: list[Job]) -> RayRun:
     """The night's cells run through Ray by ``RayPool`` (fake runner), with latencies."""
     from farm.orchestrate import Placement, RayPool
-    from farm.orchestrate.fake import fake_run_cell
     from farm.runner import CellTask
+    from tests.fakes.cell_runner import fake_run_cell
 
     jobs = shuffled if order == "given" else night.jobs
     tasks = []
@@ -151,7 +151,7 @@ def _warm_up(per_node: int) -> None:
 
     @ray.remote(num_cpus=0.01, resources={"NPU": 1})
     def ready() -> None:
-        import farm.orchestrate.fake  # noqa: F401 - the import the cells pay once
+        import tests.fakes.cell_runner  # noqa: F401 - the import the cells pay once
 
         time.sleep(3)
 

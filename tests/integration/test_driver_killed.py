@@ -16,8 +16,8 @@ from pathlib import Path
 
 from farm import store
 from farm.orchestrate.driver import SweepOptions, run_sweep
-from farm.orchestrate.fake import fake_build, fake_run_cell
 from farm.spec import parse_job
+from tests.fakes.cell_runner import fake_build, fake_run_cell
 
 JOB = """\
 name: killed
@@ -34,7 +34,7 @@ resources: {cpus: 1}
 DRIVER = """
 import sys
 from pathlib import Path
-from farm.orchestrate.fake import fake_build, fake_run_cell
+from tests.fakes.cell_runner import fake_build, fake_run_cell
 from farm.spec import parse_job
 from farm.orchestrate.driver import SweepOptions, run_sweep
 text = Path(sys.argv[1]).read_text()

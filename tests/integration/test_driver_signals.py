@@ -24,10 +24,10 @@ from farm import store
 from farm.cli.main import app
 from farm.errors import StoreError
 from farm.orchestrate.driver import SweepEvents, SweepOptions, run_sweep
-from farm.orchestrate.fake import fake_build, fake_run_cell
 from farm.spec import parse_job
 from farm.store import SweepInUseError
 from farm.store.verdicts import job_verdicts
+from tests.fakes.cell_runner import fake_build, fake_run_cell
 
 JOB = """\
 name: signals
@@ -47,7 +47,7 @@ FARM_CLI = """
 import sys
 import farm.orchestrate.ray_pool as ray_pool
 import farm.orchestrate.driver as sweep
-from farm.orchestrate.fake import fake_build, fake_run_cell
+from tests.fakes.cell_runner import fake_build, fake_run_cell
 ray_pool._default_runner = fake_run_cell
 sweep.default_build = fake_build
 from farm.cli.main import app
@@ -59,7 +59,7 @@ app()
 RUN_SWEEP = """
 import sys
 from pathlib import Path
-from farm.orchestrate.fake import fake_build, fake_run_cell
+from tests.fakes.cell_runner import fake_build, fake_run_cell
 from farm.spec import parse_job
 from farm.orchestrate.driver import SweepOptions, run_sweep
 text = Path(sys.argv[1]).read_text()

@@ -15,12 +15,12 @@ import numpy as np
 from farm import store
 from farm.analysis.risk import regression_risk, risk_order
 from farm.orchestrate.driver import SweepEvents, SweepOptions, plan_job, run_sweep
-from farm.orchestrate.fake import fake_build, fake_run_cell
 from farm.plan import ServerCell
 from farm.records import CellResult
 from farm.report.pr_comment import render_pr_progress
 from farm.spec import parse_job
 from farm.workflows.pr.order import FailFast, PrProgress, likely_first, past_regressions
+from tests.fakes.cell_runner import fake_build, fake_run_cell
 from tests.fakes.simulate import simulate_sweep
 from tests.support.nights import nightly_resume, synthetic_night
 from tests.support.stores import store_sweep

@@ -20,9 +20,9 @@ from farm import store
 from farm.builds.cache import write_marker
 from farm.cli.main import app
 from farm.orchestrate.driver import SweepOptions, run_sweep
-from farm.orchestrate.fake import fake_build, fake_run_cell
 from farm.records import BuildInfo, CellResult
 from farm.spec import parse_job
+from tests.fakes.cell_runner import fake_build, fake_run_cell
 
 JOB = """\
 name: {name}
@@ -38,7 +38,7 @@ resources: {{cpus: 1}}
 DRIVER = """
 import sys
 from pathlib import Path
-from farm.orchestrate.fake import fake_build, fake_run_cell
+from tests.fakes.cell_runner import fake_build, fake_run_cell
 from farm.spec import parse_job
 from farm.orchestrate.driver import SweepEvents, SweepOptions, run_sweep
 

@@ -2,7 +2,7 @@
 
 NPUs are logical Ray resources and pools are node labels, so Ascend placement is
 tested for real without an NPU. The cells run the FAKE runner and the FAKE builder
-(farm.orchestrate.fake): no engine starts, nothing is installed, and each reports
+(tests.fakes.cell_runner): no engine starts, nothing is installed, and each reports
 where it ran. Each node has its own FARM_HOME, as separate machines would.
 """
 
@@ -22,12 +22,12 @@ from farm.analysis.confirm_plan import ConfirmPlan
 from farm.orchestrate import Placement, RayPool
 from farm.orchestrate.confirm import run_confirmations
 from farm.orchestrate.driver import SweepEvents, SweepOptions, run_sweep
-from farm.orchestrate.fake import fake_build, fake_run_cell
 from farm.orchestrate.placement import node_label
 from farm.plan import Capabilities, ServerCell, expand_matrix
 from farm.records import BuildInfo, CellResult, ConfirmationRun
 from farm.runner import CellTask
 from farm.spec import ResourceSpec, TimeoutSpec, parse_job
+from tests.fakes.cell_runner import fake_build, fake_run_cell
 
 JOB = """\
 name: placement

@@ -21,12 +21,12 @@ from typer.testing import CliRunner
 from farm import store
 from farm.cli.main import app
 from farm.orchestrate.driver import SweepEvents, SweepOptions, run_sweep
-from farm.orchestrate.fake import fake_build, fake_run_cell
 from farm.orchestrate.node_builds import LineSink
 from farm.plan import Plan, ServerCell
 from farm.records import BuildInfo, CellResult
 from farm.spec import EngineSpec, parse_job
 from farm.store.spool import SPOOL_FORMAT, scan_spool, spool_result, spooled
+from tests.fakes.cell_runner import fake_build, fake_run_cell
 from tests.fakes.simulate import simulate_sweep
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.support.jobs import SPOOL_JOB

@@ -25,7 +25,6 @@ from alembic import command
 
 from farm import store
 from farm.orchestrate.driver import SweepEvents, SweepOptions, run_sweep
-from farm.orchestrate.fake import fake_build, fake_run_cell
 from farm.plan import Plan, ServerCell
 from farm.records import CellResult, SweepRecord
 from farm.spec import parse_job
@@ -33,6 +32,7 @@ from farm.store import SweepInUseError
 from farm.store.db import _alembic_config
 from farm.store.spool import spool_dir, spool_result, spooled
 from farm.store.urls import normalize_url
+from tests.fakes.cell_runner import fake_build, fake_run_cell
 from tests.fakes.simulate import simulate_sweep
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.support.jobs import SPOOL_JOB

@@ -6,8 +6,8 @@ sliding window on, thinking on) on the vLLM CPU build with the fix it needs, sha
 the engine tests of `farm nightly`, `farm pr` and `farm bisect` (each start of the
 engine costs ~30-60 s on two cores: one cell each).
 
-:data:`SPOOL_JOB`: six cells for the FAKE cell runner, half a second
-each, for the tests of the result spool and the store's faults.
+:data:`SPOOL_JOB`: six cells for the FAKE cell runner (``tests/fakes/cell_runner.py``),
+half a second each, for the tests of the result spool and the store's faults.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""Tests share through ``tests/support/`` (helpers), ``tests/fakes/`` (FAKE services and
-adapters) and fixtures registered in ``tests/conftest.py``; no module under ``tests/``
-or ``bench/`` imports a test module (``test_*.py``), at module level or inside a
-function. A test module imported by another runs its module-level code twice under
-two names, and its private helpers become an interface nobody declared.
+"""Tests share through ``tests/support/`` (helpers), ``tests/fakes/`` (FAKE services,
+runners and adapters) and fixtures registered in ``tests/conftest.py``; no module under
+``tests/`` or ``bench/`` imports a test module (``test_*.py``), at module level or inside
+a function. A test module imported by another runs its module-level code twice under
+two names, and its private helpers become an interface nobody declared. The package
+stands without its tests: nothing in ``farm/`` imports ``tests``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,21 @@ def test_no_module_imports_a_test_module() -> None:
         for line, name in imports_of_test_modules(path)
     ]
     assert not found, "move what they share to tests/support/ or tests/fakes/:\n" + "\n".join(found)
+
+
+def test_the_package_imports_nothing_from_tests() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in sorted((ROOT / "farm").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+        if (isinstance(node, ast.Import) and any(_in_tests(a.name) for a in node.names))
+        or (isinstance(node, ast.ImportFrom) and node.level == 0 and _in_tests(node.module))
+    ]
+    assert not found, "fakes and helpers of the tests live under tests/:\n" + "\n".join(found)
+
+
+def _in_tests(module: str | None) -> bool:
+    return module is not None and (module == "tests" or module.startswith("tests."))
 
 
 def test_each_kind_of_import_of_a_test_module_is_found(tmp_path: Path) -> None:

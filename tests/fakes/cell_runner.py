@@ -4,7 +4,9 @@ The runner starts no engine: it sleeps for the cell's ``FAKE_CELL_SECONDS`` (eng
 env) and reports where Ray placed it (node, node labels, NPU ids,
 ASCEND_RT_VISIBLE_DEVICES, the cluster's CPUs), so placement, retries and scheduling
 can be tested on any machine. The builder installs nothing but writes a real build
-marker, so the cache sees a finished build. Never used by `farm run`.
+marker, so the cache sees a finished build. Never used by `farm run`: it lives beside
+the tests, and nothing in ``farm/`` imports it (``tests/unit/test_test_imports.py``).
+Ray runs it in its workers by module path, as it does ``tests/fakes/engine_worker.py``.
 """
 
 from __future__ import annotations
