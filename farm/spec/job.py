@@ -63,7 +63,10 @@ class NightlySpec(_Spec):
     under run-to-run noise) is rerun in its night, and the last good night's build of
     the same cell as often, interleaved on one node (0: never); ``confirm_budget_s``: the
     device time all of a night's confirmations may take (device-seconds: a server's
-    busy time on each NPU it holds; an hour by default).
+    busy time on each NPU it holds; an hour by default). ``farm pr`` confirms by the same
+    two settings (a suspicious candidate cell rerun with the PR head's build and the
+    base's; the budget is the PR run's), and calibrates its keys on the last
+    ``history`` nights.
     """
 
     history: int = Field(default=14, ge=0, le=1000)
