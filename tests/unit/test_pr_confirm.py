@@ -18,8 +18,9 @@ from farm.comparable import ComparableKey
 from farm.plan import ServerCell, Variant
 from farm.records import BuildInfo, ConfirmationRun, SweepRecord
 from farm.report.pr_comment import render_pr_comment
+from farm.runner import reference_runs
 from farm.workflows.pr.decide import PrJudgement, comment_marker, judge_pr
-from farm.workflows.pr.order import FailFast
+from farm.workflows.pr.order import FailFast, calibrated_references
 from tests.fakes.simulate import simulate_sweep
 
 BASE, CAND = "base", "base-pr7"
@@ -227,3 +228,25 @@ def test_fail_fast_leaves_a_cell_its_reruns_will_decide() -> None:
     # Confirmations off: the first run is the verdict, and it stops the sweep.
     reason = _fail_fast(sweep, runs=0)
     assert reason is not None and reason.startswith(f"{NOISY} regressed")
+
+
+# --- sequential looks -----------------------------------------------------------------
+
+
+def test_a_noisy_keys_looks_decide_by_the_rule_its_verdict_judges_by() -> None:
+    sweep = _pr(1.0)
+    base_cells = [(1, s) for s in sweep.cells if s.cell.engine == BASE]
+    references = reference_runs(base_cells, {BASE: CAND})
+    rules = pr_rules(candidate=CAND, base=BASE, calibration=_calibration(sweep, RUN_SD))
+    looks = {
+        k.value("mtp_depth"): r.calibration
+        for k, r in calibrated_references(references, rules, BASE).items()
+    }
+    assert looks[1] is None  # the deterministic key: the looks' own fixed rule
+    noisy = looks[3]
+    assert noisy is not None and noisy.centre is None
+    threshold = _row(_judge(sweep, RUN_SD), 3).threshold
+    assert threshold is not None and threshold.matches(noisy)
+    # Without a noise rule (a deterministic engine) the references are as they were.
+    fixed = pr_rules(candidate=CAND, base=BASE, calibration=_calibration(sweep, 0.0))
+    assert calibrated_references(references, fixed, BASE) == references

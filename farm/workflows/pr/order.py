@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from sqlmodel import Session
 
 from farm.analysis.judgement import Judgement, JudgeRules, judge
+from farm.analysis.noise import look_calibration
 from farm.analysis.risk import regression_risk, risk_order, touched_risk
 from farm.analysis.rules import pr_rules
 from farm.comparable import ComparableKey
@@ -29,7 +30,14 @@ from farm.spec import JobSpec
 from farm.store.verdicts import job_verdicts
 from farm.workflows.pr.decide import pr_job_name
 
-__all__ = ["FailFast", "PrProgress", "PrSweepPlan", "likely_first", "past_regressions"]
+__all__ = [
+    "FailFast",
+    "PrProgress",
+    "PrSweepPlan",
+    "calibrated_references",
+    "likely_first",
+    "past_regressions",
+]
 
 # How many of the job's newest verdicts of each kind the order reads.
 _VERDICTS = 50
@@ -73,6 +81,22 @@ def likely_first(
     if not any(risk.values()):
         return ()
     return tuple(c.cell_id for c in risk_order(cells, risk))
+
+
+def calibrated_references(
+    references: Mapping[ComparableKey, ReferenceRun], rules: JudgeRules, base: str
+) -> dict[ComparableKey, ReferenceRun]:
+    """``references`` (by the candidate's keys) with each noisy key's calibrated rule
+    (:func:`farm.analysis.noise.look_calibration` of its noise in ``rules``, read under
+    the ``base`` engine's key), so that its looks decide as the PR's verdict will judge
+    it; unchanged without a noise rule (a deterministic engine)."""
+    if rules.noise is None:
+        return dict(references)
+    out = {}
+    for key, ref in references.items():
+        noise = rules.calibration.get(key.model_copy(update={"engine": base}))
+        out[key] = ref.model_copy(update={"calibration": look_calibration(noise, rules.noise)})
+    return out
 
 
 def _same_axes(cell: ServerCell) -> tuple[tuple[str, str], ...]:

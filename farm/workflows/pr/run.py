@@ -37,6 +37,7 @@ from farm.workflows.pr.order import (
     FailFast,
     PrProgress,
     PrSweepPlan,
+    calibrated_references,
     likely_first,
     past_regressions,
 )
@@ -251,10 +252,16 @@ def _sweep_plan(
 ) -> PrSweepPlan:
     """The sweep's order (likeliest regressions first), the stored runs the candidate's
     looks pair with (the reused base cells: known before it runs; base cells run in the
-    same sweep are not, and the candidate runs whole) and what is told of each landed
+    same sweep are not, and the candidate runs whole; each noisy key's looks under its
+    calibrated rule) and what is told of each landed
     cell: the PR's comment, updated (``post``), and, fail-fast, its stop."""
-    references = reference_runs(
-        ((c.sweep_id, c.stored) for c in baseline.reused), {setup.base.name: setup.candidate.name}
+    references = calibrated_references(
+        reference_runs(
+            ((c.sweep_id, c.stored) for c in baseline.reused),
+            {setup.base.name: setup.candidate.name},
+        ),
+        rules,
+        setup.base.name,
     )
     regressed = []
     if not _no_store_yet(request.url):
