@@ -25,22 +25,21 @@ import hashlib
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import model_validator
 
 from farm.axes import AXES, AxisValue, axes_text
+from farm.frozen import Frozen
 
 __all__ = ["ComparableKey"]
 
 
-class ComparableKey(BaseModel):
+class ComparableKey(Frozen):
     """The comparable identity of a variant, or of a server cell (no request axes).
 
     ``axes`` holds every axis value except engine and model, in :data:`AXES` order;
     ``workload_identity`` is empty for a server-level key and for variants stored
     before the key existed whose job file could not be read.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     family: str
     engine: str

@@ -44,10 +44,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 
 from farm.errors import GoldenError
+from farm.frozen import Frozen
 from farm.inert import UntrustedText
 from farm.plan import ServerCell
 from farm.records import VariantResult
@@ -85,10 +86,6 @@ _SHAPE = (
 )
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
 def _number(value: Any) -> Any:
     # `threshold: yes` is a slip, not the number 1 (farm.job_text).
     if isinstance(value, bool):
@@ -96,10 +93,10 @@ def _number(value: Any) -> Any:
     return value
 
 
-class _TestCase(BaseModel):
+class _TestCase(Frozen):
     """What a spec-decode golden needs of its test case; other keys are left alone."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(extra="ignore")
 
     name: str = Field(min_length=1)
     model: str = Field(min_length=1)
@@ -117,10 +114,10 @@ class _TestCase(BaseModel):
         return value
 
 
-class _SpecDecodeCase(BaseModel):
+class _SpecDecodeCase(Frozen):
     """One ``case_type: spec_decode`` benchmark (aisbench's other keys are ignored)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore", allow_inf_nan=False)
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     case_type: Literal["spec_decode"]
     dataset_path: str = Field(min_length=1)
@@ -151,7 +148,7 @@ class _SpecDecodeCase(BaseModel):
         return value
 
 
-class Golden(_Frozen):
+class Golden(Frozen):
     """One spec-decode gate: at MTP depth ``k``, acceptance at draft position ``i`` must
     not fall below ``baseline[i] - threshold`` (absolute, per position).
 
@@ -189,7 +186,7 @@ class Golden(_Frozen):
         return self.baseline[position] - self.threshold
 
 
-class GoldenCheck(_Frozen):
+class GoldenCheck(Frozen):
     """A golden and the variants it is held against: of the job models ``models``, at
     MTP depth ``golden.k``, of ``workload`` (None: every workload)."""
 

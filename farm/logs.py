@@ -25,8 +25,7 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
+from farm.frozen import Frozen
 from farm.paths import ray_temp_dir
 
 __all__ = [
@@ -47,10 +46,8 @@ _SESSION = re.compile(r"^session_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_(\d+)\Z")
 LogKind = Literal["engine logs", "ray session"]
 
 
-class LogFolder(BaseModel):
+class LogFolder(Frozen):
     """One folder of logs: its size, when it was last written, and why it is kept."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     path: str
     kind: LogKind
@@ -59,11 +56,9 @@ class LogFolder(BaseModel):
     kept_because: str | None = None  # None: old enough and in no run's use
 
 
-class LogScan(BaseModel):
+class LogScan(Frozen):
     """The folders :func:`find_old_logs` looked at: those to remove and those it keeps
     although they are old (with the reason)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     old: tuple[LogFolder, ...] = ()
     kept: tuple[LogFolder, ...] = ()

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 from typing import Any, cast
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from farm.axes import (
     AXIS_NAMES,
@@ -37,6 +37,7 @@ from farm.axes import (
 )
 from farm.comparable import ComparableKey
 from farm.errors import PlanError
+from farm.frozen import Frozen
 from farm.spec import JobSpec, WorkloadSpec
 
 __all__ = [
@@ -55,15 +56,11 @@ __all__ = [
 ]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
 # Graph modes that capture the decode step whole: its shapes are fixed at capture time.
 FULL_GRAPH_MODES = frozenset({"full_decode_only", "full", "full_and_piecewise"})
 
 
-class CaptureFit(_Frozen):
+class CaptureFit(Frozen):
     """How one cell's verify batches meet its decode graph's capture sizes.
 
     A decode round of ``r`` requests at MTP depth ``k`` verifies ``r * (k + 1)``
@@ -113,7 +110,7 @@ def capture_fit(depth: int, max_num_seqs: int, sizes: Sequence[int]) -> CaptureF
     return CaptureFit(depth=depth, exact=tuple(exact), padded=padded, eager=tuple(eager))
 
 
-class Capabilities(_Frozen):
+class Capabilities(Frozen):
     """What an engine build can express, declared by its adapter.
 
     ``graph_modes`` maps a requested mode to the mode the engine will really run,
@@ -138,7 +135,7 @@ class Capabilities(_Frozen):
     pd_reason: str | None = None
 
 
-class Variant(_Frozen):
+class Variant(Frozen):
     """One request-level variant of a server cell: a value of every request axis.
 
     ``workload_identity`` is :func:`workload_identity` of its workload.
@@ -181,7 +178,7 @@ def _require_axes(values: dict[str, AxisValue], wanted: tuple[Axis, ...], what: 
         raise ValueError(f"{what} axes: missing {missing}, unknown {sorted(unknown)}")
 
 
-class ServerCell(_Frozen):
+class ServerCell(Frozen):
     """One engine server's worth of work.
 
     ``axes`` holds the value of every server axis as requested; ``planned_graph_mode``
@@ -289,7 +286,7 @@ class ServerCell(_Frozen):
         return variant_label(self.cell_id, axes)
 
 
-class ExcludedCell(_Frozen):
+class ExcludedCell(Frozen):
     axes: dict[str, Any]
     reason: str
 
@@ -298,7 +295,7 @@ class ExcludedCell(_Frozen):
         return " ".join(f"{k}={v}" for k, v in self.axes.items())
 
 
-class Plan(_Frozen):
+class Plan(Frozen):
     job: str
     cells: tuple[ServerCell, ...]
     excluded: tuple[ExcludedCell, ...] = ()

@@ -13,11 +13,12 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, cast, get_args
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import model_validator
 
 from farm.axes import AxisValue, OnOff, fold_axis_values
 from farm.bounds import Seconds, StoredInt
 from farm.comparable import ComparableKey
+from farm.frozen import Frozen
 from farm.inert import UntrustedText
 from farm.plan import ExcludedCell, ServerCell
 
@@ -55,11 +56,7 @@ SweepStatus = Literal["running", "ok", "failed", "interrupted"]
 SWEEP_STATUSES: tuple[SweepStatus, ...] = get_args(SweepStatus)
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class SpecCounters(_Frozen):
+class SpecCounters(Frozen):
     """Speculative-decoding counters over one variant (deltas between two scrapes).
 
     ``accepted_per_pos[i]`` counts draft tokens accepted at draft position ``i``.
@@ -114,7 +111,7 @@ class SpecCounters(_Frozen):
         return tuple(a / self.drafts for a in self.accepted_per_pos)
 
 
-class RequestRecord(_Frozen):
+class RequestRecord(Frozen):
     """One request of a variant: what was asked, what came back, how long it took."""
 
     prompt_id: str
@@ -134,7 +131,7 @@ class RequestRecord(_Frozen):
 Decision = Literal["regress", "pass", "continue"]
 
 
-class LookStatistics(_Frozen):
+class LookStatistics(Frozen):
     """The paired comparison over the first ``prompts`` prompts (delta-method SE)."""
 
     prompts: int
@@ -145,7 +142,7 @@ class LookStatistics(_Frozen):
     min_effect: float
 
 
-class LookDecision(_Frozen):
+class LookDecision(Frozen):
     """What look ``look`` (0-based) decided, with its boundaries in AL-difference units:
     regress when ``difference <= regress_at``, pass when ``difference >= pass_at``."""
 
@@ -157,7 +154,7 @@ class LookDecision(_Frozen):
     pass_at: float
 
 
-class LookCalibration(_Frozen):
+class LookCalibration(Frozen):
     """A key's AL rule calibrated from its nights (:mod:`farm.analysis.noise`) as its
     sequential looks apply it: each look's difference taken against ``centre`` (the
     median AL of the key's baseline window) instead of the reference night's own AL
@@ -171,7 +168,7 @@ class LookCalibration(_Frozen):
     rule: str = ""
 
 
-class SequentialRecord(_Frozen):
+class SequentialRecord(Frozen):
     """The stored record of one sequential comparison, made by the runner as a
     variant's looks went (:mod:`farm.analysis.sequential`): the rule, each look, and
     the reference run it was paired with: that cell of ``reference_sweep_id``, whose
@@ -233,7 +230,7 @@ def counters_digest(requests: Sequence[RequestRecord]) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
-class VariantResult(_Frozen):
+class VariantResult(Frozen):
     """One request-level variant (a value of each request axis) run against a cell's
     server; ``axes`` as in :class:`farm.plan.Variant`."""
 
@@ -259,7 +256,7 @@ class VariantResult(_Frozen):
         return str(self.axes["workload"])
 
 
-class EffectiveConfig(_Frozen):
+class EffectiveConfig(Frozen):
     """What the engine really did, read back after start-up (not what was asked)."""
 
     engine_version: str | None = None
@@ -275,7 +272,7 @@ class EffectiveConfig(_Frozen):
     notes: tuple[str, ...] = ()
 
 
-class CellResult(_Frozen):
+class CellResult(Frozen):
     """The outcome of one server-level cell: its variants, or why it failed."""
 
     cell_id: str
@@ -314,7 +311,7 @@ class CellResult(_Frozen):
         )
 
 
-class BuildInfo(_Frozen):
+class BuildInfo(Frozen):
     """A ready engine environment: where its interpreter is and what went into it."""
 
     build_id: str
@@ -330,7 +327,7 @@ class BuildInfo(_Frozen):
     source: str | None = None  # content identity when not a PyPI release (wheel, tree, git)
 
 
-class StoredCell(_Frozen):
+class StoredCell(Frozen):
     """A planned cell as stored, with its result when it has one."""
 
     cell: ServerCell
@@ -340,7 +337,7 @@ class StoredCell(_Frozen):
 ConfirmSide = Literal["candidate", "reference"]
 
 
-class ConfirmationRun(_Frozen):
+class ConfirmationRun(Frozen):
     """One rerun of a suspicious cell in its own night (:mod:`farm.analysis.confirm`):
     ``side`` candidate (the night's build) or reference (the last good night's build,
     rerun tonight beside it: a confirmation run of that build, never a cell of the
@@ -361,7 +358,7 @@ class ConfirmationRun(_Frozen):
         return found.counters.mean_acceptance_length if found is not None else None
 
 
-class SweepRecord(_Frozen):
+class SweepRecord(Frozen):
     """A sweep read back from the store: everything a report or analysis needs;
     ``confirmations`` the reruns of its suspicious cells, in the order they ran."""
 

@@ -20,8 +20,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
+from farm.frozen import Frozen
 from farm.plan import ServerCell
 from farm.spec import WorkloadSpec
 
@@ -48,11 +47,7 @@ DEFAULT_S_PER_DECODE_STEP = 0.02
 Order = Literal["lpt", "given"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Job(_Frozen):
+class Job(Frozen):
     """One cell as the scheduler sees it: what it holds, how long it should take, where."""
 
     key: str
@@ -65,14 +60,14 @@ class Job(_Frozen):
         return self.need.get("NPU", 0.0)
 
 
-class Start(_Frozen):
+class Start(Frozen):
     """A decision of the dispatcher: start ``key`` on ``node`` now."""
 
     key: str
     node: str
 
 
-class SimResult(_Frozen):
+class SimResult(Frozen):
     """A simulated schedule: its makespan and the lower bound no schedule can beat."""
 
     makespan_s: float

@@ -11,8 +11,6 @@ at all.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
 from farm.analysis import (
     Attribution,
     CheckReport,
@@ -23,16 +21,15 @@ from farm.analysis import (
 from farm.analysis.judgement import judge
 from farm.analysis.rules import selftest_rules
 from farm.axes import AXIS_NAMES
+from farm.frozen import Frozen
 from farm.records import SweepRecord
 from farm.spec import JobSpec
 
 __all__ = ["EngineEffect", "SelftestReport", "analyze_selftest", "selftest_bases"]
 
 
-class EngineEffect(BaseModel):
+class EngineEffect(Frozen):
     """Where one engine (a canary or the clean repeat) differs from the clean reference."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     engine: str
     # What this engine applies beyond the reference's patches: a canary's own patch;
@@ -55,9 +52,7 @@ class EngineEffect(BaseModel):
         return bool(self.regressed) == self.expects_drop
 
 
-class SelftestReport(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class SelftestReport(Frozen):
     sweep_id: int
     reference: str
     effects: tuple[EngineEffect, ...]

@@ -18,10 +18,11 @@ import functools
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from farm.errors import FarmError
+from farm.frozen import Frozen
 from farm.job_text import user_path
 
 __all__ = [
@@ -282,10 +283,8 @@ _SERVICES: dict[str, type[_Service]] = {
 }
 
 
-class Settings(BaseModel):
+class Settings(Frozen):
     """All the farm's settings, one field per service."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     paths: PathSettings
     store: StoreSettings

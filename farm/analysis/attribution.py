@@ -24,9 +24,8 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from farm.analysis.check_rules import CheckReport, VariantRef
+from farm.frozen import Frozen
 from farm.results.alerts import COVERAGE
 
 __all__ = [
@@ -46,11 +45,7 @@ Op = Literal["==", "!=", ">=", "<="]
 _OP_RANK: dict[str, int] = {"==": 0, ">=": 1, "<=": 2, "!=": 3}
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class LabeledCell(_Frozen):
+class LabeledCell(Frozen):
     """A cell (or variant) by its axis values, and whether it regressed."""
 
     axes: dict[str, AxisValue]
@@ -58,7 +53,7 @@ class LabeledCell(_Frozen):
     label: str = ""
 
 
-class Predicate(_Frozen):
+class Predicate(Frozen):
     """One term: ``axis op value``."""
 
     axis: str
@@ -83,7 +78,7 @@ class Predicate(_Frozen):
         return f"{self.axis}{op}{self.value}"
 
 
-class Attribution(_Frozen):
+class Attribution(Frozen):
     """The chosen conjunction and how well it separates regressed from clean cells."""
 
     terms: tuple[Predicate, ...]
@@ -112,7 +107,7 @@ class Attribution(_Frozen):
         )
 
 
-class BranchRow(_Frozen):
+class BranchRow(Frozen):
     """One combination of the table's axes and the cells that have it."""
 
     values: tuple[AxisValue, ...]
@@ -127,7 +122,7 @@ class BranchRow(_Frozen):
         return "REGRESSED" if self.regressed else "clean"
 
 
-class BranchTable(_Frozen):
+class BranchTable(Frozen):
     """Rows = axis combinations, columns = verdict counts; ``render`` prints it."""
 
     axes: tuple[str, ...]

@@ -13,11 +13,11 @@ from statistics import NormalDist
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.stats import Interval
 from farm.axes import AxisValue
 from farm.comparable import ComparableKey
+from farm.frozen import Frozen
 from farm.plan import ServerCell
 
 __all__ = [
@@ -41,11 +41,7 @@ Metric = Literal[
 Direction = Literal["lower", "higher", "either"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class CheckConfig(_Frozen):
+class CheckConfig(Frozen):
     """Significance level, bootstrap size, seed and minimum effects of the checks.
 
     AL: a difference must reach max(2% of the reference AL, 0.05), so that a large
@@ -77,7 +73,7 @@ class CheckConfig(_Frozen):
         return np.random.default_rng([self.seed, zlib.crc32(name.encode())])
 
 
-class VariantRef(_Frozen):
+class VariantRef(Frozen):
     """One request-level variant of a server cell: its cell id and comparable key."""
 
     cell_id: str
@@ -107,7 +103,7 @@ class VariantRef(_Frozen):
         return self.key.axis_values()
 
 
-class Verdict(_Frozen):
+class Verdict(Frozen):
     """The outcome of one comparison; ``difference`` is candidate minus reference."""
 
     check: CheckKind
@@ -139,7 +135,7 @@ class Verdict(_Frozen):
         )
 
 
-class Note(_Frozen):
+class Note(Frozen):
     """Why a comparison was not made (failed cell, missing reference, no counters)."""
 
     check: CheckKind | Literal["input"]
@@ -147,7 +143,7 @@ class Note(_Frozen):
     message: str
 
 
-class CheckReport(_Frozen):
+class CheckReport(Frozen):
     """Every verdict of a sweep and the notes; :attr:`regressions` are the verdicts
     that regressed (each becomes a within-sweep :class:`farm.results.verdict.Finding`)."""
 

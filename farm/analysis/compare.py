@@ -13,13 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from farm.analysis.check_rules import CheckConfig, classify_difference
 from farm.analysis.confirm import Confirmation, decide, rerun_sides, suspicious
 from farm.analysis.noise import KeyNoise, NoiseRule, Threshold, calibrated
 from farm.analysis.stats import AcceptanceDifference, AcceptanceSample, Interval, compare_acceptance
 from farm.comparable import ComparableKey
+from farm.frozen import Frozen
 from farm.records import (
     ConfirmationRun,
     SequentialRecord,
@@ -35,11 +34,7 @@ __all__ = ["CompareOutcome", "ComparedVariant", "SweepComparison", "compare_swee
 CompareOutcome = Literal["pass", "regress", "improve", "failed", "unmatched", "no_data"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ComparedVariant(_Frozen):
+class ComparedVariant(Frozen):
     """One cell key in both sweeps: AL of each and candidate - baseline, judged.
 
     ``label``: the candidate's variant label (the baseline's when only it has the key);
@@ -88,7 +83,7 @@ class ComparedVariant(_Frozen):
         )
 
 
-class SweepComparison(_Frozen):
+class SweepComparison(Frozen):
     """Every cell key of two sweeps, with what happened to its AL."""
 
     baseline_id: int

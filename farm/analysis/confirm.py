@@ -38,10 +38,10 @@ from statistics import NormalDist
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.stats import Interval
 from farm.axes import AxisValue
+from farm.frozen import Frozen
 from farm.records import ConfirmationRun
 
 __all__ = [
@@ -57,11 +57,7 @@ __all__ = [
 ConfirmOutcome = Literal["regress", "pass", "improve"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ConfirmRule(_Frozen):
+class ConfirmRule(Frozen):
     """How a night confirms: ``runs`` reruns of each side at most (R), ``budget_s`` the
     device time (device-seconds) all confirmations of a night may take (the most
     suspicious cells first), ``level`` the confidence of the confirmation."""
@@ -71,7 +67,7 @@ class ConfirmRule(_Frozen):
     level: float = 0.95
 
 
-class Confirmation(_Frozen):
+class Confirmation(Frozen):
     """A suspicious cell decided with runs as the unit: ``candidate`` and ``reference``
     the reruns' AL, ``difference`` candidate minus
     reference mean AL with its interval, ``relative`` the same over the reference

@@ -22,22 +22,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict
-
 from farm.analysis.compare import ComparedVariant, SweepComparison
 from farm.analysis.confirm import ConfirmRule, rerun_sides, settled
 from farm.axes import AxisValue
+from farm.frozen import Frozen
 from farm.plan import ServerCell
 from farm.records import BuildInfo, ConfirmationRun, StoredCell, SweepRecord
 
 __all__ = ["ConfirmPlan", "ConfirmTarget", "confirmation_settled", "plan_confirmations"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ConfirmTarget(_Frozen):
+class ConfirmTarget(Frozen):
     """One suspicious variant of a cell: what its reruns are decided with."""
 
     label: str
@@ -48,7 +43,7 @@ class ConfirmTarget(_Frozen):
     drop_sds: float  # its drop in units of the key's run-level spread (the priority)
 
 
-class ConfirmPlan(_Frozen):
+class ConfirmPlan(Frozen):
     """Rerun ``cell`` (as the night stored it) on ``node`` (None: where Ray places it):
     pairs ``first_run`` to ``runs`` of the night's build (``candidate``) then the last
     good night's (``reference``; a PR's head and base), interleaved."""

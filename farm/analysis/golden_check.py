@@ -19,10 +19,9 @@ import math
 from collections.abc import Sequence
 from typing import Final
 
-from pydantic import BaseModel, ConfigDict
-
 from farm.analysis.check_rules import CheckConfig
 from farm.analysis.stats import AcceptanceSample, AcceptanceStats, Interval, acceptance_stats
+from farm.frozen import Frozen
 from farm.goldens import GOLDEN_CHECK, Golden, GoldenCheck
 from farm.plan import ServerCell
 from farm.records import SweepRecord, VariantResult
@@ -35,11 +34,7 @@ __all__ = ["GOLDEN_CHECK", "GoldenReport", "check_goldens"]
 _EPS: Final = 1e-9
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class GoldenReport(_Frozen):
+class GoldenReport(Frozen):
     """The goldens held to a sweep: ``findings`` (one per missed position and variant),
     ``notes`` (goldens that met no variant, variants without counters), ``held`` (how
     many golden x variant pairs were checked) and ``checked`` ((check, variant key

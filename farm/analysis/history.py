@@ -32,11 +32,11 @@ from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.stats import AcceptanceSample, acceptance_stats
 from farm.axes import speculates
 from farm.comparable import ComparableKey
+from farm.frozen import Frozen
 from farm.records import BuildInfo, RequestRecord, SweepRecord
 
 __all__ = [
@@ -62,11 +62,7 @@ __all__ = [
 FloatArray = npt.NDArray[np.float64]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class HistoryPoint(_Frozen):
+class HistoryPoint(Frozen):
     """One sweep's AL for a key; ``low``/``high`` its interval when known; ``builds``
     the ids of the key's engine builds that sweep ran (empty: not known)."""
 
@@ -78,7 +74,7 @@ class HistoryPoint(_Frozen):
     builds: tuple[str, ...] = ()
 
 
-class ChangePoint(_Frozen):
+class ChangePoint(Frozen):
     """A level shift starting at point ``index`` (the first point of the new level).
 
     ``pvalue``: Welch's t-test between the segments either side (nan when neither
@@ -108,7 +104,7 @@ class ChangePoint(_Frozen):
         return self.is_drop and self.confirmed and self.meets_min_effect
 
 
-class HistoryAnalysis(_Frozen):
+class HistoryAnalysis(Frozen):
     """Change points of one series, with the alert candidates among them."""
 
     key: ComparableKey | None
@@ -120,7 +116,7 @@ class HistoryAnalysis(_Frozen):
         return tuple(c for c in self.change_points if c.alert)
 
 
-class HistoryConfig(_Frozen):
+class HistoryConfig(Frozen):
     """Minimum relative AL drop and confirmation length for an alert."""
 
     min_relative_drop: float = 0.02
@@ -360,7 +356,7 @@ HISTORY_RESAMPLES = 1000
 """Bootstrap resamples of a history point's AL interval (a trend band, not a test)."""
 
 
-class VariantFigures(_Frozen):
+class VariantFigures(Frozen):
     """One variant of a stored sweep as history needs it: the store keeps these per
     variant (``variant_summary``), so history over many sweeps reads no request row.
 

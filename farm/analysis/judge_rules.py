@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field
 
 from farm.analysis.check_rules import CheckConfig
 from farm.analysis.history import HistoryConfig
@@ -16,6 +16,7 @@ from farm.analysis.pooling import PoolRule
 from farm.analysis.prefix_cache import PrefixRule
 from farm.analysis.sustained import SustainedRule
 from farm.comparable import ComparableKey
+from farm.frozen import Frozen
 from farm.goldens import GoldenCheck
 
 __all__ = [
@@ -37,7 +38,7 @@ NOTHING_COMPARED: Final = "nothing_compared"
 CHANGE_POINT_RECENT: Final = 2
 
 
-class JudgeRules(BaseModel):
+class JudgeRules(Frozen):
     """How a use judges: the statistics, which checks run, and how findings read.
 
     ``within``: run the within-sweep checks (``graph_modes``: graph modes against
@@ -76,23 +77,21 @@ class JudgeRules(BaseModel):
     None: not looked for).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     check: CheckConfig = CheckConfig()
     history: HistoryConfig | None = None
     within: bool = True
     graph_modes: bool = True
-    base_of: dict[str, str] = {}
+    base_of: dict[str, str] = Field(default_factory=dict)
     depth_invariance: bool = False
     baseline_check: str = BASELINE_CHECK
     baseline_sweep: bool = True
-    engine_map: dict[str, str] = {}
+    engine_map: dict[str, str] = Field(default_factory=dict)
     candidate_side: str = ""
     baseline_side: str | None = None
     require_comparison: bool = False
     noise: NoiseRule | None = None
-    calibration: dict[ComparableKey, KeyNoise] = {}
-    quarantine: dict[str, float] = {}  # key label -> its verdict flip rate
+    calibration: dict[ComparableKey, KeyNoise] = Field(default_factory=dict)
+    quarantine: dict[str, float] = Field(default_factory=dict)  # key label -> its verdict flip rate
     goldens: tuple[GoldenCheck, ...] = ()
     over_run: CollapseRule | None = None
     prefix_cache: PrefixRule | None = None

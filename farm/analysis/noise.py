@@ -51,12 +51,12 @@ from statistics import NormalDist
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.confirm import ConfirmRule
 from farm.analysis.history import HistoryPoint
 from farm.analysis.stats import Interval
 from farm.comparable import ComparableKey
+from farm.frozen import Frozen
 from farm.records import LookCalibration, SweepRecord, VariantResult
 from farm.results.verdict import SweepVerdict
 
@@ -81,11 +81,7 @@ _MAD_TO_SD = 1.4826
 FloatArray = npt.NDArray[np.float64]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class NoiseRule(_Frozen):
+class NoiseRule(Frozen):
     """How thresholds follow a key's history (module docstring), and how a suspicious
     first run is confirmed in its night (:mod:`farm.analysis.confirm`)."""
 
@@ -95,7 +91,7 @@ class NoiseRule(_Frozen):
     confirm: ConfirmRule = ConfirmRule()
 
 
-class KeyNoise(_Frozen):
+class KeyNoise(Frozen):
     """A key's nights before the judged one, and its night-to-night AL spread;
     ``centre``: the median AL of its last nights up to the reference night (the
     baseline window, ``centre_nights`` of them), None when not known."""
@@ -110,7 +106,7 @@ class KeyNoise(_Frozen):
         return median_variance(self.centre_nights if self.centre is not None else 1)
 
 
-class Threshold(_Frozen):
+class Threshold(Frozen):
     """The AL threshold of one comparison and where it came from."""
 
     min_effect: float
@@ -285,7 +281,7 @@ def _z(level: float) -> float:
     return NormalDist().inv_cdf(0.5 + level / 2.0)
 
 
-class KeyNoiseRow(_Frozen):
+class KeyNoiseRow(Frozen):
     """One key's run-to-run variation over a job's nights (``farm noise``)."""
 
     key: ComparableKey
@@ -369,7 +365,7 @@ def _flip_rate(runs: Sequence[VariantResult]) -> float | None:
     return changed / compared if compared else None
 
 
-class QuarantineRule(_Frozen):
+class QuarantineRule(Frozen):
     """When a key's verdicts flip too often to be believed (vLLM's nightly bot reports
     the same per-test flip rate): over the last ``window`` judged nights, at least
     ``min_nights`` of them, a pass <-> fail flip rate above ``max_flip_rate``

@@ -39,11 +39,11 @@ from typing import Final, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.check_rules import CheckConfig
 from farm.analysis.stats import Interval
 from farm.comparable import ComparableKey
+from farm.frozen import Frozen
 from farm.records import RequestRecord, SweepRecord, counted
 from farm.results.alerts import AlertFigure, FigureInterval
 from farm.results.verdict import Finding
@@ -73,11 +73,7 @@ FloatArray = npt.NDArray[np.float64]
 SplitAxis = Literal["request", "round"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class CollapseRule(_Frozen):
+class CollapseRule(Frozen):
     """When acceptance inside one run has collapsed.
 
     ``min_requests``: requests with counters on each side of a split (conversations in
@@ -106,7 +102,7 @@ class CollapseRule(_Frozen):
         )
 
 
-class RunSplit(_Frozen):
+class RunSplit(Frozen):
     """The run before against after one point: requests in the order served
     (``axis="request"``: ``at`` is the 0-based index, among the requests with counters,
     of the first request after the split) or conversation rounds (``axis="round"``:
@@ -126,7 +122,7 @@ class RunSplit(_Frozen):
     collapsed: bool = False
 
 
-class RoundAcceptance(_Frozen):
+class RoundAcceptance(Frozen):
     """AL of one conversation round over the conversations that reached it."""
 
     round: int
@@ -134,7 +130,7 @@ class RoundAcceptance(_Frozen):
     al: float | None
 
 
-class RunAcceptance(_Frozen):
+class RunAcceptance(Frozen):
     """One variant's acceptance over its run: ``requests`` with counters, the AL of the
     whole run and of its first and last ``part`` requests (a third), the split where it
     fell most (None: too few requests, or it never fell), and by round."""
@@ -153,7 +149,7 @@ class RunAcceptance(_Frozen):
         return tuple(s for s in (self.change, self.round_change) if s is not None and s.collapsed)
 
 
-class ProfileBin(_Frozen):
+class ProfileBin(Frozen):
     """AL over requests ``start`` .. ``end - 1`` (0-based, among those with counters)."""
 
     start: int
@@ -161,7 +157,7 @@ class ProfileBin(_Frozen):
     al: float | None
 
 
-class OverRunReport(_Frozen):
+class OverRunReport(Frozen):
     """What :func:`check_over_run` found: ``findings``, ``notes``, ``checked`` ((check,
     variant key label) of each variant looked at), ``looked`` (how many)."""
 

@@ -79,12 +79,12 @@ from typing import Final
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.attribution import Predicate
 from farm.analysis.compare import ComparedVariant, SweepComparison
 from farm.axes import AxisValue
 from farm.comparable import ComparableKey
+from farm.frozen import Frozen
 from farm.results.alerts import AlertFigure, FigureInterval
 from farm.results.verdict import Finding
 
@@ -103,11 +103,7 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class PoolRule(_Frozen):
+class PoolRule(Frozen):
     """How conjunctions of cells are pooled and tested (module docstring).
 
     ``alpha``: family-wise error over the conjunctions tried, one-sided, per comparison;
@@ -122,7 +118,7 @@ class PoolRule(_Frozen):
     seed: int = 0
 
 
-class PooledConjunction(_Frozen):
+class PooledConjunction(Frozen):
     """One conjunction tested: the keys and server cells it covers, those of its keys
     that regressed alone (named, not pooled), the pooled relative effect of the others
     over ``pooled_cells`` cells with its interval at ``level``, ``z`` (pooled),
@@ -149,7 +145,7 @@ class PooledConjunction(_Frozen):
         return " AND ".join(str(t) for t in self.terms)
 
 
-class PoolReport(_Frozen):
+class PoolReport(Frozen):
     """What :func:`check_pooled` found: ``findings`` (one per kept conjunction),
     ``notes``, ``checked`` ((check, key label) of each key a pool judged and no kept
     finding covers), ``tried`` (conjunctions), ``critical`` (the family's critical

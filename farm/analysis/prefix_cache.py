@@ -43,10 +43,9 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from farm.analysis.stats import Interval, wilson_interval
 from farm.comparable import ComparableKey
+from farm.frozen import Frozen
 from farm.plan import ServerCell
 from farm.records import SweepRecord, VariantResult
 from farm.results.alerts import AlertFigure, FigureInterval
@@ -89,11 +88,7 @@ RuleName = Literal["standard", "hybrid-replay-boundaries"]
 Against = Literal["twin", "baseline"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class PrefixRule(_Frozen):
+class PrefixRule(Frozen):
     """Which comparisons run and their minimum drops (absolute, hit rate 0..1).
 
     ``hybrid_models``: the job's model names that are hybrids (linear attention or
@@ -133,7 +128,7 @@ def is_hybrid_config(config: Mapping[str, object]) -> bool:
     return str(config.get("model_type", "")).lower() in _HYBRID_TYPES
 
 
-class HitRate(_Frozen):
+class HitRate(Frozen):
     """One variant's prefix cache: ``hits`` of ``queries`` prompt tokens, over
     ``requests`` requests served (the units of its interval)."""
 
@@ -187,7 +182,7 @@ def hit_rate_difference(reference: HitRate, candidate: HitRate, level: float) ->
     return Interval(estimate=d, low=low, high=high, level=level)
 
 
-class PrefixReport(_Frozen):
+class PrefixReport(Frozen):
     """What :func:`check_prefix_cache` found: findings, notes, and (check, variant key
     label) of each variant compared (``checked``), ``compared`` how many."""
 

@@ -61,11 +61,12 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from farm.analysis.check_rules import CheckConfig, classify_difference
 from farm.analysis.noise import recentred
 from farm.analysis.stats import AcceptanceSample, Interval, compare_acceptance
+from farm.frozen import Frozen
 from farm.records import (
     Decision,
     LookCalibration,
@@ -107,11 +108,7 @@ _NO_STOP = 1e6  # a boundary no statistic reaches (finite so it interpolates)
 _ZF_TABLE = np.arange(1.5, 9.0 + 1e-9, 0.02)
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class SequentialDesign(_Frozen):
+class SequentialDesign(Frozen):
     """Looks every ``look_every`` prompts up to ``max_prompts``; thresholds of ``check``.
 
     ``power`` is the fixed rule's power at the drop the pass boundary is built on (0.8,

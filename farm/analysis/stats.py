@@ -28,8 +28,8 @@ from statistics import NormalDist
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict
 
+from farm.frozen import Frozen
 from farm.records import RequestRecord, SpecCounters, counted
 
 __all__ = [
@@ -63,11 +63,7 @@ RngLike = np.random.Generator | int
 FloatArray = npt.NDArray[np.float64]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Interval(_Frozen):
+class Interval(Frozen):
     """A point estimate with a two-sided confidence interval at ``level``."""
 
     estimate: float
@@ -83,7 +79,7 @@ class Interval(_Frozen):
         return f"{self.estimate:.3f} [{self.low:.3f}, {self.high:.3f}]"
 
 
-class Proportion(_Frozen):
+class Proportion(Frozen):
     """``successes`` out of ``n`` with a Wilson interval."""
 
     successes: int
@@ -91,7 +87,7 @@ class Proportion(_Frozen):
     interval: Interval
 
 
-class AcceptanceStats(_Frozen):
+class AcceptanceStats(Frozen):
     """Acceptance figures of one variant, each with a request-level bootstrap interval."""
 
     requests: int
@@ -103,7 +99,7 @@ class AcceptanceStats(_Frozen):
     per_position: tuple[Interval, ...]
 
 
-class AcceptanceDifference(_Frozen):
+class AcceptanceDifference(Frozen):
     """Candidate minus reference; ``relative`` is the AL difference over reference AL.
 
     ``per_position`` holds the differences for the positions both sides have; the
@@ -123,7 +119,7 @@ class AcceptanceDifference(_Frozen):
     candidate_per_position: tuple[Interval, ...]
 
 
-class ProportionDifference(_Frozen):
+class ProportionDifference(Frozen):
     """Candidate minus reference share of successes (for example accuracy)."""
 
     paired: bool

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict
-
 from farm.analysis.labels import label_mismatches
 from farm.axes import REQUEST_AXES, AxisValue, variant_label
+from farm.frozen import Frozen
 from farm.records import (
     BuildInfo,
     RequestRecord,
@@ -27,11 +26,9 @@ __all__ = [
 ]
 
 
-class CategoryAcceptance(BaseModel):
+class CategoryAcceptance(Frozen):
     """A variant's acceptance over the requests of one prompt-set category (MT-Bench's
     writing, SPEED-Bench's coding, ...), from the requests' own counters."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     category: str
     requests: int
@@ -61,10 +58,8 @@ def acceptance_by_category(requests: Sequence[RequestRecord]) -> tuple[CategoryA
     )
 
 
-class VariantSummary(BaseModel):
+class VariantSummary(Frozen):
     """One row of the sweep matrix: a cell's variant with its figures."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cell_id: str
     # Every server axis as requested, and the request axes of the variant (absent for a

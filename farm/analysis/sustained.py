@@ -71,11 +71,12 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from farm.analysis.history import HistoryPoint
 from farm.analysis.noise import median_variance, night_to_night_sds
 from farm.comparable import ComparableKey
+from farm.frozen import Frozen
 from farm.records import SweepRecord
 from farm.results.alerts import AlertFigure, FigureInterval
 from farm.results.verdict import Finding
@@ -101,11 +102,7 @@ FloatArray = npt.NDArray[np.float64]
 SustainedStatus = Literal["checked", "insufficient_history", "no_spread"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class SustainedRule(_Frozen):
+class SustainedRule(Frozen):
     """The sustained-drop test's constants (module docstring says why each)."""
 
     window: int = Field(default=7, ge=2)
@@ -128,7 +125,7 @@ class SustainedRule(_Frozen):
         return self.reference_nights + self.window
 
 
-class SustainedDrop(_Frozen):
+class SustainedDrop(Frozen):
     """A step named: its first night, the night before it, the builds either side, the
     level after it against the reference before it, and the test's score."""
 
@@ -158,7 +155,7 @@ class SustainedDrop(_Frozen):
         return f"build {before or '?'} -> {after or '?'}"
 
 
-class SustainedAnalysis(_Frozen):
+class SustainedAnalysis(Frozen):
     """One key's series tested: how many nights were read, the spread, the threshold,
     and the step named (None: none)."""
 

@@ -28,10 +28,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from filelock import FileLock, Timeout
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from farm.builds.sources import USED_MARK
 from farm.fileformat import UnreadableFileError, read_versioned, write_versioned
+from farm.frozen import Frozen
 from farm.records import BuildInfo
 from farm.yamlfile import ParseError, parse_json
 
@@ -62,9 +63,7 @@ SOURCE_FILE = "source.json"  # the resolved source, written next to the marker
 _LAST_USED = "last_used"
 
 
-class CachedBuild(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class CachedBuild(Frozen):
     info: BuildInfo
     size_bytes: int
     last_used: float
@@ -72,10 +71,8 @@ class CachedBuild(BaseModel):
     folder: Path = Field(description="the build's folder under the cache, where it was found")
 
 
-class UnfinishedBuild(BaseModel):
+class UnfinishedBuild(Frozen):
     """A build folder without a marker: being built, or left by a build that died."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     folder: Path
     size_bytes: int
@@ -83,11 +80,9 @@ class UnfinishedBuild(BaseModel):
     building: bool  # its lock is held: a build is filling it now
 
 
-class BuildScan(BaseModel):
+class BuildScan(Frozen):
     """The readable builds of a cache, the markers that cannot be read and the
     folders of builds that have not finished."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     builds: tuple[CachedBuild, ...] = ()
     unreadable: tuple[str, ...] = ()  # "<marker>: unreadable ...: <reason>; <what to do>"
@@ -243,10 +238,8 @@ def list_builds(cache_dir: Path, sizes: bool = True) -> list[CachedBuild]:
     return list(scan_builds(cache_dir, sizes).builds)
 
 
-class BuildGc(BaseModel):
+class BuildGc(Frozen):
     """What a gc of the build cache removed (or would), and what it spared as busy."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     removed: tuple[CachedBuild, ...] = ()
     in_use: tuple[CachedBuild, ...] = ()  # held by a running sweep or cell

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from filelock import FileLock
 from packaging.utils import canonicalize_name
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field
 
 from farm.builds.cache import (
     MARKER,
@@ -57,6 +57,7 @@ from farm.builds.site import (
 from farm.builds.sources import ResolvedSource, SourceError, installable, resolve_source
 from farm.engines.base import BuildRecipe
 from farm.errors import BuildError
+from farm.frozen import Frozen
 from farm.records import BuildInfo
 from farm.spec import EngineSpec
 from farm.yamlfile import ParseError, parse_json
@@ -110,11 +111,7 @@ print("farm-overlay-check:", json.dumps(problems))
 _CHECK_PREFIX = "farm-overlay-check: "  # the check's answer, among what the overlay printed
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ResolvedOverlay(_Frozen):
+class ResolvedOverlay(Frozen):
     """An overlay of an engine pinned to its content."""
 
     package: str
@@ -126,17 +123,18 @@ class ResolvedOverlay(_Frozen):
         return self.source.requirement_key(self.package)
 
 
-class LayeredSource(_Frozen):
+class LayeredSource(Frozen):
     """What ``source.json`` of a derived build records: its base and its overlays."""
 
     label: str
     base_build: str
     overlays: tuple[ResolvedOverlay, ...] = ()
-    versions: dict[str, str] = {}  # overlay package -> the version pip installed
+    # overlay package -> the version pip installed
+    versions: dict[str, str] = Field(default_factory=dict)
     replaced: tuple[str, ...] = ()  # files of the base an overlay replaced (env-relative)
 
 
-class DerivedBuild(_Frozen):
+class DerivedBuild(Frozen):
     """What a derived build adds to its base: the engine's overlays and patches."""
 
     engine: EngineSpec

@@ -23,11 +23,11 @@ from typing import Literal
 from filelock import FileLock
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict
 
 from farm.builds.environment import build_environment, git_environment, mask_text, run_step
 from farm.builds.series import ENGINE_IMPORT_NAMES, Patch, Target, not_applicable_reason
 from farm.errors import BuildError
+from farm.frozen import Frozen
 from farm.settings import get_settings
 
 __all__ = [
@@ -51,11 +51,7 @@ _FILE = re.compile(r"^(?:checking|patching) file (.+)$")
 _MISSING = re.compile(r"^can't find file to patch at input line (\d+)")
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class HunkFailure(_Frozen):
+class HunkFailure(Frozen):
     """A hunk GNU patch could not place: which file, which hunk, where, and its text."""
 
     file: str
@@ -65,7 +61,7 @@ class HunkFailure(_Frozen):
     text: str
 
 
-class PatchStatus(_Frozen):
+class PatchStatus(Frozen):
     """What a patch would do to one target; nothing was written to get it."""
 
     patch_id: str
@@ -85,7 +81,7 @@ class PatchStatus(_Frozen):
         return "\n".join(lines)
 
 
-class PatchOutcome(_Frozen):
+class PatchOutcome(Frozen):
     """What applying one patch of a series did."""
 
     patch_id: str
@@ -105,7 +101,7 @@ class PatchError(BuildError):
         self.status = status
 
 
-class _Run(_Frozen):
+class _Run(Frozen):
     returncode: int
     output: str
 

@@ -17,9 +17,10 @@ from typing import Any, Literal
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from farm.errors import BuildError
+from farm.frozen import Frozen
 from farm.settings import get_settings
 from farm.spec import EngineSpec, JobFile, is_distribution_name
 from farm.yamlfile import line_of, load_mapping, read_text, validation_problems
@@ -80,11 +81,7 @@ class PatchSeriesError(BuildError):
     """A series file or one of its diffs is malformed; the message names file and line."""
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Target(_Frozen):
+class Target(Frozen):
     """One concrete engine tree a patch is checked against: a release, a commit, or both.
 
     ``tree`` says how its files are laid out: ``package`` (an installed or unpacked
@@ -103,7 +100,7 @@ class Target(_Frozen):
         return f"commit {self.commit[:10]}" if self.commit else "unknown"
 
 
-class AppliesTo(_Frozen):
+class AppliesTo(Frozen):
     """Which releases (a PEP 440 specifier set) and/or commits a patch is written for."""
 
     versions: str | None = Field(default=None, description="e.g. '<=0.5.12.post1'")
@@ -148,7 +145,7 @@ class AppliesTo(_Frozen):
         return False
 
 
-class Hunk(_Frozen):
+class Hunk(Frozen):
     """One ``@@`` hunk of a file diff; ``text`` is the hunk as written, header included."""
 
     number: int = Field(description="1-based, within its file, as GNU patch counts")
@@ -157,7 +154,7 @@ class Hunk(_Frozen):
     text: str
 
 
-class FileDiff(_Frozen):
+class FileDiff(Frozen):
     """The hunks of one file; ``path`` is the file's path after stripping ``strip`` parts."""
 
     path: str
@@ -167,7 +164,7 @@ class FileDiff(_Frozen):
     hunks: tuple[Hunk, ...]
 
 
-class PatchEntry(_Frozen):
+class PatchEntry(Frozen):
     """One entry of ``series.yaml``, as written."""
 
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -242,7 +239,7 @@ class Patch(PatchEntry):
     files: tuple[FileDiff, ...]
 
 
-class PatchSeries(_Frozen):
+class PatchSeries(Frozen):
     """All patches bundled for one engine, in application order."""
 
     engine: str
@@ -258,7 +255,7 @@ class PatchSeries(_Frozen):
         raise PatchSeriesError(f"{self.path}: no patch {patch_id!r} (known: {known})")
 
 
-class _SeriesFile(_Frozen):
+class _SeriesFile(Frozen):
     patches: tuple[PatchEntry, ...] = Field(min_length=1)
 
 

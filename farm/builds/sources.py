@@ -36,7 +36,6 @@ from typing import Literal
 
 from filelock import FileLock
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from pydantic import BaseModel, ConfigDict
 
 from farm.builds.environment import (
     StepTimeoutError,
@@ -46,6 +45,7 @@ from farm.builds.environment import (
     run_step,
 )
 from farm.errors import BuildError
+from farm.frozen import Frozen
 from farm.settings import get_settings
 from farm.spec import EngineSpec, GitSource, PullRequestSource
 
@@ -83,7 +83,7 @@ class SourceError(BuildError):
     """A build source cannot be found, read or fetched; names the engine and source."""
 
 
-class ResolvedSource(BaseModel):
+class ResolvedSource(Frozen):
     """An engine's build source pinned to its content.
 
     ``identity`` is what goes into the build id: ``None`` for a PyPI release,
@@ -91,8 +91,6 @@ class ResolvedSource(BaseModel):
     (plus ``:<subdirectory>``) for a git ref or pull request. ``version`` is the release
     the source declares or the wheel's file name says, when known.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: SourceKind
     label: str

@@ -25,7 +25,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from filelock import FileLock
-from pydantic import BaseModel, ConfigDict
 
 from farm.builds.cache import (
     MARKER,
@@ -51,6 +50,7 @@ from farm.engines import adapter_for
 from farm.engines.base import BuildRecipe
 from farm.errors import BuildError, FarmError
 from farm.fileformat import UnreadableFileError
+from farm.frozen import Frozen
 from farm.records import BuildInfo
 from farm.settings import get_settings
 from farm.spec import EngineSpec
@@ -102,10 +102,8 @@ def build_id(
     return _hash({"base": base, "overlays": [o.key for o in overlays], "patches": texts})
 
 
-class PlannedBuild(BaseModel):
+class PlannedBuild(Frozen):
     """What ``farm plan`` shows of one engine's build: its id, or why it has none."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     engine: str
     build_id: str | None

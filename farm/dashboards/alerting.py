@@ -21,10 +21,10 @@ from typing import Any, Literal
 from grafana_foundation_sdk.builders import alerting, expr
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import alerting as alerting_models
-from pydantic import BaseModel, ConfigDict
 
 from farm.dashboards import queries as q
 from farm.dashboards.model import DATASOURCE_UID, PostgresQuery, _Built
+from farm.frozen import Frozen
 
 __all__ = [
     "ALERT_FOLDER",
@@ -45,10 +45,8 @@ _EXPRESSION_UID = "__expr__"
 _API_ONLY = ("folderUID", "ruleGroup", "orgID")
 
 
-class AlertRule(BaseModel):
+class AlertRule(Frozen):
     """One rule: fires for every row of ``sql`` whose number is above ``threshold``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     uid: str
     title: str

@@ -28,7 +28,9 @@ from grafana_foundation_sdk.cog import runtime as cogruntime
 from grafana_foundation_sdk.cog import variants as cogvariants
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as sdkm
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from farm.frozen import Frozen
 
 __all__ = [
     "DATASOURCE_TYPE",
@@ -147,11 +149,7 @@ def _to_json(model: object) -> Any:
     return json.loads(json.dumps(model, cls=JSONEncoder))
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Panel(_Frozen):
+class Panel(Frozen):
     """One SQL panel. ``width``/``height`` are grid units (24 columns, rows of 30 px).
 
     ``options``, ``defaults`` (field config defaults beyond unit and decimals),
@@ -212,7 +210,7 @@ class Panel(_Frozen):
         return panel
 
 
-class QueryVariable(_Frozen):
+class QueryVariable(Frozen):
     """A dashboard variable whose values come from a SQL query on the store.
 
     ``multi`` variables start at "All". Queries may use earlier variables, so a team
@@ -249,7 +247,7 @@ class QueryVariable(_Frozen):
         return variable
 
 
-class Dashboard(_Frozen):
+class Dashboard(Frozen):
     """A dashboard: rows of panels laid out top to bottom, and its variables.
 
     Panel ids are assigned in reading order starting at 1; each row starts below the

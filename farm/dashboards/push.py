@@ -35,7 +35,7 @@ from grafana_client.client import (  # type: ignore[import-untyped]
     GrafanaException,
     TokenAuth,
 )
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import SecretStr
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -43,6 +43,7 @@ from farm.dashboards.alerting import ALERT_GROUP, ALERT_INTERVAL_S, AlertRule
 from farm.dashboards.model import DATASOURCE_UID, Dashboard
 from farm.dashboards.provisioning import DASHBOARD_FOLDER, DASHBOARD_FOLDER_UID, datasource
 from farm.errors import FarmError
+from farm.frozen import Frozen
 
 __all__ = [
     "GrafanaError",
@@ -64,10 +65,8 @@ class GrafanaError(FarmError):
     """Grafana could not be reached, refused the token, or refused a request."""
 
 
-class StoreConnection(BaseModel):
+class StoreConnection(Frozen):
     """How Grafana reaches the farm's PostgreSQL store (for creating the data source)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     host: str  # HOST:PORT as Grafana's network sees it
     database: str
@@ -76,10 +75,8 @@ class StoreConnection(BaseModel):
     sslmode: str = "disable"
 
 
-class PushResult(BaseModel):
+class PushResult(Frozen):
     """What a push did: the folder, whether the data source was created, dashboard URLs."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     folder_uid: str
     folder_created: bool
@@ -87,10 +84,8 @@ class PushResult(BaseModel):
     dashboards: tuple[tuple[str, str], ...]  # (uid, URL path Grafana answered)
 
 
-class PushedRule(BaseModel):
+class PushedRule(Frozen):
     """One alert rule a push saved, and whether Grafana had it before."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     uid: str
     title: str

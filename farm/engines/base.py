@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from farm.engines.process import EngineProcess, PdSide, ServerLaunch
 from farm.errors import EngineError
+from farm.frozen import Frozen
 from farm.plan import Capabilities, ServerCell, Variant
 from farm.records import EffectiveConfig, SpecCounters
 from farm.spec import EngineSpec, ModelSpec, WorkloadSpec
@@ -47,11 +48,7 @@ class EngineOutputError(EngineError):
     JSON or not shaped as a completion, a metric that is not a count."""
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class BuildRecipe(_Frozen):
+class BuildRecipe(Frozen):
     """How to install an engine into an empty virtual environment.
 
     ``plugin_groups``: the entry-point groups through which the engine loads plugin
@@ -65,7 +62,7 @@ class BuildRecipe(_Frozen):
     plugin_groups: tuple[str, ...] = Field(default=(), exclude=True)
 
 
-class Completion(_Frozen):
+class Completion(Frozen):
     """One parsed chat completion."""
 
     text: str

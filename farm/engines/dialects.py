@@ -14,9 +14,10 @@ from typing import Generic, TypeVar
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from farm.errors import PlanError
+from farm.frozen import Frozen
 
 __all__ = [
     "SGLANG_GRAPH",
@@ -36,11 +37,7 @@ __all__ = [
 T = TypeVar("T", bound=BaseModel)
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Dialect(_Frozen, Generic[T]):
+class Dialect(Frozen, Generic[T]):
     """One row: the releases in ``versions`` speak ``value``; ``source`` says where it was read."""
 
     versions: str
@@ -71,7 +68,7 @@ def pick(table: Sequence[Dialect[T]], version: str | None, what: str) -> Dialect
 # --- sglang ---------------------------------------------------------------------
 
 
-class SglangGraphFlags(_Frozen):
+class SglangGraphFlags(Frozen):
     """Server flags for sglang's graph modes in one dialect.
 
     sglang's graph is a decode-phase graph ("cuda graph", an ACL graph on Ascend;
@@ -167,7 +164,7 @@ SGLANG_GRAPH: tuple[Dialect[SglangGraphFlags], ...] = (
 )
 
 
-class SglangSpecFields(_Frozen):
+class SglangSpecFields(Frozen):
     """Names of the per-request speculative fields sglang puts in ``meta_info``.
 
     ``accepted``/``proposed`` count draft tokens (the bonus token excluded);
@@ -226,7 +223,7 @@ SGLANG_SPEC_FIELDS: tuple[Dialect[SglangSpecFields], ...] = (
 )
 
 
-class SglangRequestFields(_Frozen):
+class SglangRequestFields(Frozen):
     """Where one sglang release puts a request's ``meta_info`` for an OpenAI chat call.
 
     ``meta_info_in_chat``: ``return_meta_info: true`` copies it into
@@ -275,7 +272,7 @@ SGLANG_REQUEST: tuple[Dialect[SglangRequestFields], ...] = (
 )
 
 
-class SglangMetrics(_Frozen):
+class SglangMetrics(Frozen):
     """What sglang's Prometheus endpoint (``--enable-metrics``) can give the farm.
 
     ``sglang:spec_accept_length`` / ``sglang:spec_accept_rate`` are gauges of the
@@ -306,7 +303,7 @@ SGLANG_METRICS: tuple[Dialect[SglangMetrics], ...] = (
 # --- vllm-ascend ----------------------------------------------------------------
 
 
-class VllmAscendGraph(_Frozen):
+class VllmAscendGraph(Frozen):
     """What vllm-ascend does with the graph mode it is given, in one dialect.
 
     ``default``: the mode a server runs without ``--enforce-eager`` or an explicit

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict
 
 from farm.engines.devices import DeviceReleaseCheck, release_checks, wait_released
 from farm.engines.environment import child_environment
 from farm.errors import EngineError
+from farm.frozen import Frozen
 
 __all__ = [
     "COMMON_FATAL_PATTERNS",
@@ -41,13 +41,11 @@ __all__ = [
 ]
 
 
-class PdSide(BaseModel):
+class PdSide(Frozen):
     """One server of a disaggregated prefill/decode cell (deployment ``pd``): its role,
     the loopback port of its KV transfer side channel (vLLM NIXL's handshake, a
     Mooncake ``kv_port``, sglang's prefill bootstrap server) and how many devices each
     side of the pair has (0 on CPU): connectors are told both sides' parallelism."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     role: Literal["prefill", "decode"]
     kv_port: int
@@ -55,13 +53,11 @@ class PdSide(BaseModel):
     decode_npus: int = 0
 
 
-class ServerLaunch(BaseModel):
+class ServerLaunch(Frozen):
     """Everything needed to start one engine server.
 
     ``pd`` is the server's side of a disaggregated cell (None: the cell's one server).
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     argv: tuple[str, ...]
     env: dict[str, str]

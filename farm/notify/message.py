@@ -12,8 +12,9 @@ import re
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import field_validator
 
+from farm.frozen import Frozen
 from farm.inert import UntrustedText
 from farm.results.alerts import METRIC_NAMES, AlertFigure, AlertRecord, metric_name
 
@@ -101,7 +102,7 @@ NoticeLevel = Literal["info", "warning"]
 _LINK = re.compile(r"https?://[^\s<>()\[\]{}|\\^`\"']+")
 
 
-class Notice(BaseModel):
+class Notice(Frozen):
     """A message that is not an alert, in words every channel can lay out.
 
     ``title``: one line (chat headers cut it at 150 characters); ``level``: ``warning``
@@ -110,8 +111,6 @@ class Notice(BaseModel):
     everything, e.g. a command; ``link``: an http(s) URL to open; ``topic``: what the
     notice is about (``bisection:7``), for receivers that route by it.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     # Lines may quote outside text (a commit subject, a failed step's error): held as
     # such, credentials masked, in every channel and in the webhook's JSON body.

@@ -25,7 +25,7 @@ from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -34,6 +34,7 @@ from farm.builds.cache import use_build
 from farm.comparable import ComparableKey
 from farm.engines import job_capabilities
 from farm.errors import FarmError, StoreError
+from farm.frozen import Frozen
 from farm.orchestrate import (
     BuildOutcome,
     BuildRunner,
@@ -72,12 +73,10 @@ _STALE_BEATS = 3
 _RUNNING_HERE: set[tuple[str, int]] = set()
 
 
-class SweepOptions(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class SweepOptions(Frozen):
     db_url: str
     ray_address: str | None = None
-    only: dict[str, str] = {}
+    only: dict[str, str] = Field(default_factory=dict)
     home: Path
     resume: int | None = None
     runner: CellRunner | None = None  # None: the real engine runner
@@ -93,9 +92,7 @@ class SweepOptions(BaseModel):
     stop_after: Callable[[ServerCell, CellResult], str | None] | None = None
 
 
-class SweepOutcome(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class SweepOutcome(Frozen):
     sweep_id: int
     ok: tuple[str, ...]
     failed: tuple[str, ...]

@@ -27,9 +27,10 @@ import math
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from farm.comparable import ComparableKey
+from farm.frozen import Frozen
 from farm.inert import UntrustedText
 
 __all__ = [
@@ -95,14 +96,10 @@ TRIAGE_STATES: tuple[AlertState, ...] = ("acknowledged", "downstream", "invalid"
 SEVERITIES: tuple[Severity, ...] = ("critical", "warning")
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class _Stored(BaseModel):
+class _Stored(Frozen):
     # Details are stored as JSON and read back by whichever farm version runs next:
     # fields an older or newer farm wrote and this one does not know are ignored.
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(extra="ignore")
 
 
 class FigureInterval(_Stored):
@@ -188,7 +185,7 @@ class AlertDetails(_Stored):
         return frozenset(f.position for f in self.figures if f.position is not None)
 
 
-class AlertCandidate(_Frozen):
+class AlertCandidate(Frozen):
     """An alert as the analysis proposes it, before the store deduplicates it."""
 
     key: str
@@ -199,7 +196,7 @@ class AlertCandidate(_Frozen):
     details: AlertDetails
 
 
-class AlertRecord(_Frozen):
+class AlertRecord(Frozen):
     """A stored alert.
 
     ``first_sweep_id``/``last_sweep_id``: the earliest and latest sweep that showed it;

@@ -6,18 +6,13 @@ chooses among them.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
+from farm.frozen import Frozen
 from farm.records import StoredCell
 
 __all__ = ["StoredBaselineCell"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class StoredBaselineCell(_Frozen):
+class StoredBaselineCell(Frozen):
     """A stored cell of a sweep that ran ``build_id`` (read by the pipeline)."""
 
     sweep_id: int

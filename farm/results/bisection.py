@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
+from farm.frozen import Frozen
 from farm.inert import UntrustedText
 
 __all__ = [
@@ -43,13 +44,9 @@ BISECTION_STATUSES: Final[tuple[BisectionStatus, ...]] = ("running", "found", "i
 _PR_IN_SUBJECT = re.compile(r"\(#(\d+)\)\s*$|^Merge pull request #(\d+)\b")
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class _Stored(BaseModel):
+class _Stored(Frozen):
     # Read back from the store by whichever farm version runs next.
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(extra="ignore")
 
 
 def pr_number(subject: str) -> int | None:
@@ -88,7 +85,7 @@ class Commit(_Stored):
         return f"{self.sha[:12]} {self.subject}{pr}".rstrip()
 
 
-class SearchOutcome(_Frozen):
+class SearchOutcome(Frozen):
     """Where a search stands: ``running`` (``next`` to test), ``found`` (the first bad
     commit and the good one before it) or ``inconclusive`` (``reason``)."""
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import ConfigDict, model_validator
 
 from farm.comparable import ComparableKey
+from farm.frozen import Frozen
 from farm.results.alerts import AlertFigure
 
 __all__ = [
@@ -67,9 +68,9 @@ FindingSource = Literal[
 ]
 
 
-class _Stored(BaseModel):
+class _Stored(Frozen):
     # Read back by whichever farm version runs next: unknown fields are ignored.
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(extra="ignore")
 
 
 class PositionChange(_Stored):

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from pydantic import BaseModel, ConfigDict
-
 from farm.analysis.sequential import SequentialDesign
 from farm.analysis.stats import AcceptanceSample
 from farm.comparable import ComparableKey
+from farm.frozen import Frozen
 from farm.plan import ServerCell, Variant
 from farm.records import (
     BuildInfo,
@@ -24,11 +23,7 @@ from farm.workload.prompts import LoadedWorkload
 __all__ = ["CellTask", "ReferenceRun", "SequentialLooks", "reference_runs", "sequential_looks"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ReferenceRun(_Frozen):
+class ReferenceRun(Frozen):
     """A stored variant a candidate is paired with: where it ran, its per-request
     counters (the requests that succeeded with counters, in stored order) and their
     :func:`farm.records.counters_digest`."""
@@ -45,7 +40,7 @@ class ReferenceRun(_Frozen):
         return AcceptanceSample.from_counters(self.prompt_ids, self.counters)
 
 
-class SequentialLooks(_Frozen):
+class SequentialLooks(Frozen):
     """Run variant ``variant`` (its :attr:`farm.plan.Variant.key`) in the looks of
     ``design``, each decided against ``reference``; ``name`` seeds the last look's
     bootstrap as the sweep comparison seeds it (the variant's comparable-key label)."""
@@ -56,7 +51,7 @@ class SequentialLooks(_Frozen):
     reference: ReferenceRun
 
 
-class CellTask(_Frozen):
+class CellTask(Frozen):
     """Everything a worker needs to run one cell, with no access to the job file."""
 
     cell: ServerCell

@@ -10,13 +10,13 @@ from typing import Annotated, Any, Literal
 from packaging.version import InvalidVersion, Version
 from pydantic import (
     AfterValidator,
-    BaseModel,
     ConfigDict,
     ValidationInfo,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
+from farm.frozen import Frozen
 from farm.job_text import bools_for_numbers, not_an_option, user_path
 from farm.yamlfile import LOCATED
 
@@ -76,9 +76,9 @@ def _on_off(value: Any) -> Any:
     return value
 
 
-class _Spec(BaseModel):
+class _Spec(Frozen):
     # inf and nan are never meant: `timeout: .inf` would wait forever.
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod

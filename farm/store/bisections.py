@@ -12,11 +12,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from farm.errors import FarmError, StoreError
+from farm.frozen import Frozen
 from farm.inert import untrusted
 from farm.results.bisection import (
     Bisection,
@@ -201,10 +202,11 @@ def _step(row: BisectStepRow, count: int | None = None) -> BisectStep:
     )
 
 
-class _Endpoints(BaseModel):
+class _Endpoints(Frozen):
     """The shape of ``bisection.endpoints``."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    # Read back by whichever farm version runs next: unknown fields are ignored.
+    model_config = ConfigDict(extra="ignore")
 
     good: Endpoint
     bad: Endpoint

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session, col, select
 
 from farm.errors import StoreError
+from farm.frozen import Frozen
 from farm.records import BuildInfo
 from farm.store.base import _require_sweep, _unit_of_work, dialect_insert
 from farm.store.columns import read_column
@@ -77,10 +77,8 @@ def _build(row: BuildRow) -> BuildInfo:
     return BuildInfo.model_validate(values)
 
 
-class BuildLocation(BaseModel):
+class BuildLocation(Frozen):
     """A build as it exists on one node: the Ray node id, its host and the folder."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     build_id: str
     node_id: str

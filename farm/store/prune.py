@@ -16,10 +16,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
-from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session
 
 from farm.bounds import parse_age as bounded_age
+from farm.frozen import Frozen
 from farm.store.base import _unit_of_work
 from farm.store.requests import _batches, _table
 from farm.store.tables import (
@@ -33,10 +33,8 @@ from farm.store.tables import (
 __all__ = ["PruneReport", "parse_age", "prune_text"]
 
 
-class PruneReport(BaseModel):
+class PruneReport(Frozen):
     """What a prune removed (or, with ``dry_run``, would remove)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cutoff: datetime
     dry_run: bool

@@ -25,7 +25,6 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlmodel import Session
@@ -33,6 +32,7 @@ from sqlmodel import Session
 from farm.bounds import StoredId
 from farm.errors import StoreError
 from farm.fileformat import UnreadableFileError, dump_versioned, read_versioned
+from farm.frozen import Frozen
 from farm.records import CellResult
 from farm.store.cells import CellAlreadyStoredError, save_cell_result
 from farm.store.connection import answer_within
@@ -59,30 +59,24 @@ _UPGRADES = {1: lambda data: data}
 _WHAT = "spooled result"
 
 
-class SpooledResult(BaseModel):
+class SpooledResult(Frozen):
     """One spooled cell result and where it belongs."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     store: str
     sweep_id: StoredId  # past 2**63 - 1 the file is unreadable, not a crash of the flush
     result: CellResult
 
 
-class SpoolScan(BaseModel):
+class SpoolScan(Frozen):
     """The spool files meant for one store, and the files nobody can read."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     files: tuple[Path, ...] = ()
     unreadable: tuple[str, ...] = ()  # "<path>: unreadable ...: <reason>; <what to do>"
 
 
-class FlushReport(BaseModel):
+class FlushReport(Frozen):
     """What a flush stored (cell ids by sweep), what it kept with the reason, the files
     it could not read (left in place), and the files another flush was storing."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     stored: tuple[str, ...] = ()
     kept: tuple[str, ...] = ()

@@ -10,9 +10,9 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session, col, select
 
+from farm.frozen import Frozen
 from farm.records import SequentialRecord
 from farm.store.base import _id
 from farm.store.columns import read_column
@@ -21,10 +21,8 @@ from farm.store.tables import CellRow, ConfirmationRunRow, SweepRow, VariantRunR
 __all__ = ["SweepCost", "SweepSummary", "job_sweeps", "list_sweeps", "sweep_cost"]
 
 
-class SweepSummary(BaseModel):
+class SweepSummary(Frozen):
     """One line of ``farm report``'s sweep list: a sweep and how its cells ended."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: int
     job: str
@@ -44,11 +42,9 @@ class SweepSummary(BaseModel):
         return self.cells_ok + self.cells_failed + self.cells_build_failed + self.cells_planned
 
 
-class SweepCost(BaseModel):
+class SweepCost(Frozen):
     """What a sweep's servers cost (farm.records.CellResult.device_s), summed over its
     cells: start-up and generation time, and device time (each NPU a server held)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cells: int = 0
     startup_s: float = 0.0

@@ -12,11 +12,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session, col, select
 
 from farm import __version__
 from farm.errors import FarmError
+from farm.frozen import Frozen
 from farm.plan import Plan
 from farm.records import SWEEP_STATUSES, SweepStatus
 from farm.store.base import _id, _require_sweep, _unit_of_work
@@ -36,10 +36,8 @@ __all__ = [
 ]
 
 
-class SweepLease(BaseModel):
+class SweepLease(Frozen):
     """Who holds (or last held) a sweep: the driver's ``host:pid`` and its last heartbeat."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     sweep_id: int
     driver: str | None

@@ -23,23 +23,27 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
+from farm.frozen import Frozen
 from farm.spec.parts import PromptFormat
 
 __all__ = ["Prompt", "Turn", "parse_record", "select_prompts"]
 
+# Each model below reads records of a prompt file (the farm's own or a public data
+# set's, such as MT-Bench's): keys the farm does not read are ignored (extra="ignore").
 
-class Turn(BaseModel):
+
+class Turn(Frozen):
     """A follow-up user turn of a conversation, with its expected answer."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(extra="ignore")
 
     prompt: str
     answer: str | None = None
 
 
-class Prompt(BaseModel):
+class Prompt(Frozen):
     """One prompt record; with ``turns``, the first turn of a conversation.
 
     Each follow-up turn is sent once the answer before it came back, with every
@@ -50,7 +54,7 @@ class Prompt(BaseModel):
     request of the record, so a report can break acceptance down by it.
     """
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(extra="ignore")
 
     id: str = Field(min_length=1)
     prompt: str
@@ -64,23 +68,23 @@ class Prompt(BaseModel):
         return ((self.id, first), *((f"{self.id}#{k}", t) for k, t in enumerate(self.turns, 2)))
 
 
-class _MtBench(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+class _MtBench(Frozen):
+    model_config = ConfigDict(extra="ignore")
 
     question_id: int | str
     category: str = Field(min_length=1)
     turns: tuple[str, ...] = Field(min_length=1)
 
 
-class _Message(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+class _Message(Frozen):
+    model_config = ConfigDict(extra="ignore")
 
     role: str
     content: str
 
 
-class _SpeedBench(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+class _SpeedBench(Frozen):
+    model_config = ConfigDict(extra="ignore")
 
     question_id: int | str | None = None
     id: int | str | None = None

@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from farm.errors import CellError
+from farm.frozen import Frozen
 from farm.spec.parts import HarnessTool
 from farm.yamlfile import ParseError, json_lines, parse_json, read_json, read_text
 
@@ -64,12 +65,14 @@ def reading_output(tool: str, *where: Path) -> Iterator[None]:
         ) from None
 
 
-class _Frozen(BaseModel):
+class _Finite(Frozen):
+    """:class:`Frozen`, and refusing NaN and infinities in float fields."""
+
     # A NaN accuracy or score is no figure: the store and `farm export` refuse it.
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
 
-class HarnessCommand(_Frozen):
+class HarnessCommand(_Finite):
     """How to start the harness for one variant; ``env`` is what the job and the farm
     set explicitly (the rest of its environment: ``farm.engines.environment``);
     ``model`` the served name it asks for (some harnesses name their outputs by it)."""
@@ -82,7 +85,7 @@ class HarnessCommand(_Frozen):
     model: str = ""
 
 
-class HarnessSample(_Frozen):
+class HarnessSample(_Finite):
     """One scored document of the harness's sample log."""
 
     doc_id: int
@@ -91,7 +94,7 @@ class HarnessSample(_Frozen):
     score: float | None
 
 
-class HarnessOutcome(_Frozen):
+class HarnessOutcome(_Finite):
     """What the harness measured: its accuracy figure and the per-document scores."""
 
     task: str

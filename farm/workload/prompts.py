@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
 from farm.errors import SpecError
+from farm.frozen import Frozen
 from farm.spec import JobFile, WorkloadSpec
 from farm.spec.parts import PromptFormat
 from farm.workload.formats import Prompt, Turn, parse_record, select_prompts
@@ -30,10 +29,8 @@ _SHOWN = 10
 Scorer = Callable[[str, str], bool]
 
 
-class LoadedWorkload(BaseModel):
+class LoadedWorkload(Frozen):
     """A workload spec with its prompts read, ready to ship to a worker."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     spec: WorkloadSpec
     prompts: tuple[Prompt, ...]

@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict
 
 from farm.engines.base import Completion, EngineOutputError, read_completion
+from farm.frozen import Frozen
 
 __all__ = ["Exchange", "RecordingProxy", "merge_fields", "messages_key", "prompt_key"]
 
@@ -29,10 +29,8 @@ _RECORDED = ("/v1/chat/completions", "/v1/completions")
 _DROP_HEADERS = {"connection", "content-length", "transfer-encoding", "keep-alive", "host"}
 
 
-class Exchange(BaseModel):
+class Exchange(Frozen):
     """One completion request that went through the proxy."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     index: int
     path: str

@@ -30,6 +30,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     (
         "farm",
         "farm.errors",
+        "farm.frozen",
         "farm.axes",
         "farm.families",
         "farm.yamlfile",

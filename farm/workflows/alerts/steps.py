@@ -9,11 +9,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from sqlmodel import Session
 
 from farm.analysis.judgement import Judgement
 from farm.errors import FarmError, SpecError
+from farm.frozen import Frozen
 from farm.goldens import GoldenCheck
 from farm.notify.delivery import send_pending
 from farm.notify.registry import Notifier, configured_notifiers
@@ -26,10 +27,11 @@ from farm.workflows.nightly.steps import Baseline, judge_stored, recover_compare
 __all__ = ["AlertCheck", "JudgedAs", "check_alerts", "judged_as_nightly"]
 
 
-class AlertCheck(BaseModel):
+class AlertCheck(Frozen):
     """What one check-alert-notify pass (``farm alerts check``) did."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    # ``judgement`` is a plain dataclass, taken as it is rather than validated.
+    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     sweep_id: int
     judgement: Judgement

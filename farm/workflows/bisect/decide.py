@@ -26,7 +26,6 @@ import re
 from collections.abc import Mapping, Sequence
 
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict
 
 from farm.analysis.check_rules import CheckConfig
 from farm.analysis.compare import ComparedVariant, SweepComparison
@@ -34,6 +33,7 @@ from farm.analysis.judgement import JudgeRules, judge
 from farm.analysis.rules import bisect_rules
 from farm.analysis.stats import AcceptanceSample, acceptance_stats
 from farm.errors import FarmError
+from farm.frozen import Frozen
 from farm.records import StoredCell, SweepRecord
 from farm.results.bisection import (
     BISECTION_STATUSES,
@@ -84,10 +84,6 @@ __all__ = [
 _GIT_IDENTITY = re.compile(r"git:([0-9a-f]{7,40})\b")
 # An alert figure's reference: "<cell label> in sweep 12"
 _IN_SWEEP = re.compile(r"\bin sweep (\d+)\s*$")
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 def commit_of_source(source: str | None, package: str | None = None) -> str | None:
@@ -196,7 +192,7 @@ def releases_between(
 # --- the statistics -----------------------------------------------------------------
 
 
-class EndpointCheck(_Frozen):
+class EndpointCheck(Frozen):
     """The ends compared: the regressed variants (key -> cell id) and each end's figures."""
 
     regressed: dict[str, str]

@@ -19,12 +19,11 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from farm.builds.git_history import first_parent_commits, history_repository
 from farm.builds.sources import list_releases
 from farm.builds.venv import plan_builds
 from farm.errors import FarmError
+from farm.frozen import Frozen
 from farm.inert import untrusted
 from farm.orchestrate.driver import plan_job
 from farm.plan import ServerCell
@@ -54,11 +53,7 @@ __all__ = [
 ]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class BisectedPart(_Frozen):
+class BisectedPart(Frozen):
     """The part of an engine a bisection searches: ``overlay`` (a package) or the
     engine itself (None), its ``package`` and whether its candidates are git commits
     or PyPI releases."""
@@ -102,7 +97,7 @@ def bisected_part(engine: EngineSpec) -> BisectedPart:
     )
 
 
-class BisectSetup(_Frozen):
+class BisectSetup(Frozen):
     """What a bisection searches: the job's engine, the repository (or package index),
     the candidates (commits or releases, oldest first, good .. bad) and the planned
     spec-on cells."""

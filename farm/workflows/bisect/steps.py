@@ -25,7 +25,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session
 
 from farm import store
@@ -36,6 +35,7 @@ from farm.builds.cache import MARKER
 from farm.builds.venv import plan_builds
 from farm.comparable import ComparableKey
 from farm.errors import FarmError
+from farm.frozen import Frozen
 from farm.plan import ServerCell
 from farm.records import StoredCell, SweepRecord
 from farm.runner import ReferenceRun, reference_runs
@@ -73,11 +73,7 @@ SweepRunner = Callable[[JobSpec, str, Mapping[ComparableKey, ReferenceRun]], int
 _ANY_AGE = timedelta(days=36500)
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class BisectRun(_Frozen):
+class BisectRun(Frozen):
     """What one `farm bisect` run did: the bisection as stored after it, and what this
     run cost (builds made, cells run, wall time, the engine time of its cells) and what
     the steps' sequential looks saved: variants stopped early, and the generation time
@@ -112,7 +108,7 @@ def _span(seconds: float) -> str:
 # --- measuring ----------------------------------------------------------------------
 
 
-class _Measured(_Frozen):
+class _Measured(Frozen):
     record: SweepRecord | None
     build_id: str | None
     sweep_ids: tuple[int, ...] = ()

@@ -27,13 +27,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict
-
 from farm.analysis.alert_rules import alert_candidates
 from farm.analysis.history import HistoryPoint
 from farm.analysis.judgement import BASELINE_CHECK, Judgement, JudgeRules, judge
 from farm.analysis.rules import night_rules
 from farm.comparable import ComparableKey
+from farm.frozen import Frozen
 from farm.records import SweepRecord
 from farm.results.alerts import AlertCandidate
 from farm.results.verdict import SweepVerdict, VerdictOutcome
@@ -48,11 +47,7 @@ __all__ = [
 ]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class EarlierNight(_Frozen):
+class EarlierNight(Frozen):
     """What choosing a baseline needs to know of an earlier sweep of the job."""
 
     sweep_id: int

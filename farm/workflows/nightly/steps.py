@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from sqlmodel import Session
 
 from farm.analysis.alert_rules import cell_alert_keys
@@ -35,6 +35,7 @@ from farm.analysis.rules import night_rules
 from farm.analysis.summary import patched_bases, summarize_sweep
 from farm.comparable import ComparableKey
 from farm.errors import FarmError, OutputError
+from farm.frozen import Frozen
 from farm.goldens import GoldenCheck
 from farm.notify.delivery import deliver, send_pending
 from farm.notify.registry import Notifier, configured_notifiers
@@ -92,11 +93,12 @@ __all__ = [
 Baseline = Literal["last-good"] | int | SweepRecord | None
 
 
-class NightlyCheck(BaseModel):
+class NightlyCheck(Frozen):
     """What one check of a night did; ``judged`` is False when its verdict was stored
     before (nothing was raised or sent then)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    # ``judgement`` is a plain dataclass, taken as it is rather than validated.
+    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     verdict: SweepVerdict
     judged: bool
@@ -402,10 +404,8 @@ def check_aa_night(
     )
 
 
-class CellAlerts(BaseModel):
+class CellAlerts(Frozen):
     """What the check of one cell stored during a night did (:func:`check_landed_cell`)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cell_id: str
     raised: tuple[AlertRecord, ...] = ()  # the cell's alerts, raised or refreshed

@@ -23,14 +23,13 @@ from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from farm.analysis.compare import SweepComparison
 from farm.analysis.judgement import GOLDEN_CHECK, NOTHING_COMPARED, PR_CHECK, JudgeRules, judge
 from farm.analysis.rules import pr_rules
 from farm.axes import SERVER_AXES, AxisValue
 from farm.bounds import parse_age as bounded_age
 from farm.errors import FarmError
+from farm.frozen import Frozen
 from farm.plan import ServerCell
 from farm.records import StoredCell, SweepRecord
 from farm.results.baseline import StoredBaselineCell
@@ -72,11 +71,7 @@ StatusState = Literal["success", "failure", "error"]
 DropReason = Literal["already upstream", "conflict", "not applicable"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class DroppedPatch(_Frozen):
+class DroppedPatch(Frozen):
     """A bundled patch of the engine left out of the candidate build, and why."""
 
     patch_id: str
@@ -87,7 +82,7 @@ class DroppedPatch(_Frozen):
         return f"{self.patch_id} ({self.reason}{': ' + self.detail if self.detail else ''})"
 
 
-class BaselineSelection(_Frozen):
+class BaselineSelection(Frozen):
     """Which base cells are reused (and from where) and which must run."""
 
     reused: tuple[ReusedCell, ...] = ()
@@ -98,14 +93,14 @@ class BaselineSelection(_Frozen):
         return tuple(sorted({c.sweep_id for c in self.reused}))
 
 
-class CommitStatus(_Frozen):
+class CommitStatus(Frozen):
     """What ``POST /repos/{o}/{r}/statuses/{sha}`` sends for a verdict."""
 
     state: StatusState
     description: str
 
 
-class PrJudgement(_Frozen):
+class PrJudgement(Frozen):
     verdict: SweepVerdict
     comparison: SweepComparison
 

@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
 from packaging.utils import canonicalize_name
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 from sqlmodel import Session
 
 from farm.analysis.confirm import ConfirmRule
@@ -32,6 +32,7 @@ from farm.builds.series import Patch, Target
 from farm.builds.sources import ResolvedSource, SourceError, installable, resolve_source
 from farm.builds.venv import patches_of, plan_builds
 from farm.errors import FarmError
+from farm.frozen import Frozen
 from farm.goldens import GoldenCheck
 from farm.notify.github import GitHubClient, GitHubError, PullRequestRef
 from farm.plan import ServerCell
@@ -89,11 +90,7 @@ LineSink = Callable[[str], None]
 BaseAt = Literal["branch", "merge-base"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class PrSetup(_Frozen):
+class PrSetup(Frozen):
     """What a PR run builds: the base and candidate engines and their build ids."""
 
     job: str
@@ -111,12 +108,12 @@ class PrSetup(_Frozen):
     touched: tuple[str, ...] = ()
 
 
-class PrBaseline(_Frozen):
+class PrBaseline(Frozen):
     selection: BaselineSelection
     reused: tuple[StoredBaselineCell, ...] = ()
 
 
-class PrCheck(_Frozen):
+class PrCheck(Frozen):
     """What one check of a PR sweep did; ``judged`` False when its verdict was stored
     before (by an earlier check of the same sweep)."""
 
