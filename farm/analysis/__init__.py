@@ -9,7 +9,7 @@ from farm.analysis.attribution import (
     branch_table,
     labels_from_report,
 )
-from farm.analysis.check_rules import CheckConfig, CheckReport, Note, VariantRef, Verdict
+from farm.analysis.check_rules import CheckConfig, CheckReport, CheckVerdict, Note, VariantRef
 from farm.analysis.checks import (
     check_depth_invariance,
     check_graph_modes,
@@ -56,6 +56,7 @@ __all__ = [
     "ChangePoint",
     "CheckConfig",
     "CheckReport",
+    "CheckVerdict",
     "ComparableKey",
     "HistoryAnalysis",
     "HistoryConfig",
@@ -66,7 +67,6 @@ __all__ = [
     "Predicate",
     "VariantRef",
     "VariantSummary",
-    "Verdict",
     "acceptance_by_category",
     "acceptance_stats",
     "accuracy",

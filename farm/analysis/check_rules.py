@@ -24,11 +24,11 @@ __all__ = [
     "CheckConfig",
     "CheckKind",
     "CheckReport",
+    "CheckVerdict",
     "Direction",
     "Metric",
     "Note",
     "VariantRef",
-    "Verdict",
     "classify_difference",
     "control_false_discoveries",
     "p_value",
@@ -103,7 +103,7 @@ class VariantRef(Frozen):
         return self.key.axis_values()
 
 
-class Verdict(Frozen):
+class CheckVerdict(Frozen):
     """The outcome of one comparison; ``difference`` is candidate minus reference."""
 
     check: CheckKind
@@ -148,11 +148,11 @@ class CheckReport(Frozen):
     that regressed (each becomes a within-sweep :class:`farm.results.verdict.Finding`)."""
 
     sweep_id: int
-    verdicts: tuple[Verdict, ...]
+    verdicts: tuple[CheckVerdict, ...]
     notes: tuple[Note, ...]
 
     @property
-    def regressions(self) -> tuple[Verdict, ...]:
+    def regressions(self) -> tuple[CheckVerdict, ...]:
         return tuple(v for v in self.verdicts if v.regressed)
 
 

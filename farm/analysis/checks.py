@@ -1,7 +1,7 @@
 """Within-sweep differential checks: graph modes vs eager, patches vs base, depths.
 
 Each check compares two variants of one sweep that should agree and returns a typed
-:class:`Verdict` per comparison; those that regressed are the report's
+:class:`CheckVerdict` per comparison; those that regressed are the report's
 :attr:`~CheckReport.regressions`.
 A comparison fails only when it is both *significant* (the request-level bootstrap
 interval of the difference excludes 0, see :mod:`farm.analysis.stats`) and *large*
@@ -35,11 +35,11 @@ from farm.analysis.check_rules import (
     CheckConfig,
     CheckKind,
     CheckReport,
+    CheckVerdict,
     Direction,
     Metric,
     Note,
     VariantRef,
-    Verdict,
     classify_difference,
     control_false_discoveries,
     p_value,
@@ -81,7 +81,7 @@ class _Context:
     config: CheckConfig
     units: list[_Unit]
     notes: list[Note]
-    verdicts: list[Verdict] = field(default_factory=list)
+    verdicts: list[CheckVerdict] = field(default_factory=list)
 
     def rng(self, *parts: str) -> np.random.Generator:
         return self.config.rng("|".join(parts))
@@ -141,7 +141,7 @@ def _add(
 ) -> None:
     significant, regressed = classify_difference(diff, min_effect, worse)
     ctx.verdicts.append(
-        Verdict(
+        CheckVerdict(
             check=check,
             metric=metric,
             position=position,
@@ -418,7 +418,7 @@ def _report(sweep: SweepRecord, ctx: _Context) -> CheckReport:
     )
 
 
-def _control_fdr(verdicts: list[Verdict], config: CheckConfig) -> tuple[Verdict, ...]:
+def _control_fdr(verdicts: list[CheckVerdict], config: CheckConfig) -> tuple[CheckVerdict, ...]:
     if not config.control_fdr:
         return tuple(verdicts)
     rejected = control_false_discoveries([v.p_value for v in verdicts], 1.0 - config.level)

@@ -29,9 +29,9 @@ from farm.records import (
 )
 from farm.results.verdict import PositionChange
 
-__all__ = ["CompareOutcome", "ComparedVariant", "SweepComparison", "compare_sweeps"]
+__all__ = ["ComparedVariant", "SweepComparison", "VariantOutcome", "compare_sweeps"]
 
-CompareOutcome = Literal["pass", "regress", "improve", "failed", "unmatched", "no_data"]
+VariantOutcome = Literal["pass", "regress", "improve", "failed", "unmatched", "no_data"]
 
 
 class ComparedVariant(Frozen):
@@ -44,7 +44,7 @@ class ComparedVariant(Frozen):
 
     key: ComparableKey
     label: str
-    outcome: CompareOutcome
+    outcome: VariantOutcome
     baseline_label: str | None = None
     cell_id: str | None = None
     baseline_al: Interval | None = None
@@ -93,7 +93,7 @@ class SweepComparison(Frozen):
     level: float
     rows: tuple[ComparedVariant, ...]
 
-    def count(self, outcome: CompareOutcome) -> int:
+    def count(self, outcome: VariantOutcome) -> int:
         """How many rows have ``outcome``."""
         return sum(r.outcome == outcome for r in self.rows)
 
@@ -229,7 +229,7 @@ def _compare_one(
             diff, min_effect, *calibration, reference_al=d.reference_al.estimate
         )
         min_effect, threshold = rule.min_effect, rule
-    outcome: CompareOutcome = "pass"
+    outcome: VariantOutcome = "pass"
     looks = _early_decision(c.variant, b.variant, threshold)
     if looks is not None:
         outcome = "regress" if looks.decision == "regress" else "pass"

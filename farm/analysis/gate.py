@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from farm.analysis.compare import CompareOutcome, SweepComparison
+from farm.analysis.compare import SweepComparison, VariantOutcome
 
 __all__ = ["compared", "engine_map_problems", "nothing_compared", "same_sweep"]
 
-_JUDGED: tuple[CompareOutcome, ...] = ("pass", "regress", "improve")
-_NOT_JUDGED: tuple[CompareOutcome, ...] = ("unmatched", "failed", "no_data")
+_JUDGED: tuple[VariantOutcome, ...] = ("pass", "regress", "improve")
+_NOT_JUDGED: tuple[VariantOutcome, ...] = ("unmatched", "failed", "no_data")
 
 
 def compared(comparison: SweepComparison) -> int:

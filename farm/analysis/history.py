@@ -46,16 +46,16 @@ __all__ = [
     "EDivisive",
     "HistoryAnalysis",
     "HistoryConfig",
+    "HistoryFigures",
     "HistoryPoint",
-    "VariantFigures",
     "WindowedTTest",
     "al_interval",
     "analyze_histories",
     "analyze_history",
     "engine_builds",
+    "history_figures",
     "series_from_figures",
     "series_from_sweeps",
-    "variant_figures",
     "welch_pvalue",
 ]
 
@@ -356,7 +356,7 @@ HISTORY_RESAMPLES = 1000
 """Bootstrap resamples of a history point's AL interval (a trend band, not a test)."""
 
 
-class VariantFigures(Frozen):
+class HistoryFigures(Frozen):
     """One variant of a stored sweep as history needs it: the store keeps these per
     variant (``variant_summary``), so history over many sweeps reads no request row.
 
@@ -400,10 +400,10 @@ def al_interval(
     return stats.mean_acceptance_length.low, stats.mean_acceptance_length.high
 
 
-def variant_figures(
+def history_figures(
     sweep: SweepRecord, *, resamples: int = HISTORY_RESAMPLES, seed: int = 0
-) -> tuple[VariantFigures, ...]:
-    """:class:`VariantFigures` of every variant of ``sweep``'s cells that have results."""
+) -> tuple[HistoryFigures, ...]:
+    """:class:`HistoryFigures` of every variant of ``sweep``'s cells that have results."""
     out = []
     for stored in sweep.cells:
         c, result = stored.cell, stored.result
@@ -413,7 +413,7 @@ def variant_figures(
         for v in result.variants:
             low, high = al_interval(v.requests, sweep.sweep_id, resamples=resamples, seed=seed)
             out.append(
-                VariantFigures(
+                HistoryFigures(
                     sweep_id=sweep.sweep_id,
                     timestamp=sweep.started_at,
                     key=c.variant_key(v.axes),
@@ -435,7 +435,7 @@ def engine_builds(builds: Iterable[BuildInfo], engine: str) -> tuple[str, ...]:
 
 
 def series_from_figures(
-    figures: Iterable[VariantFigures],
+    figures: Iterable[HistoryFigures],
 ) -> dict[ComparableKey, tuple[HistoryPoint, ...]]:
     """Per-key AL series: speculation-on variants of ok cells, each a point with its
     interval. Keys use the cell's engine name and family, never the build or sweep."""
@@ -463,5 +463,5 @@ def series_from_sweeps(
     is a request-level bootstrap when per-request counters exist. For stored sweeps
     ``farm.store.history_series`` gives the same from the per-variant summaries."""
     return series_from_figures(
-        f for sweep in sweeps for f in variant_figures(sweep, resamples=resamples, seed=seed)
+        f for sweep in sweeps for f in history_figures(sweep, resamples=resamples, seed=seed)
     )

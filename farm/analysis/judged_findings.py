@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from farm.analysis.check_rules import Verdict
+from farm.analysis.check_rules import CheckVerdict
 from farm.analysis.compare import ComparedVariant, SweepComparison
 from farm.analysis.history import HistoryAnalysis
 from farm.analysis.judge_rules import CHANGE_POINT_RECENT, JudgeRules
@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 
-def _relative(v: Verdict) -> float | None:
+def _relative(v: CheckVerdict) -> float | None:
     ref = v.reference_value.estimate
     return v.difference.estimate / ref if ref else None
 
@@ -34,7 +34,7 @@ def _interval(i: Interval) -> FigureInterval:
     return FigureInterval.of(i.estimate, i.low, i.high, i.level)
 
 
-def within_finding(v: Verdict) -> Finding:
+def within_finding(v: CheckVerdict) -> Finding:
     relative = _relative(v)
     figure = AlertFigure(
         metric=v.metric,

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from farm.analysis.check_rules import CheckReport, Verdict
+from farm.analysis.check_rules import CheckReport, CheckVerdict
 from farm.analysis.summary import VariantSummary
 from farm.axes import REQUEST_AXES, SERVER_AXES, AxisValue, axes_text, axis, explicit, speculates
 from farm.records import CellResult, SweepRecord
@@ -218,7 +218,7 @@ def _grid_cell(
     reference_of: Callable[[_Slot], _Slot | None],
     mode: GridMode,
     base: str,
-    verdicts: dict[tuple[str, str], Verdict],
+    verdicts: dict[tuple[str, str], CheckVerdict],
     findings: dict[str, list[str]],
 ) -> GridCell:
     if slot is None:
@@ -274,7 +274,7 @@ def _error(result: CellResult | None) -> str:
     return f"{result.status}: {result.error.splitlines()[0][:160]}"
 
 
-def _al_verdicts(report: CheckReport | None) -> dict[tuple[str, str], Verdict]:
+def _al_verdicts(report: CheckReport | None) -> dict[tuple[str, str], CheckVerdict]:
     """AL verdicts by (candidate label, reference label)."""
     return {
         (v.candidate.label, v.reference.label): v

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from farm import __version__
 from farm.analysis.attribution import attribute, labels_from_report
-from farm.analysis.check_rules import CheckReport, Verdict
+from farm.analysis.check_rules import CheckReport, CheckVerdict
 from farm.analysis.over_run import COLLAPSE_CHECK, round_profile, run_profile
 from farm.analysis.summary import VariantSummary
 from farm.inert import html_text
@@ -78,7 +78,7 @@ def _table(head: Sequence[str], rows: Sequence[tuple[str, Sequence[str]]], num: 
     return "".join(out)
 
 
-def _verdict_table(verdicts: Sequence[Verdict]) -> str:
+def _verdict_table(verdicts: Sequence[CheckVerdict]) -> str:
     head = (
         "verdict",
         "check",

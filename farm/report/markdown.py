@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from farm import __version__
 from farm.analysis.attribution import attribute, labels_from_report
-from farm.analysis.check_rules import CheckReport, Verdict
-from farm.analysis.compare import CompareOutcome, SweepComparison
+from farm.analysis.check_rules import CheckReport, CheckVerdict
+from farm.analysis.compare import SweepComparison, VariantOutcome
 from farm.analysis.history import HistoryPoint
 from farm.analysis.stats import Interval
 from farm.analysis.summary import VariantSummary
@@ -66,7 +66,7 @@ def fmt_interval(i: Interval | None, signed: bool = False, digits: int = 3) -> s
     return f"{f(i.estimate)} [{f(i.low)}, {f(i.high)}]"
 
 
-def verdict_status(v: Verdict) -> str:
+def verdict_status(v: CheckVerdict) -> str:
     """``regressed``; ``below min effect`` (significant but too small to matter);
     ``improved`` (significant the good way, for one-sided checks); else ``ok``."""
     if v.regressed:
@@ -78,14 +78,14 @@ def verdict_status(v: Verdict) -> str:
     return "improved"
 
 
-def reference_label(v: Verdict) -> str:
+def reference_label(v: CheckVerdict) -> str:
     """The reference named by the axes where it differs from the candidate."""
     cand, ref = v.candidate.axes(), v.reference.axes()
     diff = [f"{k}={ref[k]}" for k in ref if ref[k] != cand.get(k)]
     return ", ".join(diff) or v.reference.label
 
 
-def metric_label(v: Verdict) -> str:
+def metric_label(v: CheckVerdict) -> str:
     """Short metric name of a verdict: ``AL``, ``acceptance[1]``, ``accuracy``, ..."""
     names = {
         "mean_acceptance_length": "AL",
@@ -110,7 +110,7 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     return out
 
 
-def _verdict_rows(verdicts: Sequence[Verdict]) -> list[list[object]]:
+def _verdict_rows(verdicts: Sequence[CheckVerdict]) -> list[list[object]]:
     return [
         [
             verdict_status(v),
@@ -330,7 +330,7 @@ _ICONS = {
     "unmatched": ":grey_question: unmatched",
     "no_data": ":grey_question: no data",
 }
-_ORDER: tuple[CompareOutcome, ...] = (
+_ORDER: tuple[VariantOutcome, ...] = (
     "regress",
     "failed",
     "improve",

@@ -448,7 +448,7 @@ def history_series(
             cells[cell_row_id] = server_cell(*cell_columns, row=cell_row_id)
         cell = cells[cell_row_id]
         figures.append(
-            history.VariantFigures(
+            history.HistoryFigures(
                 sweep_id=sweep_id,
                 timestamp=started,
                 key=cell.variant_key(run_axes),
