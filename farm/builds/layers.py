@@ -55,7 +55,7 @@ from farm.builds.site import (
     unmet_requirements,
 )
 from farm.builds.sources import ResolvedSource, SourceError, installable, resolve_source
-from farm.engines.base import BuildRecipe
+from farm.engines.base import RUN_CACHE, BuildRecipe
 from farm.errors import BuildError
 from farm.frozen import Frozen
 from farm.records import BuildInfo
@@ -80,7 +80,9 @@ OWN_FILES = "own-files.json"
 UNKNOWN_VERSION = "unknown"  # a build whose installed version could not be read
 # A derived build's own bookkeeping, never linked from the base: touching the base's
 # `last_used` through a link would change the base.
-_BOOKKEEPING = frozenset({MARKER, SOURCE_FILE, "last_used", OWN_FILES, "patched-files.json"})
+_BOOKKEEPING = frozenset(
+    {MARKER, SOURCE_FILE, "last_used", OWN_FILES, "patched-files.json", RUN_CACHE}
+)
 # PEP 517's fallback for a source without pyproject.toml [build-system].
 # Run in the derived build's interpreter: compile each overlay's Python files and load
 # its entry points of the engine's plugin groups; prints the problems as JSON.

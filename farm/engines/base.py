@@ -48,6 +48,11 @@ class EngineOutputError(EngineError):
     JSON or not shaped as a completion, a metric that is not a count."""
 
 
+# A folder of each build where its engine keeps what it makes while serving (compiled
+# graphs): the build's own, never carried into a build derived from it.
+RUN_CACHE = "run-cache"
+
+
 class BuildRecipe(Frozen):
     """How to install an engine into an empty virtual environment.
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
@@ -16,6 +17,7 @@ from packaging.utils import canonicalize_name
 from prometheus_client.parser import text_string_to_metric_families
 
 from farm.engines.base import (
+    RUN_CACHE,
     BuildRecipe,
     Completion,
     EngineAdapter,
@@ -363,7 +365,13 @@ class VllmAdapter(EngineAdapter):
             # engine dies looking for the MTP layers' KV: measured, docs/engines.md).
             argv += ["--kv-transfer-config", json.dumps(_kv_transfer_config(engine, pd))]
         argv += list(engine.extra_args)
-        return ServerLaunch(argv=tuple(argv), env=_launch_env(engine, npu_ids, pd), pd=pd)
+        env = _launch_env(engine, npu_ids, pd)
+        if Path(python).is_absolute():
+            # vLLM keys its compile cache by the config, not the code: two builds of one
+            # version (a canary and its clean build) share keys, so a shared cache could
+            # serve one build's compiled graph to the other. Each build keeps its own.
+            env.setdefault("VLLM_CACHE_ROOT", str(Path(python).parents[1] / RUN_CACHE))
+        return ServerLaunch(argv=tuple(argv), env=env, pd=pd)
 
     async def pd_request(
         self,

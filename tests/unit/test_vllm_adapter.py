@@ -334,3 +334,16 @@ def test_speculative_config_refuses_what_the_cell_sets_and_other_families(
             version="1",
             speculative_config={key: 1},
         )
+
+
+def test_each_build_keeps_its_own_compile_cache() -> None:
+    # Two builds of one version (a canary and its clean build) get the same compile
+    # cache keys from vLLM: a cache shared between them could serve one's graph to the
+    # other.
+    clean = adapter.launch(_cell("compiled", 3), CPU, MODEL, "/m", "/c/b1/bin/python", 1)
+    canary = adapter.launch(_cell("compiled", 3), CPU, MODEL, "/m", "/c/b2/bin/python", 1)
+    assert clean.env["VLLM_CACHE_ROOT"] == "/c/b1/run-cache"
+    assert canary.env["VLLM_CACHE_ROOT"] == "/c/b2/run-cache"
+    own = CPU.model_copy(update={"env": {"VLLM_CACHE_ROOT": "/shared"}})
+    kept = adapter.launch(_cell("compiled", 3), own, MODEL, "/m", "/c/b1/bin/python", 1)
+    assert kept.env["VLLM_CACHE_ROOT"] == "/shared"  # the job's own choice stands
