@@ -27,6 +27,7 @@ from farm.plan import Capabilities, ServerCell, expand_matrix
 from farm.records import BuildInfo, CellResult, ConfirmationRun
 from farm.runner import CellTask
 from farm.spec import ResourceSpec, TimeoutSpec, parse_job
+from farm.workflows.pr.decide import pr_job
 from tests.fakes.cell_runner import fake_build, fake_run_cell
 
 JOB = """\
@@ -347,3 +348,43 @@ def test_confirmation_reruns_interleave_on_the_cells_node_and_stop_when_settled(
     assert [r.result.status for r in refused] == ["failed", "failed"]
     assert refused[1].result.error is not None
     assert f"build fake is not on node {target}" in refused[1].result.error
+
+
+def test_a_prs_confirmation_reruns_its_candidate_cell_with_the_heads_and_the_bases_build(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A PR's reruns (farm.workflows.pr.confirm): the PR sweep's job holds the base and
+    its candidate engine (``fake-pr7``, pools as the base's); the candidate's cell is
+    rerun on its node with the head's build, then the base's, pair by pair."""
+    prompts = Path(__file__).resolve().parents[2] / "workloads" / "arith-mix.jsonl"
+    text = JOB.format(seconds=0, started="/tmp", pools="[a3]", depths="[3]", npus=2)
+    job = parse_job(text.replace("prompts: p.jsonl", f"prompts: {prompts}"))
+    base = job.engines[0]
+    candidate = base.model_copy(update={"name": "fake-pr7"})
+    pr = pr_job(job, base, candidate, 7)
+    caps = {**CAPS, "fake-pr7": CAPS["fake"]}
+    (cell,) = [c for c in expand_matrix(pr, caps).cells if c.engine == "fake-pr7"]
+    a3 = [n for n in ray.nodes() if n["Alive"] and n["Labels"].get("pool") == "a3"]
+    target = node_label(a3[0])
+    head = BUILD.model_copy(update={"build_id": "head", "engine": "fake-pr7"})
+    plan = ConfirmPlan(
+        cell=cell, node=target, candidate=head, reference=BUILD, runs=2, targets=(), cell_device_s=1
+    )
+    landed: list[ConfirmationRun] = []
+    run_confirmations(
+        pr,
+        [plan],
+        home=tmp_path,
+        log_dir=tmp_path,
+        landed=lambda r: bool(landed.append(r)),
+        runner=fake_run_cell,
+    )
+    assert [(r.side, r.run, r.build_id) for r in landed] == [
+        ("candidate", 1, "head"),
+        ("reference", 1, "fake"),
+        ("candidate", 2, "head"),
+        ("reference", 2, "fake"),
+    ]
+    assert {r.cell_id for r in landed} == {cell.cell_id} and cell.cell_id.startswith("fake-pr7.")
+    assert {r.result.node for r in landed} == {target}
+    assert {r.result.status for r in landed} == {"ok"}
