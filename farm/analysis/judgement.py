@@ -181,12 +181,9 @@ def judge(
         comparisons += len(comparison.rows)
     history_sweeps = len({p.sweep_id for points in series.values() for p in points})
     analyses = analyze_histories(series, config=r.history) if history_sweeps > 1 else ()
-    sustained, noisy = _sustained(series, sweep, r)
-    # A key the sustained-drop check tested has run-to-run spread: its change points
-    # are judged by that check, which knows the spread; e-divisive does not.
-    changes = [a for a in analyses if a.key not in noisy]
-    findings += [*history_findings(changes, sweep), *sustained.findings]
-    notes += sustained.notes
+    over_history = _history_part(series, analyses, sweep, r)
+    findings += over_history.findings
+    notes += over_history.notes
     goldens = check_goldens(sweep, r.goldens, r.check) if r.goldens else None
     if goldens is not None:
         findings += goldens.findings
@@ -221,6 +218,23 @@ def judge(
         attribution=attribute(labels_from_report(within))
         if within and within.regressions
         else None,
+    )
+
+
+def _history_part(
+    series: Mapping[ComparableKey, Sequence[HistoryPoint]],
+    analyses: Sequence[HistoryAnalysis],
+    sweep: SweepRecord,
+    r: JudgeRules,
+) -> _Part:
+    """The change points and sustained drops in the keys' history."""
+    sustained, noisy = _sustained(series, sweep, r)
+    # A key the sustained-drop check tested has run-to-run spread: its change points
+    # are judged by that check, which knows the spread; e-divisive does not.
+    changes = [a for a in analyses if a.key not in noisy]
+    return _Part(
+        findings=(*history_findings(changes, sweep), *sustained.findings),
+        notes=tuple(sustained.notes),
     )
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "create_sweep",
     "finish_sweep",
     "heartbeat",
+    "latest_job_sweep_id",
     "latest_sweep_id",
     "reopen_sweep",
     "sweep_job",
@@ -200,6 +201,11 @@ def reopen_sweep(session: Session, sweep_id: int) -> None:
 def latest_sweep_id(session: Session) -> int | None:
     """Id of the most recently created sweep, or None for an empty store."""
     return session.exec(select(sa.func.max(SweepRow.id))).one()
+
+
+def latest_job_sweep_id(session: Session, job: str) -> int | None:
+    """Id of ``job``'s most recently created sweep, or None when it has none."""
+    return session.exec(select(sa.func.max(SweepRow.id)).where(SweepRow.job == job)).one()
 
 
 def sweep_job(session: Session, sweep_id: int) -> tuple[str, str]:

@@ -18,8 +18,7 @@ from farm.records import SweepRecord
 from farm.store.cells import load_sweep
 from farm.store.history import history_sweeps, job_history_series
 from farm.store.spread import record_spread, stored_spread
-from farm.store.summaries import job_sweeps
-from farm.store.sweeps import sweep_job
+from farm.store.sweeps import latest_job_sweep_id, sweep_job
 from farm.store.verdicts import list_verdicts
 
 __all__ = ["job_key_noise", "night_spread", "store_night_spread"]
@@ -66,9 +65,8 @@ def job_key_noise(session: Session, job: str, history: int) -> dict[ComparableKe
     calibration's estimator, :func:`farm.analysis.noise.key_noise`, with every one of
     them before the use it calibrates; no reference level): what a PR's thresholds
     are calibrated with before its sweep runs. Empty without two nights to read."""
-    sweeps = job_sweeps(session, job)
-    if history < 2 or not sweeps:
+    newest = latest_job_sweep_id(session, job)
+    if history < 2 or newest is None:
         return {}
-    newest = sweeps[0].id
     series = job_history_series(session, job, newest, history)
     return key_noise(series, newest + 1)
