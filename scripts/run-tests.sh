@@ -27,9 +27,14 @@ engine=$!
 # 3 minutes from the package index), while the engine run builds vLLM and bisects; the
 # engine run's harness test then finds them ready instead of building on its clock.
 harness_envs=tests/integration/test_harness_envs.py
+# The rest then runs on three pytest-xdist workers, a test file to a worker (its
+# module fixtures made once): most of its time is waiting on subprocesses, Ray and
+# databases, not the cores (one worker: 1,187 s beside the engine run; three, alone:
+# 503 s). Each worker has its own farm home (tests/conftest.py).
 rest_tests() {
     "$PYTEST" -m "not engine" "$@" "$harness_envs"; first=$?
-    "$PYTEST" -m "not engine" "$@" --ignore="$harness_envs" tests; others=$?
+    "$PYTEST" -m "not engine" -n 3 --dist loadfile "$@" --ignore="$harness_envs" tests
+    others=$?
     [ "$first" -ne 0 ] && return "$first"
     return "$others"
 }

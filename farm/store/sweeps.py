@@ -34,6 +34,7 @@ __all__ = [
     "latest_sweep_id",
     "reopen_sweep",
     "sweep_job",
+    "sweep_job_status",
 ]
 
 
@@ -206,6 +207,12 @@ def latest_sweep_id(session: Session) -> int | None:
 def latest_job_sweep_id(session: Session, job: str) -> int | None:
     """Id of ``job``'s most recently created sweep, or None when it has none."""
     return session.exec(select(sa.func.max(SweepRow.id)).where(SweepRow.job == job)).one()
+
+
+def sweep_job_status(session: Session, sweep_id: int) -> tuple[str, str]:
+    """The job name and status of sweep ``sweep_id``, without reading its cells."""
+    row = _require_sweep(session, sweep_id)
+    return row.job, row.status
 
 
 def sweep_job(session: Session, sweep_id: int) -> tuple[str, str]:

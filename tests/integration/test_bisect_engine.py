@@ -140,8 +140,6 @@ def _sweeps(url: str) -> list[int]:
 def bisected(
     engine_build: BuildInfo, farm_home: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[_Bisect]:
-    import ray
-
     folder = tmp_path_factory.mktemp("bisect")
     commits = _history(PluginRepo(folder / "plugin", PLUGIN))
     job = folder / "job.yaml"
@@ -159,12 +157,8 @@ def bisected(
     out = _Bisect(folder, url, job, commits, env)
     argv = ["bisect", str(job), "--engine", "vllm-cpu", "--db", url]
     argv += ["--good", commits[0][:12], "--bad", commits[-1][:12]]
-    try:
-        for _ in range(2):
-            out.runs.append(_invoke(argv, env))
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
+    for _ in range(2):
+        out.runs.append(_invoke(argv, env))
     yield out
 
 

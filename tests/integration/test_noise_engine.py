@@ -63,8 +63,6 @@ class _Nights:
 def nights(
     engine_build: BuildInfo, farm_home: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[_Nights]:
-    import ray
-
     folder = tmp_path_factory.mktemp("noise")
     jobs = []
     for night in range(1, CLEAN_NIGHTS + 2):
@@ -73,16 +71,12 @@ def nights(
     url = f"sqlite:///{folder / 'farm.db'}"
     env = {"COLUMNS": "200", "FARM_HOME": str(farm_home)}
     codes = []
-    try:
-        for job in jobs:
-            result = CliRunner().invoke(app, ["nightly", str(job), "--db", url], env=env)
-            print(result.output)
-            if result.exception and not isinstance(result.exception, SystemExit):
-                raise result.exception
-            codes.append(result.exit_code)
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
+    for job in jobs:
+        result = CliRunner().invoke(app, ["nightly", str(job), "--db", url], env=env)
+        print(result.output)
+        if result.exception and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        codes.append(result.exit_code)
     with store.Session(store.open_store(url)) as session:
         ids = sorted(s.id for s in store.list_sweeps(session))
         records = [store.load_sweep(session, i) for i in ids]

@@ -105,18 +105,12 @@ class _Sweep:
 def sweep(
     engine_build: BuildInfo, farm_home: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> _Sweep:
-    import ray
-
     folder = tmp_path_factory.mktemp("pd")
     turns = folder / "turns.jsonl"
     turns.write_text("".join(json.dumps(t) + "\n" for t in TURNS))
     text = JOB.format(repo=REPO, system=json.dumps(SYSTEM), turns=turns)
     url = f"sqlite:///{folder / 'farm.db'}"
-    try:
-        outcome = run_sweep(parse_job(text), text, SweepOptions(db_url=url, home=farm_home))
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
+    outcome = run_sweep(parse_job(text), text, SweepOptions(db_url=url, home=farm_home))
     with store.Session(store.open_store(url)) as session:
         record = store.load_sweep(session, outcome.sweep_id)
     for stored in record.cells:

@@ -184,8 +184,6 @@ def _verdict(url: str, sweep_id: int) -> SweepVerdict:
 def pr_runs(
     engine_build: BuildInfo, farm_home: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[_Pr]:
-    import ray
-
     folder = tmp_path_factory.mktemp("pr")
     base, head = _plugin_repo(folder / "plugin")
     series = folder / "patches" / "vllm-cpu"
@@ -210,13 +208,9 @@ def pr_runs(
         url = f"sqlite:///{folder / 'farm.db'}"
         out = _Pr(folder, url, job, head, base, github, env)
         argv = ["pr", str(job), "--engine", "vllm-cpu", "--pr", "7", "--repo", "acme/plugin"]
-        try:
-            for _ in range(2):
-                out.runs.append(_invoke([*argv, "--db", url], env))
-                out.cells_run.append(_ran(url, _sweeps(url)[-1]))
-        finally:
-            if ray.is_initialized():
-                ray.shutdown()
+        for _ in range(2):
+            out.runs.append(_invoke([*argv, "--db", url], env))
+            out.cells_run.append(_ran(url, _sweeps(url)[-1]))
         yield out
 
 

@@ -113,7 +113,7 @@ def test_store_and_spool_both_failing_keep_the_results_and_the_sweep_resumable(
     assert not list(home.rglob("*.partial"))
     end = events.notices[-1]
     assert f"5 result(s) of sweep {outcome.sweep_id} could be neither stored nor spooled" in end
-    assert f"`farm run SPOOL_JOB --resume {outcome.sweep_id}` runs those cells again" in end
+    assert f"`farm run JOB --resume {outcome.sweep_id}` runs those cells again" in end
     assert all(cell in end for cell in outcome.unsaved)
 
     proxy.start()  # the store is back; the disk is still full

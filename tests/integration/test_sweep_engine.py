@@ -79,7 +79,6 @@ def local_slice(
 ) -> Iterator[_Slice]:
     """One sweep of three server cells (eager and compiled MTP 3, eager MTP 0), each
     serving the arith workload (thinking on and off) and the two standard sets."""
-    import ray
 
     job = _slice(
         local_job,
@@ -96,11 +95,7 @@ def local_slice(
         }
     )
     url = f"sqlite:///{tmp_path_factory.mktemp('slice') / 'farm.db'}"
-    try:
-        outcome = run_sweep(job, "name: slice", SweepOptions(db_url=url, home=farm_home))
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
+    outcome = run_sweep(job, "name: slice", SweepOptions(db_url=url, home=farm_home))
     assert outcome.failed == ()
     yield _Slice(url, _load(url, outcome.sweep_id))
 

@@ -29,7 +29,7 @@ from farm.notify.registry import Notifier
 from farm.records import SweepRecord
 from farm.store.builds import sweep_builds
 from farm.store.cells import load_sweep
-from farm.store.summaries import job_sweeps
+from farm.store.sweeps import latest_job_sweep_id
 from farm.store.verdicts import get_verdict
 from farm.workflows.common import CellStored
 from farm.workflows.nightly.confirm import ConfirmNight, confirm_night
@@ -304,8 +304,8 @@ def _check_aa_builds(request: NightlyRequest, deps: NightlyDeps, sweep_id: int |
         return
     with deps.open_session(request.url) as session:
         if sweep_id is None:
-            newest = job_sweeps(session, request.job)
-            sweep_id = newest[0].id + 1 if newest else 1  # as if the next night
+            newest = latest_job_sweep_id(session, request.job)
+            sweep_id = newest + 1 if newest is not None else 1  # as if the next night
         good = last_good_night(sweep_id, earlier_nights(session, request.job, sweep_id))
         if good is None:
             raise FarmError(
@@ -323,7 +323,7 @@ def _resume_id(request: NightlyRequest, deps: NightlyDeps) -> int | None:
     if request.resume != "latest":
         return request.resume
     with deps.open_session(request.url) as session:
-        ids = [s.id for s in job_sweeps(session, request.job)]
-    if not ids:
+        newest = latest_job_sweep_id(session, request.job)
+    if newest is None:
         raise FarmError(f"--resume latest: the store holds no sweep of job {request.job!r}")
-    return ids[0]
+    return newest

@@ -54,7 +54,7 @@ from farm.store.alerts import (
 from farm.store.cells import load_sweep
 from farm.store.history import history_series, job_history_series
 from farm.store.summaries import SweepCost, job_sweeps, sweep_cost
-from farm.store.sweeps import sweep_job
+from farm.store.sweeps import sweep_job, sweep_job_status
 from farm.store.verdicts import get_verdict, job_verdicts, record_verdict, verdict_outcomes
 from farm.workflows.common import CellStored, Progress, run_stored, store_session, write_page
 from farm.workflows.nightly.decide import (
@@ -161,14 +161,11 @@ def sequential_references(
 
 
 def sweep_status(session: Session, job: str, sweep_id: int) -> str | None:
-    """The status of sweep ``sweep_id`` of ``job``, from the job's sweep list (no cell
+    """The status of sweep ``sweep_id`` of ``job``, from its row alone (no cell
     is read); None when the sweep is another job's. StoreError when there is no such
     sweep."""
-    for summary in job_sweeps(session, job, before=sweep_id + 1):
-        if summary.id == sweep_id:
-            return summary.status
-    sweep_job(session, sweep_id)  # StoreError when the store holds no such sweep
-    return None
+    name, status = sweep_job_status(session, sweep_id)  # StoreError when there is none
+    return status if name == job else None
 
 
 def night_runner(
