@@ -18,37 +18,28 @@ keep credentials out of the build user's home, or build in a container.
 
 Every step has a deadline (:class:`farm.settings.BuildSettings`); on expiry its whole
 process group is killed and :class:`StepTimeoutError` names the command. Text shown
-or stored by the farm goes through :func:`mask_text`, :func:`mask_env`,
-:func:`mask_argv` or :func:`mask_job_yaml` first.
+or stored by the farm is masked first (:mod:`farm.masking`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-import yaml
-
-from farm.engines.environment import child_environment, looks_secret
+from farm.engines.environment import child_environment
 from farm.errors import BuildError
-from farm.masking import MASK, mask_mapping, mask_secrets
+from farm.masking import looks_secret, mask_argv, mask_text
 from farm.settings import get_settings
 
 __all__ = [
-    "MASK",
     "StepTimeoutError",
     "build_environment",
     "git_environment",
-    "mask_argv",
-    "mask_env",
-    "mask_job_yaml",
-    "mask_text",
     "run_logged",
     "run_step",
     "stream_step",
@@ -59,14 +50,6 @@ _BUILD_PREFIXES = ("PIP_", "GIT_", "SETUPTOOLS_SCM_", "CMAKE_")
 _BUILD_NAMES = frozenset(
     {"MAX_JOBS", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "PKG_CONFIG_PATH"}
 )
-# Option names that carry a secret: --token, --hf-token, --api-key, --client-secret. Not
-# ``looks_secret``: engine options such as --tokenizer or --max-num-batched-tokens are
-# no secrets.
-_SECRET_OPTION_NAME = re.compile(
-    r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|KEY)$", re.IGNORECASE
-)
-_NODE_PROPERTIES = re.compile(r"^(?:[&!]\S*\s+)+")
-_OPTION = re.compile(r"^--?(?P<name>[A-Za-z0-9][A-Za-z0-9_-]*)(?:=(?P<value>.*))?$", re.DOTALL)
 
 
 class StepTimeoutError(BuildError):
@@ -255,79 +238,3 @@ def run_logged(
     if code != 0:
         shown = " ".join(mask_argv(argv))
         raise BuildError(f"could not {what} (exit {code}): {shown}\n" + "\n".join(tail))
-
-
-# --- masking -----------------------------------------------------------------------------
-
-
-def mask_text(text: str) -> str:
-    """``text`` with the credentials of every URL in it masked (user information and
-    secret-looking query parameters): :func:`farm.masking.mask_secrets`."""
-    return mask_secrets(text)
-
-
-def mask_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` to show or store: a secret-looking name's value (``*TOKEN*``,
-    ``*SECRET*``, ``*PASSWORD*``, ``*_KEY``, ...) is ``***``; URLs lose their credentials."""
-    return mask_mapping(env, looks_secret)
-
-
-def mask_argv(argv: Sequence[str]) -> list[str]:
-    """A command line to show: the value of a secret option (``--api-key X``,
-    ``--token=X``) is ``***``; URLs lose their credentials."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(MASK)
-            hide_next = False
-            continue
-        m = _OPTION.match(arg)
-        if m and _SECRET_OPTION_NAME.search(m["name"].replace("-", "_")):
-            if m["value"] is None:
-                hide_next = True
-                out.append(arg)
-            else:
-                out.append(f"{arg.split('=', 1)[0]}={MASK}")
-            continue
-        out.append(mask_text(arg))
-    return out
-
-
-def _secret_spans(node: yaml.Node, spans: list[tuple[int, int]], in_env: bool = False) -> None:
-    """Where the values of secret-looking names of every ``env`` mapping lie in the text."""
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            name = key.value if isinstance(key, yaml.ScalarNode) else None
-            if in_env and isinstance(value, yaml.ScalarNode) and name and looks_secret(name):
-                spans.append((value.start_mark.index, value.end_mark.index))
-            else:
-                _secret_spans(value, spans, in_env=name == "env")
-    elif isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            _secret_spans(item, spans)
-
-
-def mask_job_yaml(text: str) -> str:
-    """A job file's text to store or show, its layout and comments kept: the values of
-    secret-looking names in each ``env`` mapping (``env: {HF_TOKEN: ...}``) become
-    ``'***'``, and URLs lose their credentials. Text that is not YAML is only
-    URL-masked."""
-    spans: list[tuple[int, int]] = []
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        if root is not None:
-            _secret_spans(root, spans)
-    except (yaml.YAMLError, RecursionError, ValueError):
-        # Masking never raises: text that is not a job (too deep to walk) is only
-        # URL-masked, and its secret-looking env values may show.
-        spans = []
-    # From the end, so earlier offsets stay valid; an anchor used twice is one span.
-    for start, end in sorted(set(spans), reverse=True):
-        value = text[start:end]
-        # Kept: an anchor or tag before the value, the line break ending a block scalar.
-        head = _NODE_PROPERTIES.match(value)
-        lead = head[0] if head else ""
-        tail = value[len(value.rstrip()) :]
-        text = f"{text[:start]}{lead}'{MASK}'{tail}{text[end:]}"
-    return mask_text(text)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from farm.builds.environment import mask_text
 from farm.builds.sources import SourceError, git, local_commit, source_repository
+from farm.masking import mask_text
 from farm.spec import GitSource, PullRequestSource
 
 __all__ = ["changed_paths", "first_parent_commits", "history_repository", "merge_base"]

@@ -43,7 +43,7 @@ from farm.builds.cache import (
     touch_build,
     write_marker,
 )
-from farm.builds.environment import mask_text, run_logged
+from farm.builds.environment import run_logged
 from farm.builds.patches import PatchError, apply_patch_series
 from farm.builds.series import Patch, Target, unknown_root
 from farm.builds.site import (
@@ -58,6 +58,7 @@ from farm.builds.sources import ResolvedSource, SourceError, installable, resolv
 from farm.engines.base import RUN_CACHE, BuildRecipe
 from farm.errors import BuildError
 from farm.frozen import Frozen
+from farm.masking import mask_text
 from farm.records import BuildInfo
 from farm.spec import EngineSpec
 from farm.yamlfile import ParseError, parse_json

@@ -24,10 +24,11 @@ from filelock import FileLock
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from farm.builds.environment import build_environment, git_environment, mask_text, run_step
+from farm.builds.environment import build_environment, git_environment, run_step
 from farm.builds.series import ENGINE_IMPORT_NAMES, Patch, Target, not_applicable_reason
 from farm.errors import BuildError
 from farm.frozen import Frozen
+from farm.masking import mask_text
 from farm.settings import get_settings
 
 __all__ = [

@@ -41,11 +41,11 @@ from farm.builds.environment import (
     StepTimeoutError,
     build_environment,
     git_environment,
-    mask_text,
     run_step,
 )
 from farm.errors import BuildError
 from farm.frozen import Frozen
+from farm.masking import mask_text
 from farm.settings import get_settings
 from farm.spec import EngineSpec, GitSource, PullRequestSource
 

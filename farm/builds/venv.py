@@ -34,7 +34,7 @@ from farm.builds.cache import (
     touch_build,
     write_marker,
 )
-from farm.builds.environment import build_environment, mask_text, run_logged, run_step
+from farm.builds.environment import build_environment, run_logged, run_step
 from farm.builds.layers import (
     UNKNOWN_VERSION,
     DerivedBuild,
@@ -51,6 +51,7 @@ from farm.engines.base import BuildRecipe
 from farm.errors import BuildError, FarmError
 from farm.fileformat import UnreadableFileError
 from farm.frozen import Frozen
+from farm.masking import mask_text
 from farm.records import BuildInfo
 from farm.settings import get_settings
 from farm.spec import EngineSpec

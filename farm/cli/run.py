@@ -204,9 +204,9 @@ def plan(
 
 def _print_launches(job: JobSpec, only: list[str] | None) -> None:
     """Each cell's exact server command and environment (python, port, NPU ids as placeholders)."""
-    from farm.builds.environment import mask_argv, mask_env
     from farm.engines import plan_launches
     from farm.inert import terminal
+    from farm.masking import mask_argv, mask_env
     from farm.orchestrate.driver import plan_job
 
     launches = plan_launches(job, plan_job(job, _only(only)), python="<build>/bin/python")

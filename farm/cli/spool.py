@@ -23,8 +23,8 @@ def _print_unreadable(lines: tuple[str, ...]) -> None:
 @spool_app.command("list")
 def list_spool(db: DbOption = None) -> None:
     """List the spooled results meant for the store, and spool files that cannot be read."""
+    from farm.masking import mask_url
     from farm.store.spool import scan_spool
-    from farm.store.urls import mask_url
 
     try:
         url = db_url(db)

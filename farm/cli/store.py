@@ -98,8 +98,9 @@ def export(
 @db_app.command("upgrade")
 def db_upgrade(db: DbOption = None) -> None:
     """Create or migrate the store's tables to the newest schema."""
+    from farm.masking import mask_url
     from farm.store.db import upgrade
-    from farm.store.urls import mask_url, normalize_url
+    from farm.store.urls import normalize_url
 
     try:
         url = db_url(db)

@@ -115,8 +115,7 @@ def _public_store_url(url: str) -> str:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    from farm.builds.environment import mask_text
-    from farm.engines.environment import looks_secret
+    from farm.masking import looks_secret, mask_text
     from farm.orchestrate.jobs import SubmitError
 
     try:

@@ -14,8 +14,8 @@ The rule, in one place:
    visibility, and the settings of the libraries engines are made of (``HF_*``,
    ``VLLM_*``, ``SGLANG_*``, ``TORCH*``, ``OMP_*``, CANN's ``ASCEND_*``, ...).
 2. Of those, never a name that looks like a secret (``*TOKEN*``, ``*SECRET*``,
-   ``*PASSWORD*``, ``*_KEY``, ...) nor any ``FARM_*`` variable: ``HF_TOKEN`` set on
-   the machine stays there.
+   ``*PASSWORD*``, ``*_KEY``, ...; :func:`farm.masking.looks_secret`) nor any
+   ``FARM_*`` variable: ``HF_TOKEN`` set on the machine stays there.
 3. Then what the job sets explicitly for the process (an engine's ``env``, a
    harness's ``env``, the adapter's device list), which wins, secret-looking or not:
    a job that needs ``HF_TOKEN`` in its engine says so in its file.
@@ -26,10 +26,11 @@ A variable the engine needs that the rule drops belongs in the job's ``env``.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 
-__all__ = ["child_environment", "looks_secret"]
+from farm.masking import looks_secret
+
+__all__ = ["child_environment"]
 
 # Exact names passed on from the worker's environment.
 _NAMES = frozenset(
@@ -103,17 +104,6 @@ _PREFIXES = (
     "NPU_",
     "CANN_",
 )
-# Secret-looking names: dropped from the inherited part even under an allowed prefix.
-_SECRET = re.compile(
-    r"TOKEN(?!S|IZER)|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|_KEY$|_KEY_|^FARM_|^RAY_AUTH",
-    re.IGNORECASE,
-)
-
-
-def looks_secret(name: str) -> bool:
-    """Whether an environment variable's name says it holds a secret (or is the
-    farm's own configuration, ``FARM_*``): never inherited, masked when shown."""
-    return _SECRET.search(name) is not None
 
 
 def _needed(name: str) -> bool:

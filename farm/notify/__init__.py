@@ -12,7 +12,7 @@ Pending alerts are sent by :func:`farm.notify.delivery.send_pending`.
 
 from farm.notify.feishu import FeishuError, FeishuNotifier
 from farm.notify.github import GitHubClient, GitHubError, PullRequestRef, parse_pr_ref
-from farm.notify.http import NotifyError, RetryPolicy, mask_url, redact
+from farm.notify.http import NotifyError, RetryPolicy
 from farm.notify.message import Notice, NoticeLevel
 from farm.notify.registry import (
     ENV_VARS,
@@ -68,9 +68,7 @@ __all__ = [
     "WebhookNotifier",
     "WebhookSignatureError",
     "configured_notifiers",
-    "mask_url",
     "parse_pr_ref",
-    "redact",
     "send_all",
     "send_notice_all",
     "verify_signature",

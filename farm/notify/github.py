@@ -41,13 +41,13 @@ from typing import Any
 import httpx
 
 from farm.inert import untrusted
+from farm.masking import mask_endpoint
 from farm.notify.http import (
     NotifyError,
     RetryPolicy,
     answer_text,
     check_http_url,
     log,
-    mask_url,
     post_json,
 )
 
@@ -193,7 +193,7 @@ class GitHubClient:
             )
         except (KeyError, TypeError) as exc:
             raise GitHubError(
-                f"github GET {mask_url(url)}: the answer has no {exc} (is FARM_GITHUB_API "
+                f"github GET {mask_endpoint(url)}: the answer has no {exc} (is FARM_GITHUB_API "
                 "a GitHub REST API?)"
             ) from None
 
@@ -219,7 +219,7 @@ class GitHubClient:
             login = data.get("login")
             if not isinstance(login, str) or not login:
                 raise GitHubError(
-                    f"github GET {mask_url(url)}: the answer names no login (is "
+                    f"github GET {mask_endpoint(url)}: the answer names no login (is "
                     "FARM_GITHUB_API a GitHub REST API?)"
                 )
             self._known["login"] = login
@@ -321,7 +321,7 @@ class GitHubClient:
         except ValueError:
             data = None
         if not isinstance(data, list):
-            raise GitHubError(f"github GET {mask_url(url)}: {what}: the answer is not a list")
+            raise GitHubError(f"github GET {mask_endpoint(url)}: {what}: the answer is not a list")
         link = response.links.get("next", {}).get("url")
         return data, str(link) if link else None
 
@@ -334,7 +334,9 @@ class GitHubClient:
         except ValueError:
             data = None
         if not isinstance(data, dict):
-            raise GitHubError(f"github {method} {mask_url(url)}: {what}: the answer is not JSON")
+            raise GitHubError(
+                f"github {method} {mask_endpoint(url)}: {what}: the answer is not JSON"
+            )
         return data
 
     def _send(
@@ -344,7 +346,7 @@ class GitHubClient:
         connect, timeouts, 429 and 5xx; 4xx other than 429 raise at once. Neither the
         token nor the URL's credentials appear in the error."""
         check_http_url(url, f"github {method}", GitHubError, "check FARM_GITHUB_API")
-        where = f"github {method} {mask_url(url)}"
+        where = f"github {method} {mask_endpoint(url)}"
         hint = {
             401: "GitHub refused the token (GITHUB_TOKEN is wrong or expired)",
             403: "the token may not do this (needs pull requests, issues and commit statuses "
@@ -411,7 +413,7 @@ class GitHubClient:
                 except (httpx.HTTPError, ValueError) as exc:
                     reason = answer_text(f"{type(exc).__name__}: {exc}", [self.token])
                     raise GitHubError(
-                        f"github GET {mask_url(url)}: an earlier attempt may have posted the "
+                        f"github GET {mask_endpoint(url)}: an earlier attempt may have posted the "
                         f"comment and listing the comments to check failed ({reason}); not "
                         "posting again: look at the pull request before re-running"
                     ) from None

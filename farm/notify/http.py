@@ -16,8 +16,9 @@ Never retried: other 4xx answers, which mean the request itself is wrong (bad UR
 bad token, bad body) and would fail again.
 
 Webhook URLs carry their credential in the path or query (Slack, Feishu, WeCom), so
-a URL is shown only as ``scheme://host/***``; every text that leaves this module -
-log records, exception messages - goes through :func:`redact` first. httpx logs each
+a URL is shown only as ``scheme://host/***`` (:func:`farm.masking.mask_endpoint`); every
+text that leaves this module - log records, exception messages - goes through
+:func:`farm.masking.redact` first. httpx logs each
 request's full URL at INFO on the ``httpx`` logger; a filter on that logger redacts
 the secrets of a request while it is in flight.
 """
@@ -37,16 +38,14 @@ import httpx
 
 from farm.errors import FarmError
 from farm.inert import Untrusted, show_controls, untrusted
-from farm.masking import mask_endpoint
+from farm.masking import mask_endpoint, redact
 
 __all__ = [
     "NotifyError",
     "RetryPolicy",
     "answer_text",
     "check_http_url",
-    "mask_url",
     "post_json",
-    "redact",
 ]
 
 # Raised before any byte of the request left: sending it again cannot post twice.
@@ -56,7 +55,6 @@ log = logging.getLogger("farm.notify")
 
 _RETRY_AFTER_CAP_S = 30.0
 _BODY_EXCERPT = 300
-_MIN_SECRET_PIECE = 8
 
 
 class NotifyError(FarmError):
@@ -83,10 +81,6 @@ class RetryPolicy:
         return float(self.backoff_s * 2 ** (attempt - 1))
 
 
-mask_url = mask_endpoint
-"""``scheme://host[:port]/***``: where a request went (:func:`farm.masking.mask_endpoint`)."""
-
-
 def check_http_url(url: str, where: str, error: type[NotifyError], hint: str | None = None) -> None:
     """Raise ``error`` at once for a URL that is no http(s) URL with a host: retrying
     one cannot help (it is the setting that is wrong, not the network)."""
@@ -106,40 +100,12 @@ def check_http_url(url: str, where: str, error: type[NotifyError], hint: str | N
         )
 
 
-def redact(text: str, secrets: Sequence[str]) -> str:
-    """``text`` with every secret (and each credential-bearing part of a URL) masked."""
-    for secret in _expand(secrets):
-        text = text.replace(secret, "***")
-    return text
-
-
 def answer_text(text: str, secrets: Sequence[str]) -> Untrusted:
     """A remote service's answer (a response body, its error message) as the farm
     holds it from where it is read: outside text, its secrets redacted and URL
     credentials masked, every control character but newline and tab shown escaped
     (``\\x1b``), so no failure line built from it can move a terminal's cursor."""
     return untrusted(show_controls(redact(text, secrets).strip(), "\n\t"))
-
-
-def _expand(secrets: Sequence[str]) -> list[str]:
-    out: set[str] = set()
-    for s in secrets:
-        if not s:
-            continue
-        out.add(s)
-        try:
-            parts = urlsplit(s)
-        except ValueError:  # not a URL that parses: masked whole, above
-            continue
-        if parts.scheme and parts.netloc:
-            # A credential may show up without the rest of its URL (a path in an
-            # error, a query string in a log). Short pieces ("/s", "x=1") are left
-            # alone: they hold no credential and would mask unrelated text.
-            pieces = [parts.path, parts.query, *parts.path.split("/")]
-            pieces += [v for _, _, v in (q.partition("=") for q in parts.query.split("&"))]
-            out.update(p for p in pieces if len(p) >= _MIN_SECRET_PIECE)
-    # Longest first, so a URL is masked whole before its parts.
-    return sorted(out, key=len, reverse=True)
 
 
 class _RedactFilter(logging.Filter):
@@ -213,7 +179,7 @@ def post_json(
         secrets=[url, *secrets],
         body=json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode(),
         headers={"Content-Type": "application/json; charset=utf-8", **(headers or {})},
-        where=f"{service} POST {mask_url(url)}",
+        where=f"{service} POST {mask_endpoint(url)}",
         suffix=f"; {hint}" if hint else "",
         unsafe=(
             f"not retried: the request may have reached {service}, and it keeps no "

@@ -35,6 +35,7 @@ from farm.comparable import ComparableKey
 from farm.engines import job_capabilities
 from farm.errors import FarmError, StoreError
 from farm.frozen import Frozen
+from farm.masking import mask_url
 from farm.orchestrate import (
     BuildOutcome,
     BuildRunner,
@@ -240,7 +241,7 @@ class _Sweep:
 
     @property
     def _key(self) -> tuple[str, int]:
-        return store.mask_url(store.normalize_url(self.options.db_url)), self.sweep_id
+        return mask_url(store.normalize_url(self.options.db_url)), self.sweep_id
 
     def _lease_file(self, driver: str) -> Path:
         """``FARM_HOME/leases/<store>-<sweep>-<host>-<pid>.lock``: locked by that driver

@@ -37,7 +37,7 @@ from farm.store.sweeps import (
     latest_sweep_id,
     reopen_sweep,
 )
-from farm.store.urls import default_db_url, mask_url, normalize_url
+from farm.store.urls import default_db_url, normalize_url
 
 __all__ = [
     "BuildLocation",
@@ -64,7 +64,6 @@ __all__ = [
     "list_sweeps",
     "load_sweep",
     "mark_notified",
-    "mask_url",
     "median_cell_durations",
     "normalize_url",
     "open_store",

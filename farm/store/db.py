@@ -21,6 +21,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from farm.errors import StoreDamagedError, StoreError
+from farm.masking import mask_url
 from farm.store.connection import _SQLITE_BUSY_TIMEOUT_S, connect
 from farm.store.damage import damaged_rows
 from farm.store.schema import (
@@ -31,7 +32,7 @@ from farm.store.schema import (
     _check_writable,
     revisions,
 )
-from farm.store.urls import _store_error, mask_url, normalize_url, sqlite_file
+from farm.store.urls import _store_error, normalize_url, sqlite_file
 
 if TYPE_CHECKING:
     # Imported where used: opening a store that is at head needs no Alembic, and every

@@ -15,7 +15,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from farm.errors import StoreDamagedError, StoreError
-from farm.store.urls import _store_error, mask_url
+from farm.masking import mask_url
+from farm.store.urls import _store_error
 
 __all__ = ["MIGRATIONS_DIR", "revisions"]
 

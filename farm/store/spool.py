@@ -33,10 +33,11 @@ from farm.bounds import StoredId
 from farm.errors import StoreError
 from farm.fileformat import UnreadableFileError, dump_versioned, read_versioned
 from farm.frozen import Frozen
+from farm.masking import mask_url
 from farm.records import CellResult
 from farm.store.cells import CellAlreadyStoredError, save_cell_result
 from farm.store.connection import answer_within
-from farm.store.urls import mask_url, normalize_url
+from farm.store.urls import normalize_url
 from farm.yamlfile import ParseError, parse_json
 
 __all__ = [

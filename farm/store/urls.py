@@ -1,6 +1,6 @@
-"""Store URLs: the default store, normalizing a URL to the farm's driver, masking its
-secrets for printing, the SQLite file it names, and the StoreError that says what
-failed at a URL (with the driver's own words and a hint).
+"""Store URLs: the default store, normalizing a URL to the farm's driver, the SQLite
+file it names, and the StoreError that says what failed at a URL (with the driver's
+own words and a hint; the URL masked by :func:`farm.masking.mask_url`).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from sqlalchemy.exc import ArgumentError
 
 from farm.errors import StoreError
 from farm.job_text import user_path
-from farm.masking import mask_secrets, secret_values
+from farm.masking import mask_url, secret_values
 from farm.paths import farm_home
 from farm.settings import get_settings
 
-__all__ = ["default_db_url", "mask_url", "normalize_url", "sqlite_file"]
+__all__ = ["default_db_url", "normalize_url", "sqlite_file"]
 
 
 def default_db_url() -> str:
@@ -83,17 +83,6 @@ def normalize_url(url: str) -> str:
         )
     _parse(url)
     return url
-
-
-def mask_url(url: str) -> str:
-    """``url`` with its password and secret-looking query parameters (``?password=``,
-    ``sslpassword``, ...) replaced by ``***`` (:func:`farm.masking.mask_secrets`), safe
-    to print, log or write to a spool file."""
-    try:
-        return mask_secrets(make_url(url).render_as_string(hide_password=True))
-    except (ArgumentError, ValueError):
-        # Unparseable: do not echo anything that may hold a secret after the scheme.
-        return url.partition("://")[0] + "://***"
 
 
 def sqlite_file(url: str) -> Path | None:

@@ -26,9 +26,10 @@ import httpx
 import pytest
 
 from farm.engines.devices import ProcessGroupGone
-from farm.engines.environment import child_environment, looks_secret
+from farm.engines.environment import child_environment
 from farm.engines.process import EngineProcess, ServerLaunch
 from farm.engines.vllm import VllmAdapter
+from farm.masking import looks_secret
 from farm.records import SpecCounters
 from farm.runner.cell import cell_deadline_s
 from farm.spec import TimeoutSpec, WorkloadSpec

@@ -589,9 +589,7 @@ def test_spool_flush_keeps_a_bad_file_and_stores_the_rest(tmp_path: Path) -> Non
     "url", ["http://h:99999/x", "http://[abc/x", "https://h:port/t", "http://]/", "\0", ""]
 )
 def test_masking_a_malformed_url_never_raises(url: str) -> None:
-    from farm.masking import mask_endpoint, mask_secrets
-    from farm.notify.http import redact
-    from farm.store.urls import mask_url
+    from farm.masking import mask_endpoint, mask_secrets, mask_url, redact
 
     for mask in (mask_endpoint, mask_secrets, mask_url, lambda u: redact(f"at {u}", [u])):
         assert isinstance(mask(url), str)

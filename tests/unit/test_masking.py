@@ -13,12 +13,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from farm.builds.environment import mask_env, mask_text
 from farm.cli.main import app
-from farm.masking import MASK, mask_secrets, secret_values
+from farm.masking import MASK, mask_env, mask_secrets, mask_text, mask_url, secret_values
 from farm.records import CellResult
 from farm.store.spool import spool_result
-from farm.store.urls import mask_url
 
 S = "S3cretValue9"
 REPO = Path(__file__).resolve().parents[2]

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from farm.masking import mask_endpoint, redact
 from farm.notify import (
     FeishuError,
     FeishuNotifier,
@@ -32,9 +33,7 @@ from farm.notify import (
     WeComError,
     WeComNotifier,
     configured_notifiers,
-    mask_url,
     parse_pr_ref,
-    redact,
     send_all,
 )
 from farm.notify.feishu import feishu_sign
@@ -399,8 +398,8 @@ def test_notifier_reprs_hide_urls_and_secrets(monkeypatch: pytest.MonkeyPatch) -
 
 def test_mask_and_redact() -> None:
     url = f"https://hooks.slack.com/services/T0/B0/{SLACK_TOKEN}?x=1"
-    assert mask_url(url) == "https://hooks.slack.com/***"
-    assert mask_url("not a url") == "***"
+    assert mask_endpoint(url) == "https://hooks.slack.com/***"
+    assert mask_endpoint("not a url") == "***"
     assert redact(f"GET {url} failed", [url]) == "GET *** failed"
     assert SLACK_TOKEN not in redact(f"token {SLACK_TOKEN} in path", [url])
     wecom = "https://q.example/send?key=k-123456789&debug=1"

@@ -14,18 +14,14 @@ import yaml
 from typer.testing import CliRunner
 
 from farm.builds.environment import (
-    MASK,
     StepTimeoutError,
     build_environment,
     git_environment,
-    mask_argv,
-    mask_env,
-    mask_job_yaml,
-    mask_text,
     run_step,
     stream_step,
 )
 from farm.cli.main import app
+from farm.masking import MASK, mask_argv, mask_env, mask_job_yaml, mask_text
 
 REPO = Path(__file__).resolve().parents[2]
 
