@@ -6,7 +6,7 @@ A synthetic night: 16 nodes x 8 NPUs and 500 cells of mixed sizes (1/2/4/8 NPUs 
 weights 40/30/20/10 %) whose durations are skewed (log-normal, median 10 min, sigma
 0.75). The scheduler only knows estimates (the "history"), each off by a log-normal
 factor (sigma 0.2), while cells run for their true duration. Reported for the farm's
-policy (longest first, best fit, ``farm.schedule``) and a baseline (the same
+policy (longest first, best fit, ``farm.orchestrate.schedule``) and a baseline (the same
 dispatcher taking cells in random order):
 
     ratio = makespan / lower bound,  lower bound = max(longest cell, NPU-seconds / NPUs)
@@ -26,9 +26,9 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from farm.orchestrate.schedule import Job, Order, lower_bound, simulate
 from farm.plan import ServerCell, Variant
 from farm.records import BuildInfo
-from farm.schedule import Job, Order, lower_bound, simulate
 from farm.spec import EngineSpec, ModelSpec, ResourceSpec, TimeoutSpec
 
 NODES = 16
@@ -70,7 +70,8 @@ class RayRun:
 
 def run_on_ray(night: Night, order: Order, scale: float, shuffled: list[Job]) -> RayRun:
     """The night's cells run through Ray by ``RayPool`` (fake runner), with latencies."""
-    from farm.orchestrate import Placement, RayPool
+    from farm.orchestrate.placement import Placement
+    from farm.orchestrate.ray_pool import RayPool
     from farm.runner import CellTask
     from tests.fakes.cell_runner import fake_run_cell
 

@@ -1,5 +1,14 @@
 """mtp-farm: a regression farm for speculative decoding (MTP) on LLM inference engines.
 
+Where things live: one package per pipeline stage (``spec``, ``builds``, ``engines``,
+``workload``, ``runner``, ``orchestrate``, ``store``, ``analysis``, ``results``,
+``report``, ``notify``, ``dashboards``, ``workflows``, ``cli``); at the top level only
+what every stage shares: the data model (``axes``, ``comparable``, ``plan``,
+``records``), the base (``errors``, ``frozen``, ``settings``, ``paths``), the file
+boundary (``yamlfile``, ``fileformat``) and the checks of outside input (``bounds``,
+``inert``, ``masking``, ``job_text``). ``tests/unit/test_layers.py`` holds each to its
+floor.
+
 Result types, from what a sweep measured to what a team reads (module in brackets):
 
 What a sweep measured (``farm.records``; the runner makes them, the store keeps them):
@@ -50,7 +59,7 @@ What is stored and shown (``farm.results``):
   interval, acceptance per draft position; ``VariantJudgement``: the same at a step,
   compared with both ends.
 
-What each daily use returns (``farm.workflows``, and ``farm.selftest``):
+What each daily use returns (``farm.workflows``):
 
 - ``NightJudgement`` (``nightly.decide.judge_night``): a night's ``Judgement``, its
   ``SweepVerdict`` and ``AlertCandidate``s; ``NightlyCheck``: what checking it did
@@ -62,7 +71,7 @@ What each daily use returns (``farm.workflows``, and ``farm.selftest``):
 - ``CompareOutcome`` (``compare.run``): ``farm compare``'s ``SweepComparison`` and its
   Markdown.
 - ``AlertCheck`` (``alerts.steps``): what one ``farm alerts check`` pass did.
-- ``SelftestReport`` (``farm.selftest.analyze_selftest``): the self-test sweep's
+- ``SelftestReport`` (``selftest.decide.analyze_selftest``): the self-test sweep's
   ``CheckReport`` and, per engine (each canary, the clean repeat), where it differs
   from the clean reference.
 """

@@ -1,4 +1,4 @@
-"""Stored variants held to the goldens the teams keep (:mod:`farm.goldens`). Pure.
+"""Stored variants held to the goldens the teams keep (:mod:`farm.spec.goldens`). Pure.
 
 A golden gates acceptance per draft position at one MTP depth: position ``i`` must
 measure at least ``baseline[i] - threshold`` (absolute, as vllm-ascend's spec-decode
@@ -22,11 +22,11 @@ from typing import Final
 from farm.analysis.check_rules import CheckConfig
 from farm.analysis.stats import AcceptanceSample, AcceptanceStats, Interval, acceptance_stats
 from farm.frozen import Frozen
-from farm.goldens import GOLDEN_CHECK, Golden, GoldenCheck
 from farm.plan import ServerCell
 from farm.records import SweepRecord, VariantResult
 from farm.results.alerts import AlertFigure, FigureInterval
 from farm.results.verdict import Finding, PositionChange
+from farm.spec.goldens import GOLDEN_CHECK, Golden, GoldenCheck
 
 __all__ = ["GOLDEN_CHECK", "GoldenReport", "check_goldens"]
 

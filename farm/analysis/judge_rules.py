@@ -17,7 +17,7 @@ from farm.analysis.prefix_cache import PrefixRule
 from farm.analysis.sustained import SustainedRule
 from farm.comparable import ComparableKey
 from farm.frozen import Frozen
-from farm.goldens import GoldenCheck
+from farm.spec.goldens import GoldenCheck
 
 __all__ = [
     "BASELINE_CHECK",
@@ -62,7 +62,7 @@ class JudgeRules(Frozen):
     ``require_comparison``: a baseline with which nothing was compared is a finding
     (``nothing_compared``, source ``cells``: the run could not judge; a PR's status
     is then error), not a pass (:func:`farm.analysis.gate.nothing_compared`);
-    ``goldens``: the goldens the sweep's variants are held to (:mod:`farm.goldens`:
+    ``goldens``: the goldens the sweep's variants are held to (:mod:`farm.spec.goldens`:
     each bound to the job models it is for), a miss at a position a ``golden`` finding;
     ``over_run``: look inside each spec-on variant's run for acceptance that collapsed
     (:mod:`farm.analysis.over_run`, a ``collapse_over_run`` finding; None: not looked);

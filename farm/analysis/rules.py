@@ -23,7 +23,7 @@ from farm.analysis.pooling import PoolRule
 from farm.analysis.prefix_cache import PrefixRule
 from farm.analysis.sustained import SustainedRule
 from farm.comparable import ComparableKey
-from farm.goldens import GoldenCheck
+from farm.spec.goldens import GoldenCheck
 
 __all__ = [
     "bisect_rules",

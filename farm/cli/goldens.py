@@ -18,8 +18,8 @@ from farm.cli.common import DbOption, SweepArg, console, fail, open_session, res
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
-    from farm.goldens import Golden, GoldenCheck
     from farm.records import SweepRecord
+    from farm.spec.goldens import Golden, GoldenCheck
 
 __all__ = ["goldens_app"]
 
@@ -37,8 +37,8 @@ def show(
     """Print the spec-decode goldens of a case file or folder: case, model, method and
     k, the per-position baseline, its threshold (absolute), dataset and batch size.
     Exit status 2 when a case file is malformed (file, line and key named)."""
-    from farm.goldens import read_goldens
     from farm.report.golden_table import render_goldens
+    from farm.spec.goldens import read_goldens
 
     try:
         goldens = read_goldens(path)
@@ -48,7 +48,7 @@ def show(
 
 
 def _read(paths: list[Path]) -> list[Golden]:
-    from farm.goldens import read_goldens
+    from farm.spec.goldens import read_goldens
 
     return [g for p in paths for g in read_goldens(p)]
 
@@ -59,7 +59,7 @@ def _bind(
     """The goldens bound to the sweep's models (by name, or ``--model``); FarmError
     when ``--model`` / ``--workload`` name none of the sweep's, or no golden is for a
     model the sweep ran."""
-    from farm.goldens import bind_goldens
+    from farm.spec.goldens import bind_goldens
 
     models = sorted({c.cell.model for c in record.cells})
     workloads = sorted({str(v.axes["workload"]) for c in record.cells for v in c.cell.variants})

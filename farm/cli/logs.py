@@ -13,7 +13,7 @@ from farm.cli.inputs import DAYS
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
-    from farm.logs import LogFolder
+    from farm.orchestrate.log_retention import LogFolder
 
 __all__ = ["logs_app"]
 
@@ -56,7 +56,7 @@ def gc(
     lists as running, or the session of a local Ray cluster whose process is alive;
     those that are old are listed with the reason they stay.
     """
-    from farm.logs import find_old_logs, remove_logs
+    from farm.orchestrate.log_retention import find_old_logs, remove_logs
     from farm.paths import farm_home
     from farm.store.summaries import list_sweeps
 

@@ -242,7 +242,7 @@ def nightly(
     is not judged again.
     """
     from farm.cli.preflight import check_job
-    from farm.goldens import job_goldens
+    from farm.spec.goldens import job_goldens
     from farm.workflows.nightly.run import NightlyRequest, run_nightly
 
     pairs = parse_pairs(only, "--only", "AXIS=VALUE")

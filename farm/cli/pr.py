@@ -257,8 +257,8 @@ def pr(
     """
     from farm.cli.outputs import check_publish_folder
     from farm.cli.preflight import check_job
-    from farm.goldens import job_goldens
     from farm.settings import get_settings
+    from farm.spec.goldens import job_goldens
     from farm.workflows.pr.decide import parse_age
     from farm.workflows.pr.run import PrRequest, run_pr
 

@@ -2,7 +2,7 @@
 
 Each check lives with its stage (job paths in :mod:`farm.spec`, prompt files in
 :mod:`farm.workload.prompts`, patch names in :mod:`farm.builds.series`, golden case
-files in :mod:`farm.goldens`); this module
+files in :mod:`farm.spec.goldens`); this module
 only runs them all and says every problem at once, with file, line and key.
 """
 
@@ -34,10 +34,10 @@ def check_job(
     """
     # Imported here: planning asks the engines for their capabilities.
     from farm.builds.series import check_patch_names
-    from farm.goldens import golden_problems
     from farm.job_text import process_text_problems
     from farm.orchestrate.driver import plan_job
     from farm.spec import check_job_paths, read_job
+    from farm.spec.goldens import golden_problems
     from farm.workload.prompts import check_prompts
 
     job = read_job(job_file)

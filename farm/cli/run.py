@@ -142,8 +142,8 @@ def selftest(
     from farm.report.figures import fmt
     from farm.report.findings import render_findings
     from farm.report.table import render_matrix
-    from farm.selftest import analyze_selftest
     from farm.store.cells import load_sweep
+    from farm.workflows.selftest.decide import analyze_selftest
 
     try:
         job = check_job(job_file, _only(only), on_this_machine=True)[0].spec

@@ -34,7 +34,7 @@ submit_app = typer.Typer(rich_markup_mode="markdown")
 
 
 def __getattr__(name: str) -> Any:
-    # SubmitError is part of this module's API, but farm.orchestrate imports Ray: it is
+    # SubmitError is part of this module's API, but farm.orchestrate.jobs imports Ray: it is
     # imported when asked for, not when `farm --help` loads the command.
     if name == "SubmitError":
         from farm.orchestrate.jobs import SubmitError

@@ -20,10 +20,10 @@ from farm.builds.cache import use_build
 from farm.errors import FarmError
 from farm.orchestrate.node_builds import BuildOutcome, NodeBuilds
 from farm.orchestrate.placement import Placement, _alive_nodes, _capacity, node_label
+from farm.orchestrate.schedule import Dispatcher, Job, Order
 from farm.paths import farm_home
 from farm.records import BuildInfo, CellResult, CellStatus
 from farm.runner import CellTask, run_cell
-from farm.schedule import Dispatcher, Job, Order
 
 CellRunner = Callable[[CellTask, tuple[int, ...], str], CellResult]
 

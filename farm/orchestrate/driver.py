@@ -36,21 +36,16 @@ from farm.engines import job_capabilities
 from farm.errors import FarmError, StoreError
 from farm.frozen import Frozen
 from farm.masking import mask_url
-from farm.orchestrate import (
-    BuildOutcome,
-    BuildRunner,
-    CellRunner,
-    NodeBuilds,
-    Placement,
-    RayPool,
-    default_build,
-)
+from farm.orchestrate.dispatch import CellRunner
 from farm.orchestrate.lease import Lease
+from farm.orchestrate.node_builds import BuildOutcome, BuildRunner, NodeBuilds, default_build
+from farm.orchestrate.placement import Placement
+from farm.orchestrate.ray_pool import RayPool
+from farm.orchestrate.schedule import estimate_cells
 from farm.paths import farm_home
 from farm.plan import Plan, ServerCell, expand_matrix, parse_only, select
 from farm.records import BuildInfo, CellResult, CellStatus, SweepRecord, SweepStatus
 from farm.runner import CellTask, ReferenceRun, sequential_looks
-from farm.schedule import estimate_cells
 from farm.settings import get_settings
 from farm.spec import EngineSpec, JobSpec
 from farm.store.spool import flush_spool, spool_dir, spool_result, spooled

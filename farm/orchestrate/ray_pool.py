@@ -7,7 +7,7 @@ so Ray only places the server. NPUs are logical Ray resources (``"NPU"``); Ray s
 ids to the engine explicitly.
 
 The driver, not Ray, decides the order and the node of each cell
-(``farm.schedule.Dispatcher``: longest first, best fit): it submits a cell only when
+(``farm.orchestrate.schedule.Dispatcher``: longest first, best fit): it submits a cell only when
 its node has room, pinned there with a soft node affinity, so Ray re-places it
 elsewhere only when that node dies.
 
@@ -39,11 +39,11 @@ from farm.orchestrate.node_builds import (
     default_build,
 )
 from farm.orchestrate.placement import Placement, _alive_nodes
+from farm.orchestrate.schedule import Order
 from farm.orchestrate.worker_lines import settle_worker_lines
 from farm.paths import farm_home
 from farm.records import CellResult
 from farm.runner import CellTask
-from farm.schedule import Order
 from farm.spec import EngineSpec
 
 

@@ -14,8 +14,8 @@ from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 
-from farm.goldens import Golden
 from farm.inert import terminal
+from farm.spec.goldens import Golden
 
 __all__ = ["render_goldens"]
 

@@ -61,7 +61,7 @@ AlertState = Literal[
 Severity = Literal["critical", "warning"]
 # The within-sweep check kinds of farm.analysis.check_rules, plus a cell that did not run,
 # a confirmed change point over nightlies, a drop against the job's last good night
-# (farm.workflows.nightly), a variant below a golden the team keeps (farm.goldens),
+# (farm.workflows.nightly), a variant below a golden the team keeps (farm.spec.goldens),
 # acceptance collapsing inside one run (farm.analysis.over_run), a prefix cache that
 # MTP, or a new night, made hit less (farm.analysis.prefix_cache), a cell of a
 # conjunction of axis values whose cells, pooled, fell (farm.analysis.pooling) and a

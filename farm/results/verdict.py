@@ -49,7 +49,7 @@ EXIT_FALSE_ALARM = 5
 # baseline: each cell vs the same comparable cell of the baseline (the job's last
 # good night, or a PR's base build); history: change points over the job's nightlies;
 # cells: a cell that failed (no regression by itself); golden: a variant below a golden
-# the team keeps (farm.goldens: vllm-ascend's per-position spec-decode gates).
+# the team keeps (farm.spec.goldens: vllm-ascend's per-position spec-decode gates).
 # "label": a cell that ran as another configuration than its label says; "over_run":
 # acceptance collapsing inside one variant's run (farm.analysis.over_run);
 # "prefix_cache": a prefix-cache hit rate MTP or a new night lowered

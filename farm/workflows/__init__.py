@@ -6,6 +6,7 @@
   one; ``steps.py`` the I/O steps (store, alerts, notifications, pages), where it has
   them. ``bisect/setup.py``, ``bisect/ends.py``, ``pr/order.py`` and
   ``nightly/spread.py`` are steps of their own.
+- ``selftest/`` (``farm selftest``): ``decide.py`` judges the self-test sweep.
 - :mod:`farm.workflows.common`: a store session, running a sweep a verdict reads
   (its display handed in), the resume check, the GitHub client, writing a page.
 

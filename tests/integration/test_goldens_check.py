@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 from farm.cli.common import open_session
 from farm.cli.main import app
-from farm.goldens import bind_goldens, read_goldens
 from farm.plan import Plan
 from farm.records import SweepRecord
+from farm.spec.goldens import bind_goldens, read_goldens
 from farm.store import create_sweep, finish_sweep, open_store, save_cell_result
 from farm.store.verdicts import get_verdict
 from farm.workflows.nightly.run import NightlyDeps, NightlyRequest, run_nightly

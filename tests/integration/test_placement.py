@@ -19,10 +19,10 @@ from ray.cluster_utils import Cluster
 
 from farm import store
 from farm.analysis.confirm_plan import ConfirmPlan
-from farm.orchestrate import Placement, RayPool
 from farm.orchestrate.confirm import run_confirmations
 from farm.orchestrate.driver import SweepEvents, SweepOptions, run_sweep
-from farm.orchestrate.placement import node_label
+from farm.orchestrate.placement import Placement, node_label
+from farm.orchestrate.ray_pool import RayPool
 from farm.plan import Capabilities, ServerCell, expand_matrix
 from farm.records import BuildInfo, CellResult, ConfirmationRun
 from farm.runner import CellTask

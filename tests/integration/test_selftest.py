@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from farm import store
 from farm.cli.main import app
 from farm.records import BuildInfo
-from farm.selftest import analyze_selftest
 from farm.spec import load_job
+from farm.workflows.selftest.decide import analyze_selftest
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.engine

@@ -17,16 +17,6 @@ from farm.analysis.rules import night_rules, pr_rules
 from farm.cli.common import FarmConsole
 from farm.cli.main import app
 from farm.errors import GoldenError, SpecError
-from farm.goldens import (
-    Golden,
-    GoldenCheck,
-    bind_goldens,
-    job_goldens,
-    job_model_names,
-    model_names,
-    parse_goldens,
-    read_goldens,
-)
 from farm.plan import ServerCell, Variant
 from farm.records import (
     CellResult,
@@ -39,6 +29,16 @@ from farm.records import (
 from farm.report.golden_table import render_goldens
 from farm.results.verdict import SweepVerdict
 from farm.spec import check_job_paths, parse_job_file
+from farm.spec.goldens import (
+    Golden,
+    GoldenCheck,
+    bind_goldens,
+    job_goldens,
+    job_model_names,
+    model_names,
+    parse_goldens,
+    read_goldens,
+)
 from farm.workflows.nightly.decide import judge_night
 from farm.workflows.pr.decide import commit_status, judge_pr
 

@@ -36,11 +36,11 @@ import pytest
 from farm.builds.cache import read_marker
 from farm.builds.series import load_series
 from farm.errors import FarmError
-from farm.goldens import read_goldens
 from farm.paths import farm_home
 from farm.records import BuildInfo, CellResult, RequestRecord, SpecCounters, VariantResult
 from farm.settings import load_settings
 from farm.spec import HarnessSpec, read_job
+from farm.spec.goldens import read_goldens
 from farm.spec.paths import check_job_paths
 from farm.store.connection import connect
 from farm.store.db import open_store

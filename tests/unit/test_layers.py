@@ -25,19 +25,17 @@ ROOT = Path(os.environ.get("FARM_LAYERS_ROOT", Path(__file__).resolve().parents[
 # package ``farm`` stands for its __init__ alone, so a new top-level module must be
 # placed.
 FLOORS: tuple[tuple[str, ...], ...] = (
-    # 0: base: errors, settings, files, the axis and family lists (data); the pure
-    # checks of bad input every layer shares (bounds, inert text, masking, job text)
+    # 0: base: errors, settings, files, the axis list (data); the pure checks of bad
+    # input every layer shares (bounds, inert text, masking, job text)
     (
         "farm",
         "farm.errors",
         "farm.frozen",
         "farm.axes",
-        "farm.families",
         "farm.yamlfile",
         "farm.fileformat",
         "farm.settings",
         "farm.paths",
-        "farm.logs",
         "farm.bounds",
         "farm.inert",
         "farm.masking",
@@ -49,8 +47,6 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "farm.comparable",
         "farm.plan",
         "farm.records",
-        "farm.schedule",
-        "farm.goldens",
     ),
     # 2: stored result types (verdicts, findings, alerts, bisections, baseline cells)
     ("farm.results",),
@@ -63,13 +59,13 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # 6: views of results: renderers and notification channels
     ("farm.report", "farm.notify"),
     # 7: the uses, end to end
-    ("farm.workflows", "farm.selftest"),
+    ("farm.workflows",),
     # 8: parse and print
     ("farm.cli",),
 )
 
 # Pure modules: below every renderer, channel and store, whatever their floor.
-PURE = ("farm.plan", "farm.spec", "farm.results", "farm.analysis", "farm.goldens")
+PURE = ("farm.plan", "farm.spec", "farm.results", "farm.analysis", "farm.orchestrate.schedule")
 IO_PACKAGES = ("farm.store", "farm.report", "farm.notify", "farm.orchestrate", "farm.runner")
 
 
@@ -234,6 +230,6 @@ def test_no_hidden_import() -> None:
 
 def test_every_family_has_one_adapter() -> None:
     from farm.engines import ADAPTERS
-    from farm.families import ENGINE_FAMILIES
+    from farm.spec.families import ENGINE_FAMILIES
 
     assert tuple(ADAPTERS) == ENGINE_FAMILIES

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from farm import store
 from farm.cli.main import app
-from farm.logs import find_old_logs, ray_temp_dirs, remove_logs
 from farm.orchestrate.driver import plan_job
+from farm.orchestrate.log_retention import find_old_logs, ray_temp_dirs, remove_logs
 from farm.paths import ray_temp_dir
 from farm.spec import load_job
 

@@ -10,7 +10,7 @@ FORBIDDEN = ("ray", "sqlmodel", "sqlalchemy", "httpx", "subprocess", "farm.store
 
 def test_plan_and_analysis_import_no_io() -> None:
     code = (
-        "import sys, farm.plan, farm.spec, farm.analysis, farm.records, farm.goldens\n"
+        "import sys, farm.plan, farm.spec, farm.analysis, farm.records, farm.spec.goldens\n"
         "import farm.analysis.golden_check, farm.analysis.judgement\n"
         f"bad = [m for m in {FORBIDDEN!r} if m in sys.modules]\n"
         "print(','.join(bad))\n"

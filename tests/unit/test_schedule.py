@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 
 from farm import store
-from farm.plan import Capabilities, expand_matrix
-from farm.records import CellResult
-from farm.schedule import (
+from farm.orchestrate.schedule import (
     DEFAULT_STARTUP_S,
     Dispatcher,
     Job,
@@ -23,6 +21,8 @@ from farm.schedule import (
     lpt_order,
     simulate,
 )
+from farm.plan import Capabilities, expand_matrix
+from farm.records import CellResult
 from farm.spec import parse_job
 
 JOB = """\
@@ -156,7 +156,7 @@ def test_a_cell_no_node_can_hold_is_refused() -> None:
 
 def test_schedule_is_pure() -> None:
     code = (
-        "import sys, farm.schedule\n"
+        "import sys, farm.orchestrate.schedule\n"
         "bad = [m for m in ('ray', 'sqlalchemy', 'sqlmodel', 'httpx', 'subprocess') "
         "if m in sys.modules]\n"
         "print(','.join(bad))\n"

@@ -113,8 +113,8 @@ def test_a_canary_stacked_on_a_fix_is_compared_with_the_fixed_build() -> None:
 def test_the_selftest_reference_may_carry_the_fix_its_canaries_stack_on() -> None:
     from pathlib import Path
 
-    from farm.selftest import selftest_bases
     from farm.spec import load_job
+    from farm.workflows.selftest.decide import selftest_bases
 
     job = load_job(Path(__file__).resolve().parents[2] / "jobs" / "selftest.yaml")
     assert selftest_bases(job) == {
@@ -130,9 +130,9 @@ def test_selftest_judges_the_recorded_selftest_sweep_as_the_job_expects() -> Non
     """The clean repeat carries the reference's fix and is still a clean repeat."""
     from pathlib import Path
 
-    from farm.selftest import analyze_selftest
     from farm.spec import load_job
     from farm.store.export import read_sweep_export
+    from farm.workflows.selftest.decide import analyze_selftest
 
     repo = Path(__file__).resolve().parents[2]
     record = read_sweep_export(repo / "bench" / "data" / "recorded" / "canaries.json")

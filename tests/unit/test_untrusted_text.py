@@ -24,7 +24,6 @@ from typer.testing import CliRunner
 from farm import inert
 from farm.cli.common import FarmConsole
 from farm.cli.main import app
-from farm.goldens import Golden, parse_goldens
 from farm.inert import (
     CHANNELS,
     Untrusted,
@@ -49,6 +48,7 @@ from farm.notify.wecom import wecom_notice_payload, wecom_payload
 from farm.records import CellResult, RequestRecord
 from farm.results.alerts import AlertDetails, AlertRecord
 from farm.results.bisection import Bisection, BisectStep, Commit
+from farm.spec.goldens import Golden, parse_goldens
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,10 +15,10 @@ from sqlmodel import Session
 from farm.analysis.judgement import Judgement
 from farm.errors import FarmError, SpecError
 from farm.frozen import Frozen
-from farm.goldens import GoldenCheck
 from farm.notify.delivery import send_pending
 from farm.notify.registry import Notifier, configured_notifiers
 from farm.results.alerts import AlertRecord
+from farm.spec.goldens import GoldenCheck
 from farm.store.alerts import (
     raise_alerts,
 )
@@ -129,9 +129,9 @@ def judged_as_nightly(
     is another job's), else from the job text stored with the sweep (its goldens'
     paths were relative to a file the store does not know: they are named, not read);
     ``history`` given wins."""
-    from farm.goldens import job_goldens
     from farm.spec import read_job
     from farm.spec.files import parse_job
+    from farm.spec.goldens import job_goldens
     from farm.store.sweeps import sweep_job
 
     job, stored_yaml = sweep_job(session, sweep_id)

@@ -20,9 +20,9 @@ from farm.analysis.confirm import ConfirmRule
 from farm.analysis.confirm_plan import ConfirmPlan, confirmation_settled, plan_confirmations
 from farm.analysis.noise import NoiseRule
 from farm.errors import FarmError
-from farm.goldens import GoldenCheck
 from farm.masking import mask_secrets
 from farm.records import ConfirmationRun, SweepRecord
+from farm.spec.goldens import GoldenCheck
 from farm.store.cells import load_sweep
 from farm.store.confirmations import record_confirmation_run
 from farm.workflows.nightly.steps import Baseline, judge_stored, last_good_id

@@ -22,11 +22,11 @@ from sqlmodel import Session
 
 from farm.analysis.confirm import ConfirmRule
 from farm.errors import FarmError, OutputError
-from farm.goldens import GoldenCheck
 from farm.masking import mask_secrets
 from farm.notify.delivery import EXIT_UNDELIVERED
 from farm.notify.registry import Notifier
 from farm.records import SweepRecord
+from farm.spec.goldens import GoldenCheck
 from farm.store.builds import sweep_builds
 from farm.store.cells import load_sweep
 from farm.store.sweeps import latest_job_sweep_id

@@ -36,7 +36,6 @@ from farm.analysis.summary import patched_bases, summarize_sweep
 from farm.comparable import ComparableKey
 from farm.errors import FarmError, OutputError
 from farm.frozen import Frozen
-from farm.goldens import GoldenCheck
 from farm.notify.delivery import deliver, send_pending
 from farm.notify.registry import Notifier, configured_notifiers
 from farm.records import SweepRecord
@@ -44,6 +43,7 @@ from farm.report.html import render_html, render_verdict_index
 from farm.results.alerts import AlertRecord
 from farm.results.verdict import SweepVerdict
 from farm.runner import ReferenceRun, reference_runs
+from farm.spec.goldens import GoldenCheck
 from farm.store.alerts import (
     mark_notified,
     raise_alerts,
@@ -295,7 +295,7 @@ def check_night(
 
     ``history``: how many of the job's sweeps (this one included) the change-point
     checks read; ``notifiers`` default to the configured channels (``FARM_NOTIFY_*``),
-    ``()`` notifies nobody; ``goldens``: the job's (:func:`farm.goldens.job_goldens`);
+    ``()`` notifies nobody; ``goldens``: the job's (:func:`farm.spec.goldens.job_goldens`);
     ``record``: the sweep, when read already; ``baseline``: the last good night, when
     read already. Raises StoreError (store), NotifyError (invalid channel settings).
     """

@@ -20,7 +20,6 @@ from sqlmodel import Session
 from farm.analysis.confirm import ConfirmRule
 from farm.analysis.judgement import JudgeRules
 from farm.analysis.risk import touched_parts
-from farm.goldens import GoldenCheck
 from farm.masking import mask_secrets
 from farm.notify.github import GitHubClient, PullRequestRef
 from farm.orchestrate.driver import plan_job
@@ -29,6 +28,7 @@ from farm.records import CellResult
 from farm.report.pr_comment import render_pr_progress
 from farm.runner import reference_runs
 from farm.spec import JobSpec
+from farm.spec.goldens import GoldenCheck
 from farm.store import normalize_url
 from farm.workflows.nightly.confirm import ConfirmNight
 from farm.workflows.pr.confirm import confirm_pr
@@ -64,7 +64,7 @@ GitHubTarget = tuple[GitHubClient, PullRequestRef]
 @dataclass(frozen=True)
 class PrRequest:
     """What `farm pr` was asked: the job, the PR, the base, where to publish, and the
-    goldens the job names (:func:`farm.goldens.job_goldens`)."""
+    goldens the job names (:func:`farm.spec.goldens.job_goldens`)."""
 
     spec: JobSpec
     engine: str

@@ -33,7 +33,6 @@ from farm.builds.sources import ResolvedSource, SourceError, installable, resolv
 from farm.builds.venv import patches_of, plan_builds
 from farm.errors import FarmError
 from farm.frozen import Frozen
-from farm.goldens import GoldenCheck
 from farm.notify.github import GitHubClient, GitHubError, PullRequestRef
 from farm.plan import ServerCell
 from farm.report.pr_comment import render_pr_comment
@@ -46,6 +45,7 @@ from farm.spec import (
     TreeSource,
     WheelSource,
 )
+from farm.spec.goldens import GoldenCheck
 from farm.store.baselines import cells_of_build
 from farm.store.cells import load_sweep
 from farm.store.summaries import SweepCost, sweep_cost

@@ -1,4 +1,4 @@
-"""The engine families the farm knows: data, below the spec and the engines.
+"""The engine families the farm knows: data, below the rest of the spec and the engines.
 
 The job spec validates ``engine.family`` against this list; :data:`farm.engines.ADAPTERS`
 registers one adapter per family named here (a test holds the two equal).
