@@ -27,20 +27,17 @@ engine=$!
 # 3 minutes from the package index), while the engine run builds vLLM and bisects; the
 # engine run's harness test then finds them ready instead of building on its clock.
 harness_envs=tests/integration/test_harness_envs.py
-# The rest then runs on three pytest-xdist workers, a test file to a worker (its
-# module fixtures made once): most of its time is waiting on subprocesses, Ray and
-# databases, not the cores (one worker: 1,187 s beside the engine run; three: 737 s
-# beside it, 503 s alone). Each worker has its own farm home (tests/conftest.py).
+# One pytest process for the rest: on three pytest-xdist workers (tests/conftest.py
+# gives each its own farm home; `-n 3 --dist loadfile` by hand) it took 740 s instead
+# of 1,187 s, but the engine run, the longer chain, took 2,236-2,253 s beside it
+# instead of 1,969 s.
 rest_tests() {
     "$PYTEST" -m "not engine" "$@" "$harness_envs"; first=$?
-    "$PYTEST" -m "not engine" -n 3 --dist loadfile "$@" --ignore="$harness_envs" tests
-    others=$?
+    "$PYTEST" -m "not engine" "$@" --ignore="$harness_envs" tests; others=$?
     [ "$first" -ne 0 ] && return "$first"
     return "$others"
 }
-# The rest yields the cores to the engine run, the longer chain: Ray runs the engine
-# servers at niceness 15, so at 0 the rest's three workers took the cores from them
-# (measured: the engine run took 2,253 s beside them, about 1,860 s alone).
+# The rest yields the cores to the engine run at niceness 19.
 (renice -n 19 -p "$BASHPID" >/dev/null; FARM_HOME="$base/rest" rest_tests "$@" 2>&1 \
     | tee "$base/rest.log" | sed -u 's/^/[rest]   /') &
 rest=$!
