@@ -17,8 +17,8 @@ What a sweep measured (``farm.records``; the runner makes them, the store keeps 
 - ``VariantResult``: one request-level variant (thinking, workload) of a cell: its
   counters and requests.
 - ``CellResult``: one server cell's outcome: its variant results, or why it failed.
-- ``ConfirmationRun``: one rerun of a suspicious cell in its night, by the night's
-  build (candidate) or the last good night's (reference).
+- ``ConfirmationRun``: one rerun of a suspicious cell in its night or PR run, by the
+  candidate's build or the reference's (the last good night's, or the PR's base).
 - ``StoredCell``: a planned cell as stored, with its ``CellResult`` when it has one.
 - ``SweepRecord``: a sweep read back from the store (cells, builds, reruns): what
   reports and analyses read.

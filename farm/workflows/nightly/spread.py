@@ -65,8 +65,10 @@ def job_key_noise(session: Session, job: str, history: int) -> dict[ComparableKe
     calibration's estimator, :func:`farm.analysis.noise.key_noise`, with every one of
     them before the use it calibrates; no reference level): what a PR's thresholds
     are calibrated with before its sweep runs. Empty without two nights to read."""
+    if history < 2:
+        return {}
     newest = latest_job_sweep_id(session, job)
-    if history < 2 or newest is None:
+    if newest is None:
         return {}
     series = job_history_series(session, job, newest, history)
     return key_noise(series, newest + 1)
