@@ -123,19 +123,26 @@ class EngineAdapter(ABC):
         ports: tuple[int, int],
         kv_ports: tuple[int, int],
         npu_ids: tuple[int, ...] = (),
+        cpu_threads: int = 0,
     ) -> tuple[ServerLaunch, ServerLaunch]:
         """The prefill and the decode server of a disaggregated cell (deployment pd):
         ``ports`` their HTTP ports, ``kv_ports`` their KV side-channel ports, the
-        cell's devices split in two groups (the first half prefills)."""
+        cell's devices split in two groups (the first half prefills), and its
+        ``cpu_threads`` (0: not known) in two halves."""
         groups = pd_device_groups(model, npu_ids)
+        half = cpu_threads // 2
+        threads = (max(1, half), max(1, cpu_threads - half)) if cpu_threads else (0, 0)
         sides = [
             PdSide(
                 role=role,
                 kv_port=kv_port,
                 prefill_npus=len(groups[0]),
                 decode_npus=len(groups[1]),
+                cpu_threads=side_threads,
             )
-            for role, kv_port in zip(("prefill", "decode"), kv_ports, strict=True)
+            for role, kv_port, side_threads in zip(
+                ("prefill", "decode"), kv_ports, threads, strict=True
+            )
         ]
         prefill, decode = (
             self.launch(cell, engine, model, model_path, python, port, ids, side)

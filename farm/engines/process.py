@@ -45,12 +45,15 @@ class PdSide(Frozen):
     """One server of a disaggregated prefill/decode cell (deployment ``pd``): its role,
     the loopback port of its KV transfer side channel (vLLM NIXL's handshake, a
     Mooncake ``kv_port``, sglang's prefill bootstrap server) and how many devices each
-    side of the pair has (0 on CPU): connectors are told both sides' parallelism."""
+    side of the pair has (0 on CPU): connectors are told both sides' parallelism.
+    ``cpu_threads``: the CPU threads this side's engine may use (0: its default); a CPU
+    build's pair splits its cell's threads, as an NPU pair splits its devices."""
 
     role: Literal["prefill", "decode"]
     kv_port: int
     prefill_npus: int = 0
     decode_npus: int = 0
+    cpu_threads: int = 0
 
 
 class ServerLaunch(Frozen):

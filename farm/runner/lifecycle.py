@@ -9,6 +9,7 @@ waits until the devices are released, so the next cell on the node finds them fr
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,7 +96,15 @@ def _start_pair(
     kv_prefill = _free_port(avoid=set(ports))
     kv_ports = (kv_prefill, _free_port(avoid={*ports, kv_prefill}))
     prefill_launch, decode_launch = adapter.pd_launches(
-        task.cell, task.engine, task.model, task.model_path, python, ports, kv_ports, npu_ids
+        task.cell,
+        task.engine,
+        task.model,
+        task.model_path,
+        python,
+        ports,
+        kv_ports,
+        npu_ids,
+        _cell_threads(),
     )
     groups = pd_device_groups(task.model, npu_ids)
     prefill_log = prefill_log_path(log_path)
@@ -112,6 +121,15 @@ def _start_pair(
     except EngineError as exc:
         return StartedEngine(pair, decode_launch, f"EngineError: {exc}")
     return StartedEngine(pair, decode_launch, None)
+
+
+def _cell_threads() -> int:
+    """The CPU threads the cell's task may use: Ray sets OMP_NUM_THREADS to a task's
+    CPUs; without it, the host's."""
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1))
+    except ValueError:
+        return os.cpu_count() or 1
 
 
 def stop_engine(

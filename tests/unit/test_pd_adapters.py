@@ -73,6 +73,8 @@ def test_vllm_cpu_pd_cell_runs_nixl_on_both_servers_with_mtp_on_both() -> None:
         assert launch.env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == str(side)
         spec = json.loads(_after(launch.argv, "--speculative-config"))
         assert spec == {"method": "mtp", "num_speculative_tokens": 3}
+    # The cell's CPU threads are not known here: the servers keep the engine's default.
+    assert "OMP_NUM_THREADS" not in prefill.env and "OMP_NUM_THREADS" not in decode.env
     # The colocated cell of the same axes gains nothing.
     colocated = adapter.launch(_cell("vllm", "cpu", "colocated"), CPU, MODEL, "/m", "py", 9000)
     assert "--kv-transfer-config" not in colocated.argv and colocated.pd is None
@@ -218,3 +220,17 @@ def test_sglang_request_goes_to_both_servers_paired_by_bootstrap_room() -> None:
     (_, a), (_, b) = seen
     assert a == b and a["bootstrap_port"] == 8998 and a["bootstrap_host"] == "127.0.0.1"
     assert isinstance(a["bootstrap_room"], int) and a["max_tokens"] == 64
+
+
+def test_a_cpu_pair_splits_its_cells_threads_and_an_npu_pair_does_not() -> None:
+    # Both CPU servers at the cell's whole thread count spin-wait against each other.
+    model = MODEL.model_copy(update={"npus": None})
+    for threads, halves in ((2, ("1", "1")), (5, ("2", "3")), (1, ("1", "1"))):
+        pair = adapter_for("vllm").pd_launches(
+            _cell("vllm", "cpu"), CPU, model, "/m", "py", (1, 2), (3, 4), (), threads
+        )
+        assert tuple(launch.env["OMP_NUM_THREADS"] for launch in pair) == halves
+    pair = adapter_for("vllm").pd_launches(
+        _cell("vllm-ascend", "asc"), ASCEND, MODEL, "/m", "py", (1, 2), (3, 4), tuple(range(16)), 8
+    )
+    assert all("OMP_NUM_THREADS" not in launch.env for launch in pair)
