@@ -60,6 +60,8 @@ _DEFAULT_GRAPH_SEQS = 16
 _CONFIG_LINE = re.compile(
     r"Initializing a V1 LLM engine \(v(?P<version>[^)]+)\) with config: (?P<cfg>.*)"
 )
+# vLLM names the drafter's compiled module eagle_head whatever the method (MTP too).
+_DRAFTER_COMPILED = re.compile(r"\[eagle_head\] (?:saved|loaded) AOT compiled function")
 _SPEC = re.compile(
     r"SpeculativeConfig\(method='(?P<method>[\w-]+)', .*?num_spec_tokens=(?P<n>\d+)\)"
 )
@@ -496,6 +498,11 @@ class VllmAdapter(EngineAdapter):
             notes.append("vLLM's Ray executor is in use: vllm-ascend drops graph mode under it")
         if spec and spec["method"] != "mtp" and "mtp" in spec["method"]:
             notes.append(f"speculative method reported as {spec['method']}")
+        if cell.draft_graph_mode == "eager" and _DRAFTER_COMPILED.search(log_text):
+            notes.append(
+                "drafter compiled all the same ([eagle_head] in the log): the "
+                "speculative config's enforce_eager turns off its graph capture only"
+            )
         caching = re.search(r"enable_prefix_caching=(True|False)", cfg)
         prefix_caching = caching[1] == "True" if caching else None
         if prefix_caching is not None and prefix_caching != (cell.prefix_caching == "on"):

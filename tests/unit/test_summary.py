@@ -122,6 +122,7 @@ def test_the_selftest_reference_may_carry_the_fix_its_canaries_stack_on() -> Non
         "vllm-cpu-c2": "vllm-cpu",
         "vllm-cpu-c3": "vllm-cpu",
         "vllm-cpu-c4": "vllm-cpu",
+        "vllm-cpu-c5": "vllm-cpu",
         "vllm-cpu-again": "vllm-cpu",
     }
 
@@ -145,5 +146,7 @@ def test_selftest_judges_the_recorded_selftest_sweep_as_the_job_expects() -> Non
     assert [e.engine for e in report.effects if not e.as_expected] == [
         "vllm-cpu-c3",
         "vllm-cpu-c4",
+        "vllm-cpu-c5",
     ]
     assert effects["vllm-cpu-c3"].cells == effects["vllm-cpu-c4"].cells == ()
+    assert effects["vllm-cpu-c5"].cells == ()

@@ -150,6 +150,16 @@ def test_effective_config_from_real_start_up_lines() -> None:
     assert missing.graph_mode is None and missing.notes
 
 
+def test_a_drafter_asked_eager_but_compiled_is_a_note() -> None:
+    # vLLM 0.32's speculative enforce_eager gates the drafter's graph capture, not its
+    # torch.compile: the hybrid's drafter is compiled in a draft-eager cell too.
+    log = (DATA / "startup-hybrid-compiled-draft-eager.log").read_text()
+    asked_eager = adapter.effective_config(_cell("compiled", 3, draft="eager"), log, {}, {})
+    assert any("drafter compiled all the same" in note for note in asked_eager.notes)
+    following = adapter.effective_config(_cell("compiled", 3), log, {}, {})
+    assert not any("drafter" in note for note in following.notes)
+
+
 def test_launch_flags_follow_the_cell() -> None:
     eager = adapter.launch(_cell("eager", 0), CPU, MODEL, "/m", "py", 9000).argv
     assert "--enforce-eager" in eager and "--speculative-config" not in eager
