@@ -179,14 +179,20 @@ def test_launch_flags_follow_the_cell() -> None:
 
 
 def test_the_cpu_builds_worker_runs_in_the_engine_core_unless_the_job_says_otherwise() -> None:
+    # ... and its OpenMP threads wait passively (they spun on the API server's core).
     env = adapter.launch(_cell("eager", 3), CPU, MODEL, "/m", "py", 1).env
     assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
-    own = CPU.model_copy(update={"env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}})
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE"
+    own = CPU.model_copy(
+        update={"env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "1", "OMP_WAIT_POLICY": "ACTIVE"}}
+    )
     assert adapter.launch(_cell("eager", 3), own, MODEL, "/m", "py", 1).env == {
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "1"
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
+        "OMP_WAIT_POLICY": "ACTIVE",
     }
     ascend = adapter.launch(_cell("eager", 3), ASCEND, MODEL, "/m", "py", 1, npu_ids=(0,))
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in ascend.env
+    assert "OMP_WAIT_POLICY" not in ascend.env
 
 
 def test_thinking_is_a_request_field() -> None:
