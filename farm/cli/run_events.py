@@ -66,7 +66,7 @@ class ConsoleEvents(SweepEvents):
         say(f"build {engine} on {node}: ", state, "" if error is None else f": {error}")
 
     def cells_started(self, count: int) -> None:
-        console.print(f"running {count} cells on Ray (each ~1-3 min on 2 CPU cores)")
+        console.print(f"running {count} cells on Ray (each ~0.5-1 min on 2 CPU cores)")
         self.progress.start()
 
     def cell_started(self, cell: ServerCell, node: str) -> None:
