@@ -195,8 +195,8 @@ def test_pd_cell_gives_the_colocated_outputs_with_acceptance_from_the_decode_sid
 
 
 def test_decode_side_canary_is_caught_on_the_pd_cell_alone(sweep: _Sweep) -> None:
-    """canary-pd-drafter-kv zeroes the drafter's KV of the blocks the decode server
-    receives: the pd cell's acceptance falls against the clean build's pd cell, its
+    """canary-pd-drafter-kv scales by 16 the drafter's KV of the blocks the decode
+    server receives: the pd cell's acceptance falls against the clean build's pd cell, its
     colocated cell (which receives nothing) is not flagged, and the finding names the
     deployment."""
     report = analyze_selftest(sweep.record, sweep.job)
