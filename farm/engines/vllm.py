@@ -239,12 +239,13 @@ def _launch_env(engine: EngineSpec, npu_ids: tuple[int, ...], pd: PdSide | None)
     if pd is not None and engine.family != "vllm-ascend":
         # NIXL's handshake listener: one port per server on a shared host.
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(pd.kv_port)
-    if pd is not None and pd.cpu_threads and _is_cpu_build(engine):
-        # Each server of the pair on its half of the cell's cores: both at the cell's
-        # full count spin-wait against each other (measured, tiny-step on 2 cores: 20
-        # requests through the pair in 64.8 s at 2 threads each, 6.2-9.8 s at 1 each).
-        env["OMP_NUM_THREADS"] = str(pd.cpu_threads)
     if _is_cpu_build(engine):
+        if pd is not None and pd.cpu_threads:
+            # Each server of the pair on its half of the cell's cores: both at the
+            # cell's full count spin-wait against each other (measured, tiny-step on
+            # 2 cores: 20 requests through the pair in 64.8 s at 2 threads each,
+            # 6.2-9.8 s at 1 each).
+            env["OMP_NUM_THREADS"] = str(pd.cpu_threads)
         # OpenMP's threads sleep while they wait instead of spinning: the engine
         # core's threads spun on the cores its own API server (and any neighbour)
         # needed. Measured, tiny-step, 32 requests 4 at a time on 2 cores: 29 s with
