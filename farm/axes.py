@@ -159,6 +159,19 @@ AXES: tuple[Axis, ...] = (
         default=("off",),
         id_prefix="think-",
     ),
+    Axis(
+        "context",
+        "request",
+        "context tokens",
+        bounds=(0, 1 << 24),
+        default=(0,),
+        id_prefix="ctx",
+        short="ctx",
+        # Tokens of context placed before each prompt (the workload's ``context`` says
+        # which: earlier turns, a shared document). Every result before the axis was
+        # measured with none.
+        implicit=0,
+    ),
     Axis("workload", "request", "workload", source="workloads"),
 )
 AXIS_NAMES: tuple[str, ...] = tuple(a.name for a in AXES)

@@ -38,7 +38,7 @@ from farm.axes import (
 from farm.comparable import ComparableKey
 from farm.errors import PlanError
 from farm.frozen import Frozen
-from farm.spec import JobSpec, WorkloadSpec
+from farm.spec import JobSpec, ModelSpec, WorkloadSpec
 
 __all__ = [
     "FULL_GRAPH_MODES",
@@ -49,6 +49,7 @@ __all__ = [
     "ServerCell",
     "Variant",
     "capture_fit",
+    "cell_model",
     "expand_matrix",
     "parse_only",
     "select",
@@ -442,6 +443,14 @@ def _apply_capabilities(
         return caps.pd_reason
     if axes["sliding_window"] == "off" and not caps.sliding_window_toggle:
         return f"{engine.name} cannot switch the sliding window off"
+    harnesses = {w.name for w in job.workloads if w.harness is not None}
+    framed = [v for v in variants if v.axes["context"] and v.workload in harnesses]
+    if framed:
+        remaps.append(
+            f"context {sorted({int(v.axes['context']) for v in framed})} dropped for "
+            f"{', '.join(sorted({v.workload for v in framed}))}: a harness writes its own requests"
+        )
+        variants = [v for v in variants if v not in framed]
     if not model.thinking:
         on = [v for v in variants if v.thinking == "on"]
         if on:
@@ -456,6 +465,15 @@ def _apply_capabilities(
         remaps=tuple(remaps),
         variants=tuple(variants),
     )
+
+
+def cell_model(model: ModelSpec, cell: ServerCell) -> ModelSpec:
+    """``model`` as ``cell`` serves it: its ``max_model_len`` holds a prompt and its
+    answer, and the longest context of the cell's variants comes on top of it."""
+    longest = max((int(v.axes["context"]) for v in cell.variants), default=0)
+    if not longest:
+        return model
+    return model.model_copy(update={"max_model_len": model.max_model_len + longest})
 
 
 def select(plan: Plan, only: dict[str, AxisValue]) -> Plan:
@@ -521,5 +539,11 @@ def workload_identity(workload: WorkloadSpec) -> str:
         payload["system_prompt"] = hashlib.sha256(workload.system_prompt.encode()).hexdigest()
     if workload.chat_template_kwargs:  # likewise
         payload["chat_template_kwargs"] = dict(workload.chat_template_kwargs)
+    if workload.context.source != "history":  # likewise
+        document = workload.context.document
+        payload["context"] = {
+            "source": workload.context.source,
+            "document": PurePath(document).name if document else None,
+        }
     blob = json.dumps(payload, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]

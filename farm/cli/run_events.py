@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
+from farm.axes import axes_text
 from farm.cli.common import console, say
 from farm.cli.progress import SweepProgress, SweepTally
 from farm.orchestrate.driver import SweepEvents
@@ -87,9 +88,8 @@ class ConsoleEvents(SweepEvents):
             parts = []
             for v in result.variants:
                 al = v.counters.mean_acceptance_length
-                parts.append(
-                    f"{v.thinking}/{v.workload} AL={al:.2f}" if al else f"{v.thinking}/{v.workload}"
-                )
+                label = axes_text(v.axes)
+                parts.append(f"{label} AL={al:.2f}" if al else label)
             say(
                 ("ok", "green"),
                 f"     {cell.cell_id} "

@@ -7,7 +7,7 @@ from farm.engines.process import EngineProcess, PdSide, ServerLaunch
 from farm.engines.sglang import SglangAdapter
 from farm.engines.vllm import VllmAdapter
 from farm.errors import PlanError
-from farm.plan import Capabilities, Plan
+from farm.plan import Capabilities, Plan, cell_model
 from farm.spec import JobSpec
 
 __all__ = [
@@ -62,7 +62,7 @@ def plan_launches(
     models = {m.name: m for m in job.models}
     launches = {}
     for cell in plan.cells:
-        model = models[cell.model]
+        model = cell_model(models[cell.model], cell)
         npus = model.npus or job.resources.npus
         adapter = adapter_for(cell.family)
         where = (cell, engines[cell.engine], model, str(job.resolve(model.path)), python)

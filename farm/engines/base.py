@@ -176,6 +176,12 @@ class EngineAdapter(ABC):
         """The JSON body of one chat request for ``variant``; ``history`` holds the
         conversation's earlier (user, assistant) turns (:func:`chat_messages`)."""
 
+    def tokenize_request(self, chat: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        """The path and body that count the prompt tokens of chat request ``chat`` as
+        the engine's chat template renders them (the answer holds ``count``); None
+        when the family has no such endpoint."""
+        return None
+
     @abstractmethod
     def parse_completion(self, body: dict[str, Any]) -> Completion:
         """Text, token count, finish reason and per-request counters of a response."""

@@ -451,6 +451,12 @@ class VllmAdapter(EngineAdapter):
             "chat_template_kwargs": chat_template_kwargs(variant, workload),
         }
 
+    def tokenize_request(self, chat: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        # The OpenAI server's /tokenize renders chat messages with the model's template.
+        keys: tuple[str, ...] = ("model", "messages", "chat_template_kwargs")
+        kept = {k: chat[k] for k in keys if k in chat}
+        return "/tokenize", {**kept, "add_generation_prompt": True}
+
     def parse_completion(self, body: dict[str, Any]) -> Completion:
         choice = body["choices"][0]
         message = choice.get("message") or {}

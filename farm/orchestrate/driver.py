@@ -43,7 +43,7 @@ from farm.orchestrate.placement import Placement
 from farm.orchestrate.ray_pool import RayPool
 from farm.orchestrate.schedule import estimate_cells
 from farm.paths import farm_home
-from farm.plan import Plan, ServerCell, expand_matrix, parse_only, select
+from farm.plan import Plan, ServerCell, cell_model, expand_matrix, parse_only, select
 from farm.records import BuildInfo, CellResult, CellStatus, SweepRecord, SweepStatus
 from farm.runner import CellTask, ReferenceRun, sequential_looks
 from farm.settings import get_settings
@@ -475,7 +475,7 @@ def cell_task(
     return CellTask(
         cell=cell,
         engine=next(e for e in job.engines if e.name == cell.engine),
-        model=model,
+        model=cell_model(model, cell),
         model_path=str(job.resolve(model.path)),
         workloads=workloads,
         timeouts=job.timeouts,

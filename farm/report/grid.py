@@ -170,11 +170,13 @@ def al_grid(
         )
         for r in rows
     )
-    # Labels read engine (model when several), then the request axes.
+    # Labels read engine (model when several), then the request axes; an axis every
+    # column holds at its implicit value is left out, as the labels leave it out.
     col_names = [
         k
         for k in (*_COL_AXES[len(REQUEST_AXES) :], *_COL_AXES[: len(REQUEST_AXES)])
-        if k != "model" or len(first_seen[k]) > 1
+        if (k != "model" or len(first_seen[k]) > 1)
+        and (axis(k).implicit is None or first_seen[k] != [axis(k).implicit])
     ]
     col_labels = tuple(
         tuple(

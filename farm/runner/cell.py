@@ -30,10 +30,12 @@ from farm.analysis.prefix_cache import is_hybrid_config
 from farm.engines import EngineAdapter, EngineProcess, adapter_for
 from farm.engines.base import EngineOutputError
 from farm.errors import CellError, EngineError
+from farm.paths import farm_home
 from farm.plan import Variant
 from farm.records import CellResult, EffectiveConfig, VariantResult
 from farm.runner.lifecycle import StartedEngine, start_engine, stop_engine
 from farm.runner.pd import prefill_log_path
+from farm.runner.positions import serving_folder
 from farm.runner.task import CellTask
 from farm.runner.variants import VariantRun, harness_python, run_variant
 
@@ -90,6 +92,7 @@ def run_cell(task: CellTask, npu_ids: tuple[int, ...] = (), node: str | None = N
     """
     if task.build is None:
         raise CellError(f"cell {task.cell.cell_id} was sent to run without an engine build")
+    python = task.build.python
     adapter = adapter_for(task.cell.family)
     started = datetime.now(UTC)
     log_path = _fresh_log(task)
@@ -107,12 +110,15 @@ def run_cell(task: CellTask, npu_ids: tuple[int, ...] = (), node: str | None = N
             w.spec.harness.tool for w in task.workloads if w.spec.harness is not None
         ):
             harness_python(tool)
+        task, raised = _held_positions(task)
         t0 = time.monotonic()
-        start = start_engine(adapter, task, task.build.python, npu_ids, log_path)
+        start = start_engine(adapter, task, python, npu_ids, log_path)
         error = start.error
         if error is None:
             startup_s = time.monotonic() - t0
             effective = _effective_config(start.process, adapter, task, log_path)
+            if raised is not None:
+                effective = effective.model_copy(update={"notes": (*effective.notes, raised)})
             t1 = time.monotonic()
             _run_variants(start, adapter, task, t0 + deadline_s, done)
             generation_s = time.monotonic() - t1
@@ -143,6 +149,18 @@ def run_cell(task: CellTask, npu_ids: tuple[int, ...] = (), node: str | None = N
         log_tail=_tails(task, log_path) if error else None,
         log_path=str(log_path),
     )
+
+
+def _held_positions(task: CellTask) -> tuple[CellTask, str | None]:
+    """``task`` serving a model folder whose position limit holds the cell's longest
+    context (:mod:`farm.runner.positions`), and what was raised; a cell without
+    context serves its model as it is."""
+    if not any(v.axes["context"] for v in task.cell.variants):
+        return task, None
+    path, raised = serving_folder(task.model_path, task.model.max_model_len, farm_home() / "cache")
+    if raised is not None:
+        print(f"[{task.cell.cell_id}] {raised}", flush=True)
+    return task.model_copy(update={"model_path": path}), raised
 
 
 def _fresh_log(task: CellTask) -> Path:

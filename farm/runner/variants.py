@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from farm.analysis.sequential import decide_look, sequential_record
 from farm.analysis.stats import AcceptanceSample
 from farm.engines import EngineAdapter, EngineProcess, ServerLaunch
 from farm.engines.base import EngineOutputError
-from farm.errors import CellError, EngineError, FarmError
+from farm.errors import CellError, EngineError, FarmError, SpecError
 from farm.paths import farm_home
 from farm.plan import Variant
 from farm.records import (
@@ -43,6 +43,7 @@ from farm.records import (
 from farm.runner.task import CellTask, SequentialLooks
 from farm.spec import WorkloadSpec
 from farm.spec.parts import HarnessTool
+from farm.workload.context import ContextBuilder, RequestContext, load_tokenizer
 from farm.workload.harness import (
     HarnessError,
     harness_command,
@@ -142,6 +143,7 @@ async def run_variant(
         chat = _Chat(
             client, engine, adapter, launch, variant, spec, served, score, gate, silence, log_path
         )
+        chat.contexts = await _contexts(chat, task, workload)
         before = await _scrape(client, adapter, launch, engine, task)
         t0 = time.monotonic()
         looks = task.looks_for(variant)
@@ -172,6 +174,48 @@ async def run_variant(
         ),
         counters_unusable=unusable,
     )
+
+
+async def _contexts(
+    chat: _Chat, task: CellTask, workload: LoadedWorkload
+) -> dict[str, RequestContext]:
+    """Each prompt record's context at the variant's context length (none at 0)."""
+    tokens = int(chat.variant.axes["context"])
+    if not tokens or not workload.prompts:
+        return {}
+    try:
+        tokenizer = load_tokenizer(task.model_path)
+        first = workload.prompts[0]
+        turn = (first.prompt, first.answer or "")
+        overhead = await _template_tokens(chat, turn)
+        if overhead is not None:
+            overhead -= sum(len(tokenizer.encode(text)) for text in turn)
+        builder = ContextBuilder(
+            workload.spec.context,
+            workload.prompts,
+            tokenizer,
+            workload.context_document,
+            max(0, overhead or 0),
+        )
+    except (SpecError, httpx.HTTPError, LookupError, TypeError, ValueError) as exc:
+        raise CellError(f"{chat.variant.key}: context of {tokens} tokens: {exc}") from None
+    return {p.id: builder.build(tokens, i) for i, p in enumerate(workload.prompts)}
+
+
+async def _template_tokens(chat: _Chat, turn: tuple[str, str]) -> int | None:
+    """The tokens one earlier turn adds to a request as the engine renders it (its
+    words and the chat template's markers around them); None when the engine cannot
+    count them, and then only the words count."""
+    counts = []
+    for history in ((), (turn,)):
+        body = chat.adapter.chat_request(chat.served, turn[0], chat.variant, chat.spec, history)
+        request = chat.adapter.tokenize_request(body)
+        if request is None:
+            return None
+        response = await chat.client.post(request[0], json=request[1])
+        response.raise_for_status()
+        counts.append(int(response.json()["count"]))
+    return counts[1] - counts[0]
 
 
 async def _in_looks(
@@ -243,6 +287,8 @@ class _Chat:
     gate: asyncio.Semaphore
     silence: _Silence
     log_path: Path
+    # Each prompt record's context (the context axis), by prompt id; none when absent.
+    contexts: Mapping[str, RequestContext] = field(default_factory=dict)
     logged_ids: dict[str, str] = field(default_factory=dict)
 
     def with_counters(self, records: list[RequestRecord]) -> list[RequestRecord]:
@@ -255,12 +301,15 @@ class _Chat:
         """The records of every turn of one prompt record, in order. A turn that fails
         ends the conversation: the turns after it are recorded as not sent."""
         records: list[RequestRecord] = []
-        history: list[tuple[str, str]] = []
+        context = self.contexts.get(prompt.id, RequestContext())
+        history: list[tuple[str, str]] = list(context.history)
         for request_id, turn in prompt.conversation():
             if records and records[-1].error is not None:
                 reason = f"not sent: turn {len(records)} of the conversation failed"
                 records.append(_failed_request(request_id, time.monotonic(), reason))
                 continue
+            if not records:
+                turn = turn.model_copy(update={"prompt": context.first_prompt(turn.prompt)})
             records.append(await self.send(request_id, turn, history))
             history.append((turn.prompt, records[-1].output_text or ""))
         if prompt.category is None:

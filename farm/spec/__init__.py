@@ -15,6 +15,7 @@ from farm.spec.files import load_job, parse_job, parse_job_file, read_job
 from farm.spec.job import GoldenRef, JobFile, JobSpec, NightlySpec, ResourceSpec, TimeoutSpec
 from farm.spec.matrix import AxesSpec
 from farm.spec.parts import (
+    ContextSpec,
     EngineSpec,
     HarnessSpec,
     ModelSpec,
@@ -35,6 +36,7 @@ from farm.spec.sources import (
 __all__ = [
     "AxesSpec",
     "BuildSource",
+    "ContextSpec",
     "EngineSpec",
     "GitSource",
     "GoldenRef",

@@ -341,6 +341,30 @@ class SequentialSpec(_Spec):
     power: float = Field(default=0.8, gt=0.5, lt=1.0)
 
 
+class ContextSpec(_Spec):
+    """What fills the context axis's tokens before each prompt.
+
+    ``history``: earlier turns of a conversation, drawn from the workload's other
+    prompt records (each with its answer), as many as reach the context's tokens.
+    ``document``: the text of ``document`` (repeated when it is shorter), cut at the
+    context's tokens and placed before the first prompt of each conversation; every
+    request shares it, so the prefix cache can reuse it. ``both``: half each, the
+    document first.
+    """
+
+    source: Literal["history", "document", "both"] = "history"
+    document: str | None = Field(
+        default=None, min_length=1, description="a UTF-8 text file, relative to the job file"
+    )
+
+    @model_validator(mode="after")
+    def _document_when_read(self) -> ContextSpec:
+        if (self.source == "history") != (self.document is None):
+            wanted = "takes no document" if self.source == "history" else "needs document"
+            raise ValueError(f"context source {self.source} {wanted}")
+        return self
+
+
 class WorkloadSpec(_Spec):
     """A prompt set and how to send it (request-level: one server serves all workloads).
 
@@ -377,6 +401,11 @@ class WorkloadSpec(_Spec):
         "thinking axis's",
     )
     sequential: SequentialSpec | None = None
+    context: ContextSpec = Field(
+        default_factory=ContextSpec,
+        description="what fills the context axis's tokens (axes.context) before each "
+        "prompt: earlier turns (history), a shared document, or both",
+    )
 
     @field_validator("chat_template_kwargs")
     @classmethod

@@ -44,6 +44,10 @@ def check_job_paths(job: JobFile, on_this_machine: bool) -> tuple[list[str], lis
     for i, ref in enumerate(spec.goldens):
         check.need(Path(ref.path), "any", ("goldens", i, "path"))
     for i, workload in enumerate(spec.workloads):
+        if workload.context.document is not None:
+            check.need(
+                spec.resolve(workload.context.document), "file", ("workloads", i, "context")
+            )
         harness = workload.harness
         if harness is None:
             continue

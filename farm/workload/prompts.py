@@ -34,15 +34,20 @@ class LoadedWorkload(Frozen):
 
     spec: WorkloadSpec
     prompts: tuple[Prompt, ...]
+    # The text of the workload's context document (``context.document``), if any.
+    context_document: str = ""
 
 
 def load_workload(spec: WorkloadSpec, resolve: Callable[[str], Path]) -> LoadedWorkload:
-    """``spec`` with its prompts read (none for a harness workload: the harness reads
-    its own dataset); ``resolve`` makes a job-file path absolute."""
+    """``spec`` with its prompts and context document read (no prompts for a harness
+    workload: the harness reads its own dataset); ``resolve`` makes a job-file path
+    absolute."""
     if spec.prompts is None:
         return LoadedWorkload(spec=spec, prompts=())
     prompts = load_prompts(resolve(spec.prompts), spec.count, spec.format)
-    return LoadedWorkload(spec=spec, prompts=prompts)
+    document = spec.context.document
+    text = read_text(resolve(document), "context document", SpecError) if document else ""
+    return LoadedWorkload(spec=spec, prompts=prompts, context_document=text)
 
 
 def _record(line: str, fmt: PromptFormat, number: int) -> Prompt | str:

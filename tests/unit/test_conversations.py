@@ -21,6 +21,7 @@ from farm.engines.process import ServerLaunch
 from farm.plan import Variant
 from farm.runner.variants import _Chat, _Silence
 from farm.spec import WorkloadSpec
+from farm.workload.context import RequestContext
 from farm.workload.prompts import Prompt, scorer_for
 
 WORKLOAD = WorkloadSpec(name="w", prompts="p.jsonl", scorer="arith", concurrency=2)
@@ -41,7 +42,7 @@ def _answer(text: str) -> dict[str, Any]:
     }
 
 
-def _converse(handler: Any) -> list[Any]:
+def _converse(handler: Any, context: RequestContext | None = None) -> list[Any]:
     async def go() -> list[Any]:
         async with httpx.AsyncClient(
             base_url="http://engine", transport=httpx.MockTransport(handler)
@@ -58,6 +59,7 @@ def _converse(handler: Any) -> list[Any]:
                 asyncio.Semaphore(2),
                 _Silence(2, 30),
                 Path("no-log"),  # read only for counters the engine logged
+                {RECORD.id: context} if context else {},
             )
             return await chat.converse(RECORD)
 
@@ -86,6 +88,26 @@ def test_each_turn_carries_the_earlier_turns_and_answers() -> None:
         {"role": "assistant", "content": "<think>\nsum\n</think>\n\nAnswer: 4"},
         {"role": "user", "content": "What is 3 + 3?"},
     ]
+
+
+def test_a_context_goes_before_the_conversation_and_stays_in_every_turn() -> None:
+    seen: list[list[dict[str, str]]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content)["messages"])
+        return httpx.Response(200, json=_answer(f"Answer: {2 * len(seen)}"))
+
+    context = RequestContext(history=(("What is 9 + 9?", "18"),), document="DOC", tokens=12)
+    records = _converse(handler, context)
+    assert [r.correct for r in records] == [True, True, None]
+    assert seen[0] == chat_messages("DOC\n\nWhat is 1 + 1?", [("What is 9 + 9?", "18")])
+    # Later turns carry the context and the first turn as it was sent.
+    assert seen[2][:3] == [
+        {"role": "user", "content": "What is 9 + 9?"},
+        {"role": "assistant", "content": "18"},
+        {"role": "user", "content": "DOC\n\nWhat is 1 + 1?"},
+    ]
+    assert len(seen[2]) == 7
 
 
 def test_a_failed_turn_ends_its_conversation_and_the_rest_is_recorded_unsent() -> None:
