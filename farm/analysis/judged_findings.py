@@ -6,6 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from farm.analysis.by_context import (
+    ContextPoint,
+    context_clause,
+    context_of,
+    context_siblings,
+    verdict_context_clauses,
+)
 from farm.analysis.check_rules import CheckVerdict
 from farm.analysis.compare import ComparedVariant, SweepComparison
 from farm.analysis.history import HistoryAnalysis
@@ -17,11 +24,13 @@ from farm.results.verdict import Finding, PositionChange
 
 __all__ = [
     "baseline_finding",
+    "baseline_findings",
     "baseline_notes",
     "failed_cell_findings",
     "history_findings",
     "position_text",
     "within_finding",
+    "within_findings",
 ]
 
 
@@ -34,7 +43,18 @@ def _interval(i: Interval) -> FigureInterval:
     return FigureInterval.of(i.estimate, i.low, i.high, i.level)
 
 
-def within_finding(v: CheckVerdict) -> Finding:
+def within_findings(verdicts: Sequence[CheckVerdict]) -> list[Finding]:
+    """A finding per regressed verdict; one of a variant measured at several context
+    lengths says how each length moved under the same check."""
+    clauses = verdict_context_clauses(verdicts)
+    return [
+        within_finding(v, clause)
+        for v, clause in zip(verdicts, clauses, strict=True)
+        if v.regressed
+    ]
+
+
+def within_finding(v: CheckVerdict, by_context: str | None = None) -> Finding:
     relative = _relative(v)
     figure = AlertFigure(
         metric=v.metric,
@@ -56,7 +76,7 @@ def within_finding(v: CheckVerdict) -> Finding:
         key=v.candidate.key,
         cells=tuple(dict.fromkeys((v.candidate.cell_id, v.reference.cell_id))),
         metric=v.metric,
-        summary=v.describe(),
+        summary=v.describe() + (f"; {by_context}" if by_context else ""),
         relative=relative,
         figures=(figure,),
     )
@@ -74,7 +94,34 @@ def position_text(positions: Iterable[PositionChange]) -> str:
     )
 
 
-def baseline_finding(row: ComparedVariant, baseline_id: int, r: JudgeRules) -> Finding:
+def baseline_findings(
+    comparison: SweepComparison, baseline_id: int, r: JudgeRules
+) -> list[Finding]:
+    """A finding per regressed row; one of a variant measured at several context
+    lengths says how each length moved."""
+    rows = comparison.rows
+    siblings = context_siblings([row.key for row in rows])
+    out = []
+    for row, mine in zip(rows, siblings, strict=True):
+        if row.outcome != "regress":
+            continue
+        points = [
+            ContextPoint(
+                context=context_of(o.key),
+                reference=o.baseline_al.estimate,
+                candidate=o.candidate_al.estimate,
+                fell=o.outcome == "regress",
+            )
+            for o in (rows[j] for j in mine)
+            if o.baseline_al is not None and o.candidate_al is not None
+        ]
+        out.append(baseline_finding(row, baseline_id, r, context_clause(points)))
+    return out
+
+
+def baseline_finding(
+    row: ComparedVariant, baseline_id: int, r: JudgeRules, by_context: str | None = None
+) -> Finding:
     assert row.baseline_al is not None and row.candidate_al is not None
     assert row.difference is not None and row.cell_id is not None
     rel = row.relative
@@ -90,6 +137,8 @@ def baseline_finding(row: ComparedVariant, baseline_id: int, r: JudgeRules) -> F
         summary += f"; {row.decided}"
     if row.confirmation is not None:
         summary += f"; {row.confirmation.describe()}"
+    if by_context:
+        summary += f"; {by_context}"
     reference = f"{row.baseline_label} in sweep {baseline_id}"
     figures = [
         AlertFigure(

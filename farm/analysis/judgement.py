@@ -44,12 +44,12 @@ from farm.analysis.judge_rules import (
     JudgeRules,
 )
 from farm.analysis.judged_findings import (
-    baseline_finding,
+    baseline_findings,
     baseline_notes,
     failed_cell_findings,
     history_findings,
     position_text,
-    within_finding,
+    within_findings,
 )
 from farm.analysis.labels import as_labelled, label_findings
 from farm.analysis.noise import key_noise
@@ -165,18 +165,14 @@ def judge(
     within = _within(sweep, r)
     comparisons = 0
     if within is not None:
-        findings += [within_finding(v) for v in within.regressions]
+        findings += within_findings(within.verdicts)
         notes += [n.message for n in within.notes]
         comparisons += len(within.verdicts)
     comparison = None
     series = {k: tuple(v) for k, v in (history or {}).items()}
     if baseline is not None:
         comparison = _compare(sweep, baseline, series if history is not None else None, r)
-        findings += [
-            baseline_finding(row, baseline.sweep_id, r)
-            for row in comparison.rows
-            if row.outcome == "regress"
-        ]
+        findings += baseline_findings(comparison, baseline.sweep_id, r)
         notes += baseline_notes(comparison, baseline.sweep_id, r)
         comparisons += len(comparison.rows)
     history_sweeps = len({p.sweep_id for points in series.values() for p in points})

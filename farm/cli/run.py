@@ -138,6 +138,7 @@ def selftest(
     Exits 1 when a canary is not caught or the clean repeat is flagged.
     """
     from farm.analysis import summarize_sweep
+    from farm.analysis.by_context import verdict_context_clauses
     from farm.orchestrate.driver import SweepOptions
     from farm.report.figures import fmt
     from farm.report.findings import render_findings
@@ -159,6 +160,7 @@ def selftest(
     if report.checks.regressions:
         console.print(render_findings(report.checks))
     healthy = True
+    by_context = verdict_context_clauses(report.checks.verdicts)
     for effect in report.effects:
         kind = "canary " + ",".join(effect.added_patches) if effect.expects_drop else "clean repeat"
         where = str(effect.attribution) if effect.attribution else "nowhere"
@@ -167,6 +169,9 @@ def selftest(
             f" ({kind}) vs {report.reference}: "
             f"{len(effect.regressed)}/{len(effect.cells)} variants dropped; {where}",
         )
+        for verdict, clause in zip(report.checks.verdicts, by_context, strict=True):
+            if clause and verdict.candidate.engine == effect.engine and verdict.position is None:
+                say(f"  {verdict.candidate.label}: {clause}")
         if not effect.as_expected:
             healthy = False
             say(("  expected " + ("a drop" if effect.expects_drop else "no drop"), "red"))

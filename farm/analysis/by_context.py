@@ -1,0 +1,93 @@
+"""Acceptance by context length: a drop named by the lengths it grows with.
+
+A variant at one context length is compared on its own, like any other; when the
+same variant was also measured at other lengths, its finding says how each length
+moved ("acceptance at ctx 2048 fell 1.79 -> 1.00; at ctx 0 unchanged 2.99 -> 2.99"),
+so a drop confined to long contexts reads as one. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from farm.analysis.check_rules import CheckVerdict
+from farm.comparable import ComparableKey
+from farm.frozen import Frozen
+
+__all__ = [
+    "ContextPoint",
+    "context_clause",
+    "context_of",
+    "context_siblings",
+    "verdict_context_clauses",
+]
+
+
+class ContextPoint(Frozen):
+    """One context length of a variant: reference and candidate AL, and whether the
+    comparison there regressed."""
+
+    context: int
+    reference: float
+    candidate: float
+    fell: bool
+
+
+def _without_context(key: ComparableKey) -> ComparableKey:
+    return key.model_copy(update={"axes": tuple((k, v) for k, v in key.axes if k != "context")})
+
+
+def context_siblings(keys: Sequence[ComparableKey]) -> list[tuple[int, ...]]:
+    """For each of ``keys``, the positions of the keys equal to it but for the context
+    axis (its own included)."""
+    groups: dict[ComparableKey, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(_without_context(key), []).append(i)
+    return [tuple(groups[_without_context(key)]) for key in keys]
+
+
+def context_of(key: ComparableKey) -> int:
+    """The key's context length (0: none, and keys stored before the axis)."""
+    return int(dict(key.axes).get("context", 0) or 0)
+
+
+def context_clause(points: Iterable[ContextPoint], what: str = "acceptance") -> str | None:
+    """How ``what`` moved at each context length, longest first, or None when the
+    variant was measured at one length only."""
+    by_length = sorted({p.context: p for p in points}.values(), key=lambda p: -p.context)
+    if len(by_length) < 2:
+        return None
+    parts = [
+        f"at ctx {p.context} {'fell' if p.fell else 'unchanged'} "
+        f"{p.reference:.2f} -> {p.candidate:.2f}"
+        for p in by_length
+    ]
+    if all(p.fell for p in by_length):
+        lead = f"{what} fell at every context length"
+    elif any(p.fell for p in by_length):
+        lead = f"{what} fell only at some context lengths"
+    else:
+        lead = f"{what} by context length"
+    return f"{lead}: " + "; ".join(parts)
+
+
+def verdict_context_clauses(verdicts: Sequence[CheckVerdict]) -> list[str | None]:
+    """For each regressed verdict, how its variant moved at each context length under
+    the same check and metric (None: not regressed, or one length only)."""
+    siblings = context_siblings([v.candidate.key for v in verdicts])
+    out: list[str | None] = []
+    for v, mine in zip(verdicts, siblings, strict=True):
+        same = (v.check, v.metric, v.position)
+        points = [
+            ContextPoint(
+                context=context_of(o.candidate.key),
+                reference=o.reference_value.estimate,
+                candidate=o.candidate_value.estimate,
+                fell=o.regressed,
+            )
+            for o in (verdicts[j] for j in mine)
+            if (o.check, o.metric, o.position) == same
+        ]
+        what = "acceptance" if "acceptance" in v.metric else v.metric.replace("_", " ")
+        out.append(context_clause(points, what) if v.regressed else None)
+    return out
