@@ -143,5 +143,13 @@ def golden_rules(goldens: Sequence[GoldenCheck]) -> JudgeRules:
 def selftest_rules(base_of: Mapping[str, str], check: CheckConfig = _DEFAULT_CHECK) -> JudgeRules:
     """``farm selftest``'s rules: each canary (and the clean repeat) against the clean
     reference (``base_of``), the patch check alone: its false-discovery family is the
-    engines' cells, so the graph-mode checks of the reduced matrix do not dilute it."""
-    return JudgeRules(check=check, base_of=dict(base_of), graph_modes=False)
+    engines' cells, so the graph-mode checks of the reduced matrix do not dilute it.
+    Inside each engine's own cells, as a night looks: acceptance over each run, and
+    prefix-cache hits MTP on against MTP off (hybrids known from the cells' configs)."""
+    return JudgeRules(
+        check=check,
+        base_of=dict(base_of),
+        graph_modes=False,
+        over_run=_DEFAULT_COLLAPSE,
+        prefix_cache=PrefixRule(baseline=False),
+    )

