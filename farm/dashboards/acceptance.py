@@ -87,6 +87,7 @@ def acceptance_overview() -> Dashboard:
             (_latest_cells_panel(),),
             (_per_position_panel(),),
             (_by_category_panel(),),
+            (_by_context_panel(),),
         ),
     )
 
@@ -205,6 +206,24 @@ def _by_category_panel() -> Panel:
             "For workloads whose prompt set has categories (MT-Bench, "
             "SPEED-Bench): AL over each category's requests, from their own "
             "counters. A drop confined to one kind of prompt shows here first."
+        ),
+        width=24,
+        height=9,
+        decimals=3,
+        options={"showHeader": True, "cellHeight": "sm"},
+    )
+
+
+def _by_context_panel() -> Panel:
+    """The newest sweep's AL per context length, one row per cell key and length."""
+    return Panel(
+        title="Latest sweep: AL by context length",
+        kind="table",
+        sql=q.LATEST_SWEEP_BY_CONTEXT,
+        description=(
+            "AL of each cell key at each length of the context axis (tokens placed "
+            "before every prompt; 0: none). A drop that grows with length shows as the "
+            "long rows of one key falling while its short ones hold."
         ),
         width=24,
         height=9,

