@@ -30,7 +30,8 @@ FARM = str(Path(sys.executable).with_name("farm"))
 
 def _run(job: Path, export: Path) -> SweepRecord:
     db = f"sqlite:///{Path(tempfile.mkdtemp()) / 'farm.db'}"
-    for args in (["run", str(job), "--db", db], ["export", "latest", "--db", db, "--out", str(export)]):
+    export_args = ["export", "latest", "--db", db, "--out", str(export)]
+    for args in (["run", str(job), "--db", db], export_args):
         proc = subprocess.run([FARM, *args], cwd=REPO, env={**os.environ}, check=False)
         if proc.returncode:
             sys.exit(f"farm {' '.join(args)} failed ({proc.returncode})")

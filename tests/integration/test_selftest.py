@@ -136,7 +136,7 @@ def test_selftest_separates_clean_from_both_canaries(
     c7 = effects["vllm-cpu-c7"]
     assert c7.regressed == ("vllm-cpu-c7.tiny-hybrid.eager.mtp3.swa-on[think-off.multiturn]",)
     assert c7.attribution is not None and c7.attribution.exact
-    assert [str(t) for t in c7.attribution.terms] == ["workload=multiturn"]
+    assert [str(t) for t in c7.attribution.terms] == ["mtp_depth=3", "workload=multiturn"]
     (missed,) = [f for f in report.own_findings if f.key and f.key.engine == "vllm-cpu-c7"]
     print("C7:", missed.summary)
     assert missed.check == "prefix_cache_hits" and "hybrid-replay-boundaries" in missed.summary
