@@ -254,7 +254,10 @@ def test_job_argvs_parse_in_sglang(version: str, sglang_parser: Any) -> None:
             if launch.pd.role == "prefill":
                 assert args["disaggregation_bootstrap_port"] == launch.pd.kv_port
         assert args["reasoning_parser"] == "qwen3" and args["enable_metrics"] is True
-        assert args["context_length"] == 40960 and args["host"] == "127.0.0.1"
+        # The model's length, and the longest context of the cell's conversations on top.
+        longest = max(int(v.axes["context"]) for v in cell.variants)
+        assert longest in (65536, 131072), cell.cell_id
+        assert args["context_length"] == 40960 + longest and args["host"] == "127.0.0.1"
         eager = cell.planned_graph_mode == "eager"
         if "cuda_graph_backend_decode" in args:
             assert args["cuda_graph_backend_decode"] == ("disabled" if eager else "full")
