@@ -250,6 +250,11 @@ class ServerCell(Frozen):
         return self.deployment == "pd"
 
     @property
+    def longest_context(self) -> int:
+        """The most context tokens any of its variants places before a prompt."""
+        return max((int(v.axes["context"]) for v in self.variants), default=0)
+
+    @property
     def cell_id(self) -> str:
         return axes_text(self.axes)
 
@@ -470,10 +475,9 @@ def _apply_capabilities(
 def cell_model(model: ModelSpec, cell: ServerCell) -> ModelSpec:
     """``model`` as ``cell`` serves it: its ``max_model_len`` holds a prompt and its
     answer, and the longest context of the cell's variants comes on top of it."""
-    longest = max((int(v.axes["context"]) for v in cell.variants), default=0)
-    if not longest:
+    if not cell.longest_context:
         return model
-    return model.model_copy(update={"max_model_len": model.max_model_len + longest})
+    return model.model_copy(update={"max_model_len": model.max_model_len + cell.longest_context})
 
 
 def select(plan: Plan, only: dict[str, AxisValue]) -> Plan:

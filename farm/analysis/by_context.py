@@ -53,7 +53,7 @@ def context_siblings(keys: Sequence[ComparableKey]) -> list[tuple[int, ...]]:
 
 def context_of(key: ComparableKey) -> int:
     """The key's context length (0: none, and keys stored before the axis)."""
-    return int(dict(key.axes).get("context", 0) or 0)
+    return int(key.value("context"))
 
 
 def context_clause(points: Iterable[ContextPoint], what: str = "acceptance") -> str | None:

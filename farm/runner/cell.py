@@ -155,7 +155,7 @@ def _held_positions(task: CellTask) -> tuple[CellTask, str | None]:
     """``task`` serving a model folder whose position limit holds the cell's longest
     context (:mod:`farm.runner.positions`), and what was raised; a cell without
     context serves its model as it is."""
-    if not any(v.axes["context"] for v in task.cell.variants):
+    if not task.cell.longest_context:
         return task, None
     path, raised = serving_folder(task.model_path, task.model.max_model_len, farm_home() / "cache")
     if raised is not None:

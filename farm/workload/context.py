@@ -11,6 +11,7 @@ Pure, except :func:`load_tokenizer`, which reads the model's ``tokenizer.json``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,14 +127,20 @@ class _HfTokenizer:
 
 
 def load_tokenizer(model_path: str | Path) -> TokenCounter:
-    """The model's tokenizer (its ``tokenizer.json``). Raises SpecError naming the
-    file when the model has none or it cannot be read."""
+    """The model's tokenizer (its ``tokenizer.json``), read once per file for every
+    context variant of a cell. Raises SpecError naming the file when the model has
+    none or it cannot be read."""
     path = Path(model_path) / "tokenizer.json"
     if not path.is_file():
         raise SpecError(
             f"{path}: no such file; the context axis counts tokens with the model's "
             "own tokenizer.json"
         )
+    return _read_tokenizer(path)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_tokenizer(path: Path) -> TokenCounter:
     try:
         return _HfTokenizer(path)
     except Exception as exc:  # the tokenizers library raises bare Exceptions
